@@ -1,0 +1,66 @@
+"""Calls liboctattn through ctypes, as a Python runtime would: the ABI as seen by FFI."""
+import ctypes
+import math
+import sys
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("causal", ctypes.c_int32),
+                ("algorithm", ctypes.c_int32), ("window", ctypes.c_int64),
+                ("stride", ctypes.c_int64), ("q_start", ctypes.c_int64),
+                ("scale", ctypes.c_float), ("reserved", ctypes.c_int32)]
+
+
+def main(path):
+    lib = ctypes.CDLL(path)
+    lib.octattn_status_string.restype = ctypes.c_char_p
+    lib.octattn_version_string.restype = ctypes.c_char_p
+    lib.octattn_context_last_error.restype = ctypes.c_char_p
+    lib.octattn_context_last_error.argtypes = [ctypes.c_void_p]
+    lib.octattn_attention.argtypes = [ctypes.c_void_p] + [ctypes.c_void_p] * 7 + [
+        ctypes.c_void_p, ctypes.c_size_t]
+    opts = Options()
+    assert lib.octattn_attention_options_init(ctypes.byref(opts)) == 0
+    assert opts.struct_size == ctypes.sizeof(Options), "option struct layout differs"
+    ctx = ctypes.c_void_p()
+    assert lib.octattn_context_create(ctypes.byref(ctx)) == 0
+    t, d = 5, 3
+    bufs = {}
+    tensors = {}
+    for name in "qkvo":
+        buf = (ctypes.c_float * (t * d))()
+        for i in range(t * d):
+            buf[i] = math.sin(i + ord(name)) if name != "o" else 0.0
+        bufs[name] = buf
+        ten = Tensor()
+        shape = (ctypes.c_int64 * 4)(1, 1, t, d)
+        assert lib.octattn_tensor_init(ctypes.byref(ten), buf, shape, 0) == 0
+        tensors[name] = ten
+    st = lib.octattn_attention(ctx, ctypes.byref(opts), *(ctypes.byref(tensors[n]) for n in "qkvo"),
+                               None, None, None, 0)
+    assert st == 0, lib.octattn_context_last_error(ctx)
+    q, k, v, o = (bufs[n] for n in "qkvo")
+    for i in range(t):  # a causal row, computed here in double precision
+        s = [sum(q[i * d + c] * k[j * d + c] for c in range(d)) / math.sqrt(d) for j in range(i + 1)]
+        m = max(s)
+        e = [math.exp(x - m) for x in s]
+        for c in range(d):
+            want = sum(e[j] * v[j * d + c] for j in range(i + 1)) / sum(e)
+            assert abs(o[i * d + c] - want) < 1e-5, (i, c, o[i * d + c], want)
+    # A bad option comes back as a status with a message, not a crash.
+    opts.window = -1
+    st = lib.octattn_attention(ctx, ctypes.byref(opts), *(ctypes.byref(tensors[n]) for n in "qkvo"),
+                               None, None, None, 0)
+    assert lib.octattn_status_string(st) == b"invalid option", st
+    assert b"window" in lib.octattn_context_last_error(ctx)
+    lib.octattn_context_destroy(ctx)
+    print("python ctypes consumer: ok, version", lib.octattn_version_string().decode())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,19 @@
+# Installs the libraries, the header and a CMake package (find_package(octattn)).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+install(TARGETS octattn octattn_static EXPORT octattnTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        PUBLIC_HEADER DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT octattnTargets NAMESPACE octattn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/octattn)
+configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/octattnConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/octattnConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/octattn)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/octattnConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/octattnConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/octattnConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/octattn)
+if(OCTATTN_BUILD_TOOLS)
+  #install(TARGETS octattn_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()

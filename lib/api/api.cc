@@ -1,0 +1,445 @@
+// The C entry points: validate completely, then plan tasks and run them on the pool.
+// Nothing here computes; nothing below here knows about statuses.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "lib/api/context.h"
+#include "lib/api/validate.h"
+#include "lib/kernels/kernels.h"
+#include "lib/kernels/layout/layout.h"
+#include "lib/plan/plan.h"
+#include "lib/reference/reference.h"
+#include "octattn.h"
+
+using octattn::api::Check;
+using octattn::api::CheckDisjoint;
+using octattn::api::CheckSize;
+using octattn::api::Fail;
+using octattn::api::Guard;
+using octattn::api::Role;
+using octattn::api::TensorInfo;
+using octattn::api::ValidateTensor;
+namespace kernels = octattn::kernels;
+namespace plan = octattn::plan;
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+Check NeedContext(const octattn_context* ctx) {
+  if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+  return Check();
+}
+
+// An attention call that passed validation.
+struct AttentionCall {
+  TensorInfo q, k, v, o, lse, weights;
+  bool has_lse = false, has_weights = false;
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0,
+          value_dim = 0;
+  plan::Mask mask{};
+  float scale = 0;
+  octattn_algorithm algorithm = OCTATTN_ALGORITHM_AUTO;
+  const kernels::Table* table = nullptr;  // null for the reference
+};
+
+Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
+                        const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
+                        const octattn_tensor* o, const octattn_tensor* lse,
+                        const octattn_tensor* weights, AttentionCall* c) {
+  OCTATTN_CHECK(NeedContext(ctx));
+  octattn_attention_options opt;
+  OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+  OCTATTN_CHECK(ValidateTensor(q, "q", Role::kInput, false, &c->q));
+  OCTATTN_CHECK(ValidateTensor(k, "k", Role::kInput, false, &c->k));
+  OCTATTN_CHECK(ValidateTensor(v, "v", Role::kInput, false, &c->v));
+  OCTATTN_CHECK(ValidateTensor(o, "o", Role::kOutput, false, &c->o));
+  c->has_lse = lse != nullptr;
+  c->has_weights = weights != nullptr;
+  if (lse) OCTATTN_CHECK(ValidateTensor(lse, "lse", Role::kOutput, false, &c->lse));
+  if (weights) OCTATTN_CHECK(ValidateTensor(weights, "weights", Role::kOutput, false, &c->weights));
+
+  c->batch = c->q.shape[0];
+  c->q_heads = c->q.shape[1];
+  c->q_len = c->q.shape[2];
+  c->head_dim = c->q.shape[3];
+  c->kv_heads = c->k.shape[1];
+  c->kv_len = c->k.shape[2];
+  c->value_dim = c->v.shape[3];
+  OCTATTN_CHECK(CheckSize(c->k, "k", 0, c->batch, "batch of q"));
+  OCTATTN_CHECK(CheckSize(c->k, "k", 3, c->head_dim, "head_dim of q"));
+  OCTATTN_CHECK(CheckSize(c->v, "v", 0, c->batch, "batch of q"));
+  OCTATTN_CHECK(CheckSize(c->v, "v", 1, c->kv_heads, "kv_heads of k"));
+  OCTATTN_CHECK(CheckSize(c->v, "v", 2, c->kv_len, "kv_len of k"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 0, c->batch, "batch of q"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 1, c->q_heads, "q_heads of q"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 2, c->q_len, "q_len of q"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 3, c->value_dim, "value_dim of v"));
+  if (c->q_heads % c->kv_heads != 0)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                "q_heads (" + std::to_string(c->q_heads) + ") is not a multiple of kv_heads (" +
+                    std::to_string(c->kv_heads) + ")");
+  if (c->has_lse) {
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 0, c->batch, "batch of q"));
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 1, c->q_heads, "q_heads of q"));
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 2, c->q_len, "q_len of q"));
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 3, 1, "one value per row"));
+  }
+  if (c->has_weights) {
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 0, c->batch, "batch of q"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 1, c->q_heads, "q_heads of q"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 2, c->q_len, "q_len of q"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 3, c->kv_len, "kv_len of k"));
+  }
+  const struct {
+    const TensorInfo* t;
+    const char* name;
+    bool present;
+  } outs[] = {{&c->o, "o", true}, {&c->lse, "lse", c->has_lse},
+              {&c->weights, "weights", c->has_weights}},
+    ins[] = {{&c->q, "q", true}, {&c->k, "k", true}, {&c->v, "v", true}};
+  for (const auto& out : outs) {
+    if (!out.present) continue;
+    for (const auto& in : ins) OCTATTN_CHECK(CheckDisjoint(*out.t, out.name, *in.t, in.name));
+    for (const auto& other : outs)
+      if (other.present && other.t < out.t)
+        OCTATTN_CHECK(CheckDisjoint(*out.t, out.name, *other.t, other.name));
+  }
+
+  c->algorithm = opt.algorithm;
+  if (c->algorithm == OCTATTN_ALGORITHM_AUTO) c->algorithm = OCTATTN_ALGORITHM_NAIVE;
+  if (c->algorithm == OCTATTN_ALGORITHM_FUSED)
+    return Fail(OCTATTN_ERROR_UNSUPPORTED, "the fused algorithm is not available yet");
+  if (c->algorithm != OCTATTN_ALGORITHM_REFERENCE) {
+    c->table = octattn::api::SelectTable(*ctx);
+    if (!c->table)
+      return Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
+  }
+  c->mask.causal = opt.causal;
+  c->mask.window = opt.window;
+  c->mask.stride = opt.stride;
+  c->mask.q_start = !opt.causal ? 0
+                    : opt.q_start == OCTATTN_Q_START_DEFAULT ? c->kv_len - c->q_len
+                                                             : opt.q_start;
+  c->scale = opt.scale != 0.0f ? opt.scale
+                               : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c->head_dim)));
+  return Check();
+}
+
+kernels::HeadTask MakeTask(const AttentionCall& c, int64_t index) {
+  const int64_t b = index / c.q_heads, h = index % c.q_heads;
+  const int64_t kvh = h / (c.q_heads / c.kv_heads);
+  kernels::HeadTask t{};
+  t.q = c.q.data + b * c.q.stride[0] + h * c.q.stride[1];
+  t.q_row = c.q.stride[2];
+  t.q_dim = c.q.stride[3];
+  t.k = c.k.data + b * c.k.stride[0] + kvh * c.k.stride[1];
+  t.k_row = c.k.stride[2];
+  t.k_dim = c.k.stride[3];
+  t.v = c.v.data + b * c.v.stride[0] + kvh * c.v.stride[1];
+  t.v_row = c.v.stride[2];
+  t.v_dim = c.v.stride[3];
+  t.o = c.o.data + b * c.o.stride[0] + h * c.o.stride[1];
+  t.o_row = c.o.stride[2];
+  t.o_dim = c.o.stride[3];
+  if (c.has_lse) {
+    t.lse = c.lse.data + b * c.lse.stride[0] + h * c.lse.stride[1];
+    t.lse_row = c.lse.stride[2];
+  }
+  if (c.has_weights) {
+    t.weights = c.weights.data + b * c.weights.stride[0] + h * c.weights.stride[1];
+    t.w_row = c.weights.stride[2];
+    t.w_col = c.weights.stride[3];
+  }
+  t.q_len = c.q_len;
+  t.kv_len = c.kv_len;
+  t.head_dim = c.head_dim;
+  t.value_dim = c.value_dim;
+  t.scale = c.scale;
+  t.mask = c.mask;
+  return t;
+}
+
+// Scratch bytes one slot (thread) needs; every head of a call needs the same.
+size_t SlotBytes(const AttentionCall& c) {
+  const kernels::HeadTask t = MakeTask(c, 0);
+  if (!c.table) return RoundUp(octattn::reference::HeadScratchDoubles(t) * sizeof(double));
+  return RoundUp(c.table->naive_scratch_floats(t) * sizeof(float));
+}
+
+size_t WorkspaceBytes(const octattn_context& ctx, size_t slot_bytes) {
+  return slot_bytes * static_cast<size_t>(ctx.pool->threads()) + kAlign;
+}
+
+// Runs body(task, slot_scratch) for each of `tasks` heads on the context's pool.
+template <class Body>
+void RunHeads(octattn_context* ctx, int64_t tasks, void* scratch, size_t slot_bytes, Body&& body) {
+  char* base = static_cast<char*>(scratch);
+  ctx->pool->Run(tasks, [&](int64_t task, int slot) {
+    body(task, base + static_cast<size_t>(slot) * slot_bytes);
+  });
+}
+
+Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const AttentionCall& c) {
+  if (!workspace) return Check();
+  TensorInfo ws;
+  ws.lo = reinterpret_cast<uintptr_t>(workspace);
+  ws.hi = ws.lo + size;
+  if (ws.hi < ws.lo) return Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
+  const TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights};
+  const char* names[] = {"q", "k", "v", "o", "lse", "weights"};
+  for (int i = 0; i < 6; ++i)
+    if (all[i]->hi != 0) OCTATTN_CHECK(CheckDisjoint(ws, "workspace", *all[i], names[i]));
+  return Check();
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t octattn_version_number(void) { return OCTATTN_VERSION_NUMBER; }
+
+const char* octattn_version_string(void) {
+#define OCTATTN_STR2(x) #x
+#define OCTATTN_STR(x) OCTATTN_STR2(x)
+  return OCTATTN_STR(OCTATTN_VERSION_MAJOR) "." OCTATTN_STR(OCTATTN_VERSION_MINOR) "." OCTATTN_STR(
+      OCTATTN_VERSION_PATCH);
+}
+
+const char* octattn_status_string(octattn_status status) {
+  switch (status) {
+    case OCTATTN_OK: return "ok";
+    case OCTATTN_ERROR_NULL_POINTER: return "null pointer";
+    case OCTATTN_ERROR_INVALID_SHAPE: return "invalid shape";
+    case OCTATTN_ERROR_INVALID_STRIDE: return "invalid stride";
+    case OCTATTN_ERROR_OVERFLOW: return "size overflow";
+    case OCTATTN_ERROR_ALIASING: return "output overlaps another tensor";
+    case OCTATTN_ERROR_INVALID_OPTION: return "invalid option";
+    case OCTATTN_ERROR_STRUCT_SIZE: return "invalid struct_size";
+    case OCTATTN_ERROR_WORKSPACE_TOO_SMALL: return "workspace too small";
+    case OCTATTN_ERROR_UNSUPPORTED: return "unsupported";
+    case OCTATTN_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case OCTATTN_ERROR_MISALIGNED: return "misaligned data";
+    case OCTATTN_ERROR_INTERNAL: return "internal error";
+    default: return "unknown status";
+  }
+}
+
+const char* octattn_backend_name(octattn_backend backend) {
+  switch (backend) {
+    case OCTATTN_BACKEND_AUTO: return "auto";
+    case OCTATTN_BACKEND_HIGHWAY: return "highway";
+    case OCTATTN_BACKEND_XSIMD: return "xsimd";
+    default: return "unknown";
+  }
+}
+
+const char* octattn_target_name(octattn_target target) {
+  switch (target) {
+    case OCTATTN_TARGET_AUTO: return "auto";
+    case OCTATTN_TARGET_SCALAR: return "scalar";
+    case OCTATTN_TARGET_SSE2: return "sse2";
+    case OCTATTN_TARGET_SSSE3: return "ssse3";
+    case OCTATTN_TARGET_SSE4: return "sse4";
+    case OCTATTN_TARGET_AVX2: return "avx2";
+    case OCTATTN_TARGET_AVX512: return "avx512";
+    default: return "unknown";
+  }
+}
+
+const char* octattn_algorithm_name(octattn_algorithm algorithm) {
+  switch (algorithm) {
+    case OCTATTN_ALGORITHM_AUTO: return "auto";
+    case OCTATTN_ALGORITHM_REFERENCE: return "reference";
+    case OCTATTN_ALGORITHM_NAIVE: return "naive";
+    case OCTATTN_ALGORITHM_FUSED: return "fused";
+    default: return "unknown";
+  }
+}
+
+octattn_status octattn_tensor_init(octattn_tensor* tensor, void* data, const int64_t shape[4],
+                                   octattn_layout layout) {
+  return Guard(nullptr, [&]() -> Check {
+    if (!tensor || !shape) return Fail(OCTATTN_ERROR_NULL_POINTER, "tensor or shape is NULL");
+    if (layout != OCTATTN_LAYOUT_BHTD && layout != OCTATTN_LAYOUT_BTHD)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown layout");
+    for (int d = 0; d < 4; ++d) {
+      if (shape[d] < 1) return Fail(OCTATTN_ERROR_INVALID_SHAPE, "sizes must be positive");
+      if (shape[d] > octattn::api::kMaxSize) return Fail(OCTATTN_ERROR_OVERFLOW, "size too large");
+    }
+    int64_t s3 = 1, s2, s1, s0;
+    const int64_t d = shape[3];
+    if (layout == OCTATTN_LAYOUT_BHTD) {
+      if (__builtin_mul_overflow(d, shape[2], &s1) || __builtin_mul_overflow(s1, shape[1], &s0) ||
+          __builtin_mul_overflow(s0, shape[0], &s3))
+        return Fail(OCTATTN_ERROR_OVERFLOW, "element count overflows");
+      s2 = d;
+    } else {  // memory order [B, T, H, D]
+      if (__builtin_mul_overflow(d, shape[1], &s2) || __builtin_mul_overflow(s2, shape[2], &s0) ||
+          __builtin_mul_overflow(s0, shape[0], &s3))
+        return Fail(OCTATTN_ERROR_OVERFLOW, "element count overflows");
+      s1 = d;
+    }
+    tensor->data = data;
+    tensor->dtype = OCTATTN_DTYPE_F32;
+    tensor->reserved = 0;
+    for (int k = 0; k < 4; ++k) tensor->shape[k] = shape[k];
+    tensor->stride[0] = s0;
+    tensor->stride[1] = s1;
+    tensor->stride[2] = s2;
+    tensor->stride[3] = 1;
+    return Check();
+  });
+}
+
+octattn_status octattn_context_create(octattn_context** out) {
+  return Guard(nullptr, [&]() -> Check {
+    if (!out) return Fail(OCTATTN_ERROR_NULL_POINTER, "out is NULL");
+    auto ctx = std::make_unique<octattn_context>();
+    ctx->pool = std::make_unique<octattn::parallel::Pool>(0);
+    const char* backend = std::getenv("OCTATTN_BACKEND");
+    const char* target = std::getenv("OCTATTN_TARGET");
+    octattn_backend b = OCTATTN_BACKEND_AUTO;
+    octattn_target t = OCTATTN_TARGET_AUTO;
+    if (backend)
+      for (octattn_backend i = OCTATTN_BACKEND_HIGHWAY; i <= OCTATTN_BACKEND_XSIMD; ++i)
+        if (std::strcmp(backend, octattn_backend_name(i)) == 0) b = i;
+    if (target)
+      for (octattn_target i = OCTATTN_TARGET_SCALAR; i <= OCTATTN_TARGET_AVX512; ++i)
+        if (std::strcmp(target, octattn_target_name(i)) == 0) t = i;
+    const kernels::Table* table;
+    if (!octattn::api::ResolveTarget(b, t, &table).failed()) {
+      ctx->backend = b;
+      ctx->target = t;
+    } else if (!octattn::api::ResolveTarget(b, OCTATTN_TARGET_AUTO, &table).failed()) {
+      ctx->backend = b;
+    }
+    *out = ctx.release();
+    return Check();
+  });
+}
+
+void octattn_context_destroy(octattn_context* ctx) { delete ctx; }
+
+octattn_status octattn_context_set_threads(octattn_context* ctx, int32_t threads) {
+  return Guard(ctx, [&]() -> Check {
+    OCTATTN_CHECK(NeedContext(ctx));
+    if (threads < 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "threads is negative");
+    ctx->pool = std::make_unique<octattn::parallel::Pool>(threads);
+    return Check();
+  });
+}
+
+octattn_status octattn_context_get_threads(const octattn_context* ctx, int32_t* out) {
+  if (!ctx || !out) return OCTATTN_ERROR_NULL_POINTER;
+  *out = ctx->pool->threads();
+  return OCTATTN_OK;
+}
+
+octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend backend,
+                                          octattn_target target) {
+  return Guard(ctx, [&]() -> Check {
+    OCTATTN_CHECK(NeedContext(ctx));
+    const kernels::Table* table;
+    OCTATTN_CHECK(octattn::api::ResolveTarget(backend, target, &table));
+    ctx->backend = backend;
+    ctx->target = target;
+    return Check();
+  });
+}
+
+octattn_status octattn_context_set_memory_limit(octattn_context* ctx, uint64_t bytes) {
+  if (!ctx) return OCTATTN_ERROR_NULL_POINTER;
+  ctx->memory_limit = bytes;
+  return OCTATTN_OK;
+}
+
+const char* octattn_context_last_error(const octattn_context* ctx) {
+  return ctx ? ctx->last_error.c_str() : "";
+}
+
+octattn_status octattn_context_last_run(const octattn_context* ctx, octattn_run_info* info) {
+  if (!ctx || !info) return OCTATTN_ERROR_NULL_POINTER;
+  if (info->struct_size < sizeof(octattn_run_info)) return OCTATTN_ERROR_STRUCT_SIZE;
+  const size_t size = info->struct_size;
+  std::memcpy(info, &ctx->last_run, sizeof(octattn_run_info));
+  info->struct_size = size;
+  return OCTATTN_OK;
+}
+
+octattn_status octattn_available_targets(octattn_backend backend, octattn_target* targets,
+                                         size_t capacity, size_t* count) {
+  return Guard(nullptr, [&]() -> Check {
+    if (!count) return Fail(OCTATTN_ERROR_NULL_POINTER, "count is NULL");
+    if (capacity > 0 && !targets) return Fail(OCTATTN_ERROR_NULL_POINTER, "targets is NULL");
+    if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
+    size_t n = 0;
+    for (octattn_target t = OCTATTN_TARGET_AVX512; t >= OCTATTN_TARGET_SCALAR; --t) {
+      const kernels::Table* table;
+      if (octattn::api::ResolveTarget(backend, t, &table).failed()) continue;
+      if (n < capacity) targets[n] = t;
+      ++n;
+    }
+    *count = n;
+    return Check();
+  });
+}
+
+octattn_status octattn_attention_options_init(octattn_attention_options* options) {
+  if (!options) return OCTATTN_ERROR_NULL_POINTER;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->causal = 1;
+  options->algorithm = OCTATTN_ALGORITHM_AUTO;
+  options->q_start = OCTATTN_Q_START_DEFAULT;
+  return OCTATTN_OK;
+}
+
+octattn_status octattn_attention_workspace_size(octattn_context* ctx,
+                                                const octattn_attention_options* options,
+                                                const octattn_tensor* q, const octattn_tensor* k,
+                                                const octattn_tensor* v, const octattn_tensor* o,
+                                                const octattn_tensor* lse,
+                                                const octattn_tensor* weights, size_t* bytes) {
+  return Guard(ctx, [&]() -> Check {
+    AttentionCall c;
+    OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
+    if (!bytes) return Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
+    *bytes = WorkspaceBytes(*ctx, SlotBytes(c));
+    return Check();
+  });
+}
+
+octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_options* options,
+                                 const octattn_tensor* q, const octattn_tensor* k,
+                                 const octattn_tensor* v, octattn_tensor* o, octattn_tensor* lse,
+                                 octattn_tensor* weights, void* workspace, size_t workspace_size) {
+  return Guard(ctx, [&]() -> Check {
+    AttentionCall c;
+    OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
+    OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
+    const size_t slot = SlotBytes(c);
+    void* scratch = nullptr;
+    OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, WorkspaceBytes(*ctx, slot), workspace,
+                                               workspace_size, &scratch));
+    const int64_t heads = c.batch * c.q_heads;
+    if (!c.table) {
+      RunHeads(ctx, heads, scratch, slot, [&](int64_t i, void* s) {
+        octattn::reference::AttentionHead(MakeTask(c, i), static_cast<double*>(s));
+      });
+    } else {
+      RunHeads(ctx, heads, scratch, slot, [&](int64_t i, void* s) {
+        c.table->naive_head(MakeTask(c, i), static_cast<float*>(s));
+      });
+    }
+    octattn::api::RecordRun(ctx, c.algorithm, c.table);
+    return Check();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,73 @@
+// The context behind octattn_context: thread pool, SIMD choice, scratch, last error
+// and last run. Also the guard that turns exceptions into statuses.
+#ifndef OCTATTN_LIB_API_CONTEXT_H_
+#define OCTATTN_LIB_API_CONTEXT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "lib/api/validate.h"
+#include "lib/kernels/kernels.h"
+#include "lib/parallel/parallel.h"
+#include "octattn.h"
+
+struct octattn_context {
+  std::unique_ptr<octattn::parallel::Pool> pool;
+  octattn_backend backend = OCTATTN_BACKEND_AUTO;
+  octattn_target target = OCTATTN_TARGET_AUTO;
+  uint64_t memory_limit = 0;
+  std::string last_error;
+  octattn_run_info last_run{};
+  // Scratch reused across calls (fresh pages are expensive: DESIGN §9).
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  ~octattn_context();
+};
+
+namespace octattn {
+namespace api {
+
+// The table the context's backend and target select now; nullptr if unavailable.
+const kernels::Table* SelectTable(const octattn_context& ctx);
+// Resolves (backend, target) to a table, or UNSUPPORTED / INVALID_OPTION.
+Check ResolveTarget(octattn_backend backend, octattn_target target, const kernels::Table** out);
+
+// `bytes` of 64-byte aligned scratch: the caller's workspace if given (checked for
+// size), else the context's, grown within its memory limit.
+Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t workspace_size,
+                     void** out);
+
+void RecordRun(octattn_context* ctx, octattn_algorithm algorithm, const kernels::Table* table);
+
+// Runs body() and maps a Check or an exception to the status it returns, recording the
+// message in the context. Every extern "C" function with a context goes through it.
+template <class Body>
+octattn_status Guard(octattn_context* ctx, Body&& body) noexcept {
+  try {
+    Check c = body();
+    if (ctx) ctx->last_error = c.failed() ? c.message : std::string();
+    return c.code;
+  } catch (const std::bad_alloc&) {
+    if (ctx) ctx->last_error.assign("out of memory");
+    return OCTATTN_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    try {
+      if (ctx) ctx->last_error = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    return OCTATTN_ERROR_INTERNAL;
+  } catch (...) {
+    if (ctx) ctx->last_error.clear();
+    return OCTATTN_ERROR_INTERNAL;
+  }
+}
+
+}  // namespace api
+}  // namespace octattn
+
+#endif  // OCTATTN_LIB_API_CONTEXT_H_

@@ -1,0 +1,330 @@
+// The stage entry points (scores, scale, mask, softmax, weighted sum) and the head
+// layout copies. Same pattern as the composed call: validate all, then run per head.
+#include <cmath>
+#include <string>
+
+#include "lib/api/context.h"
+#include "lib/api/validate.h"
+#include "lib/kernels/kernels.h"
+#include "lib/kernels/layout/layout.h"
+#include "lib/plan/plan.h"
+#include "lib/reference/reference.h"
+#include "octattn.h"
+
+using octattn::api::Check;
+using octattn::api::CheckDisjoint;
+using octattn::api::CheckSize;
+using octattn::api::Fail;
+using octattn::api::Guard;
+using octattn::api::Role;
+using octattn::api::TensorInfo;
+using octattn::api::ValidateTensor;
+namespace kernels = octattn::kernels;
+namespace plan = octattn::plan;
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** table) {
+  if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+  *table = octattn::api::SelectTable(*ctx);
+  if (!*table) return Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
+  return Check();
+}
+
+// Per-head tasks over a [B, H, rows, cols] tensor with `slot_floats` of scratch each.
+template <class Body>
+Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
+                 Body&& body) {
+  const size_t slot = (slot_floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  void* scratch = nullptr;
+  OCTATTN_CHECK(octattn::api::AcquireScratch(
+      ctx, slot * static_cast<size_t>(ctx->pool->threads()) + kAlign, nullptr, 0, &scratch));
+  char* base = static_cast<char*>(scratch);
+  ctx->pool->Run(batch * heads, [&](int64_t task, int s) {
+    body(task / heads, task % heads, reinterpret_cast<float*>(base + static_cast<size_t>(s) * slot));
+  });
+  return Check();
+}
+
+void Record(octattn_context* ctx, const kernels::Table* table) {
+  octattn::api::RecordRun(ctx, OCTATTN_ALGORITHM_NAIVE, table);
+}
+
+float* At(const TensorInfo& t, int64_t b, int64_t h) {
+  return t.data + b * t.stride[0] + h * t.stride[1];
+}
+
+kernels::HeadTask Shapes(int64_t q_len, int64_t kv_len, int64_t head_dim, int64_t value_dim) {
+  kernels::HeadTask t{};
+  t.q_len = q_len;
+  t.kv_len = kv_len;
+  t.head_dim = head_dim;
+  t.value_dim = value_dim;
+  return t;
+}
+
+// GQA: kv head of query head h.
+int64_t KvHead(int64_t h, int64_t q_heads, int64_t kv_heads) { return h / (q_heads / kv_heads); }
+
+}  // namespace
+
+extern "C" {
+
+octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
+                              const octattn_tensor* k, octattn_tensor* scores) {
+  return Guard(ctx, [&]() -> Check {
+    const kernels::Table* table;
+    OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
+    TensorInfo tq, tk, ts;
+    OCTATTN_CHECK(ValidateTensor(q, "q", Role::kInput, false, &tq));
+    OCTATTN_CHECK(ValidateTensor(k, "k", Role::kInput, false, &tk));
+    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    const int64_t batch = tq.shape[0], q_heads = tq.shape[1], kv_heads = tk.shape[1];
+    OCTATTN_CHECK(CheckSize(tk, "k", 0, batch, "batch of q"));
+    OCTATTN_CHECK(CheckSize(tk, "k", 3, tq.shape[3], "head_dim of q"));
+    if (q_heads % kv_heads != 0)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
+    OCTATTN_CHECK(CheckSize(ts, "scores", 0, batch, "batch of q"));
+    OCTATTN_CHECK(CheckSize(ts, "scores", 1, q_heads, "q_heads of q"));
+    OCTATTN_CHECK(CheckSize(ts, "scores", 2, tq.shape[2], "q_len of q"));
+    OCTATTN_CHECK(CheckSize(ts, "scores", 3, tk.shape[2], "kv_len of k"));
+    OCTATTN_CHECK(CheckDisjoint(ts, "scores", tq, "q"));
+    OCTATTN_CHECK(CheckDisjoint(ts, "scores", tk, "k"));
+    kernels::HeadTask shape = Shapes(tq.shape[2], tk.shape[2], tq.shape[3], 1);
+    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->scores_scratch_floats(shape),
+                             [&](int64_t b, int64_t h, float* scratch) {
+                               kernels::HeadTask t = shape;
+                               t.q = At(tq, b, h);
+                               t.q_row = tq.stride[2];
+                               t.q_dim = tq.stride[3];
+                               t.k = At(tk, b, KvHead(h, q_heads, kv_heads));
+                               t.k_row = tk.stride[2];
+                               t.k_dim = tk.stride[3];
+                               t.weights = At(ts, b, h);
+                               t.w_row = ts.stride[2];
+                               t.w_col = ts.stride[3];
+                               table->scores_head(t, scratch);
+                             }));
+    Record(ctx, table);
+    return Check();
+  });
+}
+
+octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float scale) {
+  return Guard(ctx, [&]() -> Check {
+    const kernels::Table* table;
+    OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
+    TensorInfo ts;
+    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    if (!std::isfinite(scale)) return Fail(OCTATTN_ERROR_INVALID_OPTION, "scale is not finite");
+    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
+      float* head = At(ts, b, h);
+      for (int64_t i = 0; i < ts.shape[2]; ++i) {
+        float* row = head + i * ts.stride[2];
+        if (ts.stride[3] == 1) {
+          table->scale_row(row, ts.shape[3], scale);
+        } else {  // one IEEE multiply per element: the same bits as the vector path
+          for (int64_t j = 0; j < ts.shape[3]; ++j) row[j * ts.stride[3]] *= scale;
+        }
+      }
+    }));
+    Record(ctx, table);
+    return Check();
+  });
+}
+
+octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_options* options,
+                            octattn_tensor* scores) {
+  return Guard(ctx, [&]() -> Check {
+    const kernels::Table* table;
+    OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
+    octattn_attention_options opt;
+    OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+    TensorInfo ts;
+    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
+    plan::Mask mask{opt.causal, opt.window, opt.stride,
+                    opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start};
+    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
+      octattn::reference::MaskHead(At(ts, b, h), ts.stride[2], ts.stride[3], q_len, kv_len, mask);
+    }));
+    Record(ctx, table);
+    return Check();
+  });
+}
+
+octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, octattn_tensor* lse) {
+  return Guard(ctx, [&]() -> Check {
+    const kernels::Table* table;
+    OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
+    TensorInfo ts, tl;
+    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    if (lse) {
+      OCTATTN_CHECK(ValidateTensor(lse, "lse", Role::kOutput, false, &tl));
+      for (int d = 0; d < 3; ++d) OCTATTN_CHECK(CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
+      OCTATTN_CHECK(CheckSize(tl, "lse", 3, 1, "one value per row"));
+      OCTATTN_CHECK(CheckDisjoint(tl, "lse", ts, "scores"));
+    }
+    const int64_t n = ts.shape[3];
+    const int64_t padded = static_cast<int64_t>(plan::RoundUp(static_cast<size_t>(n), table->lanes));
+    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], static_cast<size_t>(padded),
+                             [&](int64_t b, int64_t h, float* buf) {
+      float* head = At(ts, b, h);
+      for (int64_t i = 0; i < ts.shape[2]; ++i) {
+        float* row = head + i * ts.stride[2];
+        for (int64_t j = 0; j < n; ++j) buf[j] = row[j * ts.stride[3]];
+        for (int64_t j = n; j < padded; ++j) buf[j] = -INFINITY;
+        float row_lse;
+        table->softmax_row(buf, padded, &row_lse);
+        for (int64_t j = 0; j < n; ++j) row[j * ts.stride[3]] = buf[j];
+        if (lse) At(tl, b, h)[i * tl.stride[2]] = row_lse;
+      }
+    }));
+    Record(ctx, table);
+    return Check();
+  });
+}
+
+octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* weights,
+                                    const octattn_tensor* v, octattn_tensor* o) {
+  return Guard(ctx, [&]() -> Check {
+    const kernels::Table* table;
+    OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
+    TensorInfo tw, tv, to;
+    OCTATTN_CHECK(ValidateTensor(weights, "weights", Role::kInput, false, &tw));
+    OCTATTN_CHECK(ValidateTensor(v, "v", Role::kInput, false, &tv));
+    OCTATTN_CHECK(ValidateTensor(o, "o", Role::kOutput, false, &to));
+    const int64_t batch = tw.shape[0], q_heads = tw.shape[1], kv_heads = tv.shape[1];
+    OCTATTN_CHECK(CheckSize(tv, "v", 0, batch, "batch of weights"));
+    OCTATTN_CHECK(CheckSize(tv, "v", 2, tw.shape[3], "kv_len of weights"));
+    if (q_heads % kv_heads != 0)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
+    OCTATTN_CHECK(CheckSize(to, "o", 0, batch, "batch of weights"));
+    OCTATTN_CHECK(CheckSize(to, "o", 1, q_heads, "q_heads of weights"));
+    OCTATTN_CHECK(CheckSize(to, "o", 2, tw.shape[2], "q_len of weights"));
+    OCTATTN_CHECK(CheckSize(to, "o", 3, tv.shape[3], "value_dim of v"));
+    OCTATTN_CHECK(CheckDisjoint(to, "o", tw, "weights"));
+    OCTATTN_CHECK(CheckDisjoint(to, "o", tv, "v"));
+    kernels::HeadTask shape = Shapes(tw.shape[2], tw.shape[3], 1, tv.shape[3]);
+    shape.v_dim = tv.stride[3];
+    shape.o_dim = to.stride[3];
+    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->weighted_sum_scratch_floats(shape),
+                             [&](int64_t b, int64_t h, float* scratch) {
+                               kernels::HeadTask t = shape;
+                               t.weights = At(tw, b, h);
+                               t.w_row = tw.stride[2];
+                               t.w_col = tw.stride[3];
+                               t.v = At(tv, b, KvHead(h, q_heads, kv_heads));
+                               t.v_row = tv.stride[2];
+                               t.o = At(to, b, h);
+                               t.o_row = to.stride[2];
+                               table->weighted_sum_head(t, scratch);
+                             }));
+    Record(ctx, table);
+    return Check();
+  });
+}
+
+namespace {
+
+// dst [B, H, T, D] <-> src [B, T, H*D] views for the head layout calls.
+kernels::View4 HeadsView(const TensorInfo& bhtd) {
+  return {bhtd.data, {bhtd.stride[0], bhtd.stride[1], bhtd.stride[2], bhtd.stride[3]}};
+}
+// [B, T, C] with channels [offset, offset + heads * dim) seen as [B, heads, T, dim].
+kernels::View4 SequenceAsHeads(const TensorInfo& btc, int64_t offset, int64_t dim) {
+  const int64_t c = btc.stride[2];
+  return {btc.data + offset * c, {btc.stride[0], dim * c, btc.stride[1], c}};
+}
+
+Check CheckHeads(const TensorInfo& t, const char* name, int64_t batch, int64_t heads,
+                 int64_t tokens, int64_t dim) {
+  OCTATTN_CHECK(CheckSize(t, name, 0, batch, "batch"));
+  OCTATTN_CHECK(CheckSize(t, name, 1, heads, "heads"));
+  OCTATTN_CHECK(CheckSize(t, name, 2, tokens, "tokens"));
+  OCTATTN_CHECK(CheckSize(t, name, 3, dim, "head_dim"));
+  return Check();
+}
+
+void Copy(octattn_context* ctx, const kernels::View4& src, const kernels::View4& dst,
+          const int64_t shape[4]) {
+  const int64_t rows = shape[0] * shape[1];
+  ctx->pool->Run(rows, [&](int64_t row, int) { kernels::CopyRows(src, dst, shape, row, row + 1); });
+}
+
+}  // namespace
+
+octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* src,
+                                   int64_t heads, octattn_tensor* dst) {
+  return Guard(ctx, [&]() -> Check {
+    if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+    TensorInfo ts, td;
+    OCTATTN_CHECK(ValidateTensor(src, "src", Role::kInput, true, &ts));
+    OCTATTN_CHECK(ValidateTensor(dst, "dst", Role::kOutput, false, &td));
+    if (heads < 1 || ts.shape[2] % heads != 0)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "channels are not a positive multiple of heads");
+    const int64_t dim = ts.shape[2] / heads;
+    OCTATTN_CHECK(CheckHeads(td, "dst", ts.shape[0], heads, ts.shape[1], dim));
+    OCTATTN_CHECK(CheckDisjoint(td, "dst", ts, "src"));
+    const int64_t shape[4] = {ts.shape[0], heads, ts.shape[1], dim};
+    Copy(ctx, SequenceAsHeads(ts, 0, dim), HeadsView(td), shape);
+    return Check();
+  });
+}
+
+octattn_status octattn_merge_heads(octattn_context* ctx, const octattn_tensor* src,
+                                   octattn_tensor* dst) {
+  return Guard(ctx, [&]() -> Check {
+    if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+    TensorInfo ts, td;
+    OCTATTN_CHECK(ValidateTensor(src, "src", Role::kInput, false, &ts));
+    OCTATTN_CHECK(ValidateTensor(dst, "dst", Role::kOutput, true, &td));
+    const int64_t heads = ts.shape[1], dim = ts.shape[3];
+    OCTATTN_CHECK(CheckSize(td, "dst", 0, ts.shape[0], "batch of src"));
+    OCTATTN_CHECK(CheckSize(td, "dst", 1, ts.shape[2], "tokens of src"));
+    if (td.shape[2] != heads * dim)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "dst channels are not heads * head_dim of src");
+    OCTATTN_CHECK(CheckDisjoint(td, "dst", ts, "src"));
+    const int64_t shape[4] = {ts.shape[0], heads, ts.shape[2], dim};
+    Copy(ctx, HeadsView(ts), SequenceAsHeads(td, 0, dim), shape);
+    return Check();
+  });
+}
+
+octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src,
+                                 int64_t q_heads, int64_t kv_heads, octattn_tensor* q,
+                                 octattn_tensor* k, octattn_tensor* v) {
+  return Guard(ctx, [&]() -> Check {
+    if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+    TensorInfo ts, tq, tk, tv;
+    OCTATTN_CHECK(ValidateTensor(src, "src", Role::kInput, true, &ts));
+    OCTATTN_CHECK(ValidateTensor(q, "q", Role::kOutput, false, &tq));
+    OCTATTN_CHECK(ValidateTensor(k, "k", Role::kOutput, false, &tk));
+    OCTATTN_CHECK(ValidateTensor(v, "v", Role::kOutput, false, &tv));
+    if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize || kv_heads > octattn::api::kMaxSize)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");
+    const int64_t heads = q_heads + 2 * kv_heads;
+    if (ts.shape[2] % heads != 0)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                  "channels are not a multiple of q_heads + 2 * kv_heads");
+    const int64_t dim = ts.shape[2] / heads, batch = ts.shape[0], tokens = ts.shape[1];
+    OCTATTN_CHECK(CheckHeads(tq, "q", batch, q_heads, tokens, dim));
+    OCTATTN_CHECK(CheckHeads(tk, "k", batch, kv_heads, tokens, dim));
+    OCTATTN_CHECK(CheckHeads(tv, "v", batch, kv_heads, tokens, dim));
+    OCTATTN_CHECK(CheckDisjoint(tq, "q", ts, "src"));
+    OCTATTN_CHECK(CheckDisjoint(tk, "k", ts, "src"));
+    OCTATTN_CHECK(CheckDisjoint(tv, "v", ts, "src"));
+    OCTATTN_CHECK(CheckDisjoint(tq, "q", tk, "k"));
+    OCTATTN_CHECK(CheckDisjoint(tq, "q", tv, "v"));
+    OCTATTN_CHECK(CheckDisjoint(tk, "k", tv, "v"));
+    const int64_t qs[4] = {batch, q_heads, tokens, dim}, ks[4] = {batch, kv_heads, tokens, dim};
+    Copy(ctx, SequenceAsHeads(ts, 0, dim), HeadsView(tq), qs);
+    Copy(ctx, SequenceAsHeads(ts, q_heads * dim, dim), HeadsView(tk), ks);
+    Copy(ctx, SequenceAsHeads(ts, (q_heads + kv_heads) * dim, dim), HeadsView(tv), ks);
+    return Check();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,154 @@
+// Boundary checks: sizes, strides, overflow, aliasing, alignment, option structs.
+#include "lib/api/validate.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+namespace octattn {
+namespace api {
+
+Check Fail(octattn_status code, std::string message) {
+  Check c;
+  c.code = code;
+  c.message = std::move(message);
+  return c;
+}
+
+namespace {
+
+std::string Name(const char* name, const char* what) { return std::string(name) + ": " + what; }
+
+// True when no two elements of the view share an address: with the dimensions sorted by
+// stride, each stride exceeds the span of all smaller ones.
+bool ElementsDisjoint(const int64_t* shape, const int64_t* stride, int dims) {
+  int order[4];
+  int n = 0;
+  for (int d = 0; d < dims; ++d)
+    if (shape[d] > 1) order[n++] = d;
+  for (int i = 1; i < n; ++i)  // insertion sort by stride (at most 4 entries)
+    for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; --j) {
+      const int tmp = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = tmp;
+    }
+  int64_t span = 0;  // largest offset reachable with the dimensions seen so far
+  for (int i = 0; i < n; ++i) {
+    const int d = order[i];
+    if (stride[d] <= span) return false;
+    span += (shape[d] - 1) * stride[d];  // no overflow: checked by the extent before
+  }
+  return true;
+}
+
+}  // namespace
+
+Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool sequence,
+                     TensorInfo* out) {
+  if (!t) return Fail(OCTATTN_ERROR_NULL_POINTER, Name(name, "tensor is NULL"));
+  if (!t->data) return Fail(OCTATTN_ERROR_NULL_POINTER, Name(name, "data is NULL"));
+  if (t->dtype == OCTATTN_DTYPE_BF16 || t->dtype == OCTATTN_DTYPE_F16)
+    return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "only f32 data is supported"));
+  if (t->dtype != OCTATTN_DTYPE_F32)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "unknown dtype"));
+  if (t->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "reserved is not 0"));
+  const int dims = sequence ? 3 : 4;
+  if (sequence && t->shape[3] != 1)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE, Name(name, "a [B, T, C] tensor needs shape[3] == 1"));
+  for (int d = 0; d < dims; ++d) {
+    if (t->shape[d] < 1)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                  Name(name, ("shape[" + std::to_string(d) + "] is not positive").c_str()));
+    if (t->shape[d] > kMaxSize)
+      return Fail(OCTATTN_ERROR_OVERFLOW,
+                  Name(name, ("shape[" + std::to_string(d) + "] exceeds 2^60").c_str()));
+    if (t->stride[d] < 0)
+      return Fail(OCTATTN_ERROR_INVALID_STRIDE,
+                  Name(name, ("stride[" + std::to_string(d) + "] is negative").c_str()));
+  }
+  int64_t span = 0;
+  for (int d = 0; d < dims; ++d) {
+    int64_t part;
+    if (__builtin_mul_overflow(t->shape[d] - 1, t->stride[d], &part) ||
+        __builtin_add_overflow(span, part, &span))
+      return Fail(OCTATTN_ERROR_OVERFLOW, Name(name, "the strides' extent overflows int64_t"));
+  }
+  uint64_t bytes;
+  uintptr_t hi;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(t->data);
+  if (__builtin_mul_overflow(static_cast<uint64_t>(span) + 1, uint64_t{sizeof(float)}, &bytes) ||
+      bytes > SIZE_MAX / 2 || __builtin_add_overflow(lo, static_cast<uintptr_t>(bytes), &hi))
+    return Fail(OCTATTN_ERROR_OVERFLOW, Name(name, "the extent in bytes overflows size_t"));
+  if (lo % alignof(float) != 0)
+    return Fail(OCTATTN_ERROR_MISALIGNED, Name(name, "data is not aligned to 4 bytes"));
+  if (role == Role::kOutput && !ElementsDisjoint(t->shape, t->stride, dims))
+    return Fail(OCTATTN_ERROR_INVALID_STRIDE, Name(name, "output elements overlap each other"));
+  out->data = static_cast<float*>(t->data);
+  for (int d = 0; d < 4; ++d) {
+    out->shape[d] = t->shape[d];
+    out->stride[d] = d < dims ? t->stride[d] : 0;
+  }
+  out->lo = lo;
+  out->hi = hi;
+  return Check();
+}
+
+Check CheckDisjoint(const TensorInfo& a, const char* a_name, const TensorInfo& b,
+                    const char* b_name) {
+  if (a.lo < b.hi && b.lo < a.hi)
+    return Fail(OCTATTN_ERROR_ALIASING,
+                std::string(a_name) + " overlaps " + b_name + " in memory");
+  return Check();
+}
+
+Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, const char* what) {
+  if (t.shape[dim] != want)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                std::string(name) + ": shape[" + std::to_string(dim) + "] is " +
+                    std::to_string(t.shape[dim]) + ", expected " + std::to_string(want) + " (" +
+                    what + ")");
+  return Check();
+}
+
+Check ValidateStructSize(size_t given, size_t known, const void* base, const char* name) {
+  if (given < known)
+    return Fail(OCTATTN_ERROR_STRUCT_SIZE, std::string(name) + ": struct_size " +
+                                               std::to_string(given) + " is smaller than " +
+                                               std::to_string(known));
+  const unsigned char* bytes = static_cast<const unsigned char*>(base);
+  for (size_t i = known; i < given; ++i)
+    if (bytes[i] != 0)
+      return Fail(OCTATTN_ERROR_STRUCT_SIZE,
+                  std::string(name) + ": unknown field at byte " + std::to_string(i) + " is not 0");
+  return Check();
+}
+
+Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out) {
+  octattn_attention_options_init(out);
+  if (!in) return Check();
+  OCTATTN_CHECK(ValidateStructSize(in->struct_size, sizeof(octattn_attention_options), in,
+                                   "options"));
+  std::memcpy(out, in, sizeof(octattn_attention_options));
+  out->struct_size = sizeof(octattn_attention_options);
+  if (out->causal != 0 && out->causal != 1)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.causal must be 0 or 1");
+  if (out->algorithm < OCTATTN_ALGORITHM_AUTO || out->algorithm > OCTATTN_ALGORITHM_FUSED)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.algorithm is unknown");
+  if (out->window < 0 || out->window > kMaxPosition)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.window must be in [0, 2^62]");
+  if (out->stride < 0 || out->stride > kMaxPosition)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.stride must be in [0, 2^62]");
+  if (!out->causal && (out->window != 0 || out->stride != 0))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.window and options.stride need causal attention");
+  if (out->q_start != OCTATTN_Q_START_DEFAULT &&
+      (out->q_start < -kMaxPosition || out->q_start > kMaxPosition))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.q_start must be in [-2^62, 2^62]");
+  if (!std::isfinite(out->scale))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.scale is not finite");
+  if (out->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved is not 0");
+  return Check();
+}
+
+}  // namespace api
+}  // namespace octattn

@@ -1,0 +1,62 @@
+// Validation at the boundary: every check of a call runs here, before anything is
+// written, and yields a status with a message that names the argument.
+#ifndef OCTATTN_LIB_API_VALIDATE_H_
+#define OCTATTN_LIB_API_VALIDATE_H_
+
+#include <stdint.h>
+
+#include <string>
+
+#include "octattn.h"
+
+namespace octattn {
+namespace api {
+
+struct Check {
+  octattn_status code = OCTATTN_OK;
+  std::string message;
+  bool failed() const { return code != OCTATTN_OK; }
+};
+
+Check Fail(octattn_status code, std::string message);
+
+#define OCTATTN_CHECK(expr)              \
+  do {                                   \
+    ::octattn::api::Check check_ = expr; \
+    if (check_.failed()) return check_;  \
+  } while (0)
+
+// Sizes above this are refused (OVERFLOW): it keeps every position and index sum of
+// the mask formula far from int64_t overflow.
+constexpr int64_t kMaxSize = int64_t{1} << 60;
+constexpr int64_t kMaxPosition = int64_t{1} << 62;
+
+// A tensor that passed validation: f32 data, sizes >= 1, strides >= 0, and the byte
+// range [lo, hi) its elements occupy.
+struct TensorInfo {
+  float* data = nullptr;
+  int64_t shape[4] = {0, 0, 0, 0};
+  int64_t stride[4] = {0, 0, 0, 0};
+  uintptr_t lo = 0, hi = 0;
+};
+
+enum class Role { kInput, kOutput };
+
+// `sequence`: a [B, T, C] tensor stored as shape {B, T, C, 1}; stride[3] is ignored.
+Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool sequence,
+                     TensorInfo* out);
+// ALIASING if the two byte ranges overlap.
+Check CheckDisjoint(const TensorInfo& a, const char* a_name, const TensorInfo& b,
+                    const char* b_name);
+// INVALID_SHAPE unless t.shape[dim] == want.
+Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, const char* what);
+
+// Options with defaults resolved; q_start still possibly OCTATTN_Q_START_DEFAULT.
+Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out);
+
+Check ValidateStructSize(size_t given, size_t known, const void* base, const char* name);
+
+}  // namespace api
+}  // namespace octattn
+
+#endif  // OCTATTN_LIB_API_VALIDATE_H_

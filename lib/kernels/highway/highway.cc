@@ -1,0 +1,104 @@
+// The Highway backend: the kernel families compiled once per Highway target
+// (foreach_target), each copy with its own target attributes, and their dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "lib/kernels/highway/highway.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "lib/kernels/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace octattn {
+namespace kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The SIMD vocabulary the kernel families are written against.
+struct S {
+  using D = hn::ScalableTag<float>;
+  using V = hn::Vec<D>;
+  static constexpr size_t kLanes = hn::MaxLanes(D());
+  static constexpr int kRegs = HWY_TARGET == HWY_AVX3 ? 32 : 16;
+  static HWY_INLINE V Zero() { return hn::Zero(D()); }
+  static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
+  static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }
+  static HWY_INLINE void Store(V v, float* p) { hn::StoreU(v, D(), p); }
+  static HWY_INLINE V Add(V a, V b) { return hn::Add(a, b); }
+  static HWY_INLINE V Sub(V a, V b) { return hn::Sub(a, b); }
+  static HWY_INLINE V Mul(V a, V b) { return hn::Mul(a, b); }
+  static HWY_INLINE V MulAdd(V a, V b, V c) { return hn::MulAdd(a, b, c); }
+  static HWY_INLINE V Max(V a, V b) { return hn::Max(a, b); }
+  // Highway's Exp maps NaN to 0; IEEE (and the reference) keep it NaN.
+  static HWY_INLINE V Exp(V x) {
+    return hn::IfThenElse(hn::Eq(x, x), hn::Exp(D(), x), x);
+  }
+  static HWY_INLINE float ReduceSum(V v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
+  static HWY_INLINE float ReduceMax(V v) { return hn::GetLane(hn::MaxOfLanes(D(), v)); }
+};
+
+#include "lib/kernels/qk/qk-inl.h"
+#include "lib/kernels/softmax/softmax-inl.h"
+#include "lib/kernels/av/av-inl.h"
+#include "lib/kernels/naive/naive-inl.h"
+
+constexpr Target ThisTarget() {
+  return HWY_TARGET == HWY_AVX3   ? kAvx512
+         : HWY_TARGET == HWY_AVX2 ? kAvx2
+         : HWY_TARGET == HWY_SSE4 ? kSse4
+         : HWY_TARGET == HWY_SSSE3 ? kSsse3
+                                   : kScalar;
+}
+
+const Table kTable = OCTATTN_KERNEL_TABLE(kHighway, ThisTarget());
+
+const Table* GetTable() { return &kTable; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace octattn
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace octattn {
+namespace kernels {
+
+HWY_EXPORT(GetTable);
+
+const Table* HighwayBest() { return HWY_DYNAMIC_DISPATCH(GetTable)(); }
+
+const Table* HighwayTable(Target target) {
+  const int64_t supported = hwy::SupportedTargets();
+  switch (target) {
+#if HWY_TARGETS & HWY_AVX3
+    case kAvx512:
+      return (supported & HWY_AVX3) ? N_AVX3::GetTable() : nullptr;
+#endif
+#if HWY_TARGETS & HWY_AVX2
+    case kAvx2:
+      return (supported & HWY_AVX2) ? N_AVX2::GetTable() : nullptr;
+#endif
+#if HWY_TARGETS & HWY_SSE4
+    case kSse4:
+      return (supported & HWY_SSE4) ? N_SSE4::GetTable() : nullptr;
+#endif
+#if HWY_TARGETS & HWY_SSSE3
+    case kSsse3:
+      return (supported & HWY_SSSE3) ? N_SSSE3::GetTable() : nullptr;
+#endif
+#if HWY_TARGETS & HWY_SCALAR
+    case kScalar:
+      return N_SCALAR::GetTable();
+#elif HWY_TARGETS & HWY_EMU128
+    case kScalar:
+      return N_EMU128::GetTable();
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace kernels
+}  // namespace octattn
+#endif  // HWY_ONCE

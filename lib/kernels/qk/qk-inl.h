@@ -1,0 +1,79 @@
+// Q K^T for a block of query rows against packed keys. Included inside a per-target
+// namespace that defines the SIMD vocabulary S; no includes, no namespace of its own.
+//
+// Every score is one FMA chain over d = 0 .. head_dim-1 in one lane, so its bits do not
+// depend on which block shape, tile or call computed it.
+
+// kt[d * kt_stride + (j - j_begin)] = k[j][d] for j in [j_begin, j_end); lanes up to
+// `padded` keys are zero.
+static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64_t j_begin,
+                             int64_t j_end, int64_t padded, int64_t head_dim, float* kt,
+                             int64_t kt_stride) {
+  const int64_t n = j_end - j_begin;
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const float* src = k + (j_begin + jj) * k_row;
+    for (int64_t d = 0; d < head_dim; ++d) kt[d * kt_stride + jj] = src[d * k_dim];
+  }
+  for (int64_t d = 0; d < head_dim; ++d)
+    for (int64_t jj = n; jj < padded; ++jj) kt[d * kt_stride + jj] = 0.0f;
+}
+
+// acc[r][c] = sum_d q_r[d] * kt[d][c * lanes + lane], for R rows and C key vectors.
+template <int R, int C>
+OCTATTN_INLINE void QkBlock(const float* const* q, int64_t q_dim, const float* kt,
+                            int64_t kt_stride, int64_t head_dim, typename S::V (&acc)[R][C]) {
+  constexpr size_t L = S::kLanes;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const float* kd = kt + d * kt_stride;
+    typename S::V kv[C];
+    for (int c = 0; c < C; ++c) kv[c] = S::Load(kd + c * L);
+    for (int r = 0; r < R; ++r) {
+      const typename S::V qb = S::Set(q[r][d * q_dim]);
+      for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(qb, kv[c], acc[r][c]);
+    }
+  }
+}
+
+// Stores scale * acc to rows dst[r] at key offset, C full vectors.
+template <int R, int C>
+OCTATTN_INLINE void StoreScaled(typename S::V (&acc)[R][C], float scale, float* const* dst) {
+  constexpr size_t L = S::kLanes;
+  const typename S::V vs = S::Set(scale);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) S::Store(S::Mul(acc[r][c], vs), dst[r] + c * L);
+}
+
+// Scores of rows [i0, i0 + R) for packed key vectors starting at column j0 (relative
+// to the pack), scaled and masked. `dst[r]` points at row r's score for pack column 0.
+// Keys are absolute j0 + key_base; columns at or past `key_end` are masked.
+template <int R, int C>
+OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt,
+                           int64_t kt_stride, int64_t head_dim, int64_t j0, int64_t key_base,
+                           int64_t key_end, int64_t kv_len, const plan::Mask& mask,
+                           int64_t qpos0, float scale, float* const* dst) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t a0 = key_base + j0;
+  const int64_t a1 = plan::MinI(a0 + C * L, key_end);
+  float* out[R];
+  for (int r = 0; r < R; ++r) out[r] = dst[r] + j0;
+  const plan::TileKind kind =
+      a1 <= a0 ? plan::kTileEmpty : plan::Classify(mask, qpos0, qpos0 + R, a0, a1, kv_len);
+  if (kind == plan::kTileEmpty) {
+    const typename S::V ninf = S::Set(-__builtin_inff());
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
+    return;
+  }
+  typename S::V acc[R][C];
+  QkBlock<R, C>(q, q_dim, kt + j0, kt_stride, head_dim, acc);
+  StoreScaled<R, C>(acc, scale, out);
+  if (kind == plan::kTilePartial || a1 < a0 + C * L) {
+    for (int r = 0; r < R; ++r)
+      for (int64_t jj = 0; jj < C * L; ++jj) {
+        const int64_t j = a0 + jj;
+        if (j >= a1 || !plan::Allowed(mask, qpos0 + r, j)) out[r][jj] = -__builtin_inff();
+      }
+  }
+}

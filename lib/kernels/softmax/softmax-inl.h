@@ -1,0 +1,36 @@
+// Stable row softmax and scaling. Included inside a per-target namespace that defines
+// the SIMD vocabulary S; no includes, no namespace of its own.
+
+static inline void ScaleRow(float* row, int64_t n, float scale) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const typename S::V vs = S::Set(scale);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) S::Store(S::Mul(S::Load(row + j), vs), row + j);
+  for (; j < n; ++j) row[j] *= scale;
+}
+
+// `n` is a multiple of the lane count; padding entries are -inf. A row whose maximum is
+// -inf (nothing allowed) becomes zeros with lse -inf. NaN anywhere makes the row NaN.
+static inline void SoftmaxRow(float* row, int64_t n, float* lse) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  typename S::V vmax = S::Set(-__builtin_inff());
+  for (int64_t j = 0; j < n; j += L) vmax = S::Max(vmax, S::Load(row + j));
+  const float m = S::ReduceMax(vmax);
+  if (m == -__builtin_inff()) {
+    const typename S::V zero = S::Zero();
+    for (int64_t j = 0; j < n; j += L) S::Store(zero, row + j);
+    if (lse) *lse = -__builtin_inff();
+    return;
+  }
+  const typename S::V vm = S::Set(m);
+  typename S::V vsum = S::Zero();
+  for (int64_t j = 0; j < n; j += L) {
+    const typename S::V e = S::Exp(S::Sub(S::Load(row + j), vm));
+    S::Store(e, row + j);
+    vsum = S::Add(vsum, e);
+  }
+  const float sum = S::ReduceSum(vsum);
+  const typename S::V inv = S::Set(1.0f / sum);
+  for (int64_t j = 0; j < n; j += L) S::Store(S::Mul(S::Load(row + j), inv), row + j);
+  if (lse) *lse = m + __builtin_logf(sum);
+}

@@ -1,0 +1,53 @@
+// The body of one xsimd per-arch translation unit: the SIMD vocabulary over
+// xsimd::batch<float, ARCH> and the kernel families, all inside a namespace of this arch
+// so that no inline function compiled with this TU's -m flags is shared with another.
+// The including file defines OCTATTN_XSIMD_ARCH, OCTATTN_XSIMD_NS, OCTATTN_XSIMD_TARGET
+// and OCTATTN_XSIMD_REGS.
+#include <xsimd/xsimd.hpp>
+
+#include "lib/kernels/kernels.h"
+#include "lib/kernels/xsimd/xsimd.h"
+
+namespace octattn {
+namespace kernels {
+namespace OCTATTN_XSIMD_NS {
+
+struct S {
+  using V = xsimd::batch<float, OCTATTN_XSIMD_ARCH>;
+  static constexpr size_t kLanes = V::size;
+  static constexpr int kRegs = OCTATTN_XSIMD_REGS;
+  static OCTATTN_INLINE V Zero() { return V(0.0f); }
+  static OCTATTN_INLINE V Set(float x) { return V(x); }
+  static OCTATTN_INLINE V Load(const float* p) { return V::load_unaligned(p); }
+  static OCTATTN_INLINE void Store(V v, float* p) { v.store_unaligned(p); }
+  static OCTATTN_INLINE V Add(V a, V b) { return a + b; }
+  static OCTATTN_INLINE V Sub(V a, V b) { return a - b; }
+  static OCTATTN_INLINE V Mul(V a, V b) { return a * b; }
+  static OCTATTN_INLINE V MulAdd(V a, V b, V c) { return xsimd::fma(a, b, c); }
+  static OCTATTN_INLINE V Max(V a, V b) { return xsimd::max(a, b); }
+  static OCTATTN_INLINE V Exp(V x) { return xsimd::select(x == x, xsimd::exp(x), x); }
+  static OCTATTN_INLINE float ReduceSum(V v) { return xsimd::hadd(v); }
+  static OCTATTN_INLINE float ReduceMax(V v) {
+    alignas(64) float lanes[kLanes];
+    v.store_aligned(lanes);
+    float m = lanes[0];
+    for (size_t i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
+    return m;
+  }
+};
+
+#include "lib/kernels/qk/qk-inl.h"
+#include "lib/kernels/softmax/softmax-inl.h"
+#include "lib/kernels/av/av-inl.h"
+#include "lib/kernels/naive/naive-inl.h"
+
+const Table kTable = OCTATTN_KERNEL_TABLE(kXsimd, OCTATTN_XSIMD_TARGET);
+
+}  // namespace OCTATTN_XSIMD_NS
+
+const Table* XsimdTables::operator()(OCTATTN_XSIMD_ARCH) const {
+  return &OCTATTN_XSIMD_NS::kTable;
+}
+
+}  // namespace kernels
+}  // namespace octattn

@@ -1,0 +1,26 @@
+// The xsimd backend's per-arch entry points: one overload per arch, each defined in
+// that arch's translation unit, so xsimd::dispatch can pick the best one.
+#ifndef OCTATTN_LIB_KERNELS_XSIMD_XSIMD_H_
+#define OCTATTN_LIB_KERNELS_XSIMD_XSIMD_H_
+
+#include <xsimd/xsimd.hpp>
+
+#include "lib/kernels/kernels.h"
+
+namespace octattn {
+namespace kernels {
+
+struct XsimdTables {
+  const Table* operator()(xsimd::avx512bw) const;
+  const Table* operator()(xsimd::fma3<xsimd::avx2>) const;
+  const Table* operator()(xsimd::sse4_2) const;
+  const Table* operator()(xsimd::sse2) const;
+};
+
+using XsimdArchs =
+    xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
+
+}  // namespace kernels
+}  // namespace octattn
+
+#endif  // OCTATTN_LIB_KERNELS_XSIMD_XSIMD_H_

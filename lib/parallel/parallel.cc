@@ -1,0 +1,46 @@
+// oneTBB behind the Pool interface: one task_arena per pool.
+#include "lib/parallel/parallel.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+namespace octattn {
+namespace parallel {
+
+int DefaultThreads() { return tbb::info::default_concurrency(); }
+
+struct Pool::Impl {
+  explicit Impl(int threads) : arena(threads) {}
+  tbb::task_arena arena;
+};
+
+Pool::Pool(int threads) {
+  const int max = DefaultThreads();
+  threads_ = (threads <= 0 || threads > max) ? max : threads;
+  impl_ = std::make_unique<Impl>(threads_);
+}
+
+Pool::~Pool() = default;
+
+void Pool::Run(int64_t tasks, const std::function<void(int64_t, int)>& fn) {
+  if (tasks <= 0) return;
+  if (threads_ == 1 || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t, 0);
+    return;
+  }
+  impl_->arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, tasks, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          const int slot = tbb::this_task_arena::current_thread_index();
+          for (int64_t t = r.begin(); t != r.end(); ++t) fn(t, slot);
+        },
+        tbb::simple_partitioner());
+  });
+}
+
+}  // namespace parallel
+}  // namespace octattn

@@ -1,0 +1,113 @@
+// Scalar, double-accumulating attention: the definition every other path is held to.
+#include "lib/reference/reference.h"
+
+#include <cmath>
+#include <limits>
+
+namespace octattn {
+namespace reference {
+
+using kernels::HeadTask;
+
+namespace {
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+}
+
+size_t HeadScratchDoubles(const HeadTask& t) {
+  return static_cast<size_t>(t.kv_len) + static_cast<size_t>(t.value_dim);
+}
+
+void AttentionHead(const HeadTask& t, double* scratch) {
+  double* s = scratch;
+  double* acc = scratch + t.kv_len;
+  for (int64_t i = 0; i < t.q_len; ++i) {
+    const int64_t qpos = t.mask.q_start + i;
+    const float* q = t.q + i * t.q_row;
+    double m = kNegInf;
+    for (int64_t j = 0; j < t.kv_len; ++j) {
+      if (!plan::Allowed(t.mask, qpos, j)) {
+        s[j] = kNegInf;
+        continue;
+      }
+      const float* k = t.k + j * t.k_row;
+      double dot = 0.0;
+      for (int64_t d = 0; d < t.head_dim; ++d)
+        dot += static_cast<double>(q[d * t.q_dim]) * k[d * t.k_dim];
+      s[j] = dot * t.scale;
+      if (s[j] > m || std::isnan(s[j])) m = std::isnan(m) ? m : s[j];
+    }
+    for (int64_t d = 0; d < t.value_dim; ++d) acc[d] = 0.0;
+    float* o = t.o + i * t.o_row;
+    if (m == kNegInf) {  // nothing allowed, or every allowed score is -inf
+      for (int64_t d = 0; d < t.value_dim; ++d) o[d * t.o_dim] = 0.0f;
+      if (t.lse) t.lse[i * t.lse_row] = -std::numeric_limits<float>::infinity();
+      if (t.weights)
+        for (int64_t j = 0; j < t.kv_len; ++j) t.weights[i * t.w_row + j * t.w_col] = 0.0f;
+      continue;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < t.kv_len; ++j) {
+      s[j] = s[j] == kNegInf ? 0.0 : std::exp(s[j] - m);
+      sum += s[j];
+    }
+    for (int64_t j = 0; j < t.kv_len; ++j) {
+      if (!plan::Allowed(t.mask, qpos, j)) continue;  // masked value rows are never read
+      const float* v = t.v + j * t.v_row;
+      const double p = s[j] / sum;
+      for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * v[d * t.v_dim];
+    }
+    for (int64_t d = 0; d < t.value_dim; ++d) o[d * t.o_dim] = static_cast<float>(acc[d]);
+    if (t.lse) t.lse[i * t.lse_row] = static_cast<float>(m + std::log(sum));
+    if (t.weights)
+      for (int64_t j = 0; j < t.kv_len; ++j)
+        t.weights[i * t.w_row + j * t.w_col] = static_cast<float>(s[j] / sum);
+  }
+}
+
+void ScoresHead(const HeadTask& t) {
+  for (int64_t i = 0; i < t.q_len; ++i)
+    for (int64_t j = 0; j < t.kv_len; ++j) {
+      double dot = 0.0;
+      for (int64_t d = 0; d < t.head_dim; ++d)
+        dot += static_cast<double>(t.q[i * t.q_row + d * t.q_dim]) * t.k[j * t.k_row + d * t.k_dim];
+      t.weights[i * t.w_row + j * t.w_col] = static_cast<float>(dot);
+    }
+}
+
+void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse) {
+  double m = kNegInf;
+  for (int64_t j = 0; j < n; ++j) {
+    const double x = row[j * col];
+    if (x > m || std::isnan(x)) m = std::isnan(m) ? m : x;
+  }
+  if (m == kNegInf) {
+    for (int64_t j = 0; j < n; ++j) row[j * col] = 0.0f;
+    if (lse) *lse = -std::numeric_limits<float>::infinity();
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(row[j * col] - m);
+  for (int64_t j = 0; j < n; ++j) row[j * col] = static_cast<float>(std::exp(row[j * col] - m) / sum);
+  if (lse) *lse = static_cast<float>(m + std::log(sum));
+}
+
+void WeightedSumHead(const HeadTask& t) {
+  for (int64_t i = 0; i < t.q_len; ++i)
+    for (int64_t d = 0; d < t.value_dim; ++d) {
+      double acc = 0.0;
+      for (int64_t j = 0; j < t.kv_len; ++j)
+        acc += static_cast<double>(t.weights[i * t.w_row + j * t.w_col]) * t.v[j * t.v_row + d * t.v_dim];
+      t.o[i * t.o_row + d * t.o_dim] = static_cast<float>(acc);
+    }
+}
+
+void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv_len,
+              const plan::Mask& mask) {
+  for (int64_t i = 0; i < q_len; ++i)
+    for (int64_t j = 0; j < kv_len; ++j)
+      if (!plan::Allowed(mask, mask.q_start + i, j))
+        scores[i * row + j * col] = -std::numeric_limits<float>::infinity();
+}
+
+}  // namespace reference
+}  // namespace octattn

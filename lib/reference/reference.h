@@ -1,0 +1,29 @@
+// The oracle: scalar, double-accumulating attention and stages, written to be obviously
+// right rather than fast. The `reference` algorithm of the API and every test use it.
+#ifndef OCTATTN_LIB_REFERENCE_REFERENCE_H_
+#define OCTATTN_LIB_REFERENCE_REFERENCE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/kernels/kernels.h"
+
+namespace octattn {
+namespace reference {
+
+// Doubles of scratch one head needs.
+size_t HeadScratchDoubles(const kernels::HeadTask& task);
+// o (and lse, weights when set) of one head, by the formula of the header.
+void AttentionHead(const kernels::HeadTask& task, double* scratch);
+
+// Stages on one head, same conventions as the kernel table's.
+void ScoresHead(const kernels::HeadTask& task);        // task.weights = q k^T
+void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse);
+void WeightedSumHead(const kernels::HeadTask& task);   // o = task.weights v
+void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv_len,
+              const plan::Mask& mask);
+
+}  // namespace reference
+}  // namespace octattn
+
+#endif  // OCTATTN_LIB_REFERENCE_REFERENCE_H_
