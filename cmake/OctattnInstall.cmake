@@ -15,5 +15,5 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/octattnConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/octattnConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/octattn)
 if(OCTATTN_BUILD_TOOLS)
-  #install(TARGETS octattn_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS octattn_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

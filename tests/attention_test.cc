@@ -1,0 +1,153 @@
+// The composed attention call: the naive path on every target of both backends against
+// the fp64 reference, swept over sizes around vector and tile widths, head dims, masks,
+// alignments and GQA ratios.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "support.h"
+
+using namespace octtest;
+
+namespace {
+
+struct Case {
+  int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+  int32_t causal;
+  int64_t window, stride, q_start;
+  float range;
+};
+
+std::string Describe(const Case& c) {
+  return "B" + std::to_string(c.batch) + " Hq" + std::to_string(c.q_heads) + " Hkv" +
+         std::to_string(c.kv_heads) + " Tq" + std::to_string(c.q_len) + " Tk" +
+         std::to_string(c.kv_len) + " D" + std::to_string(c.head_dim) + " Dv" +
+         std::to_string(c.value_dim) + " causal" + std::to_string(c.causal) + " w" +
+         std::to_string(c.window) + " s" + std::to_string(c.stride) + " q_start" +
+         (c.q_start == OCTATTN_Q_START_DEFAULT ? std::string("=default") : std::to_string(c.q_start)) +
+         " range" + std::to_string(c.range);
+}
+
+// The largest |scaled score| of the problem: errors of fp32 scores grow with it.
+double MaxScore(const Problem& p) {
+  double m = 0;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(p.q.shape[3]));
+  const int64_t group = p.q.shape[1] / p.k.shape[1];
+  for (int64_t b = 0; b < p.q.shape[0]; ++b)
+    for (int64_t h = 0; h < p.q.shape[1]; ++h)
+      for (int64_t i = 0; i < p.q.shape[2]; ++i)
+        for (int64_t j = 0; j < p.k.shape[2]; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < p.q.shape[3]; ++d) s += p.q.at(b, h, i, d) * p.k.at(b, h / group, j, d);
+          m = std::max(m, std::fabs(s * scale));
+        }
+  return m;
+}
+
+void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bool outputs = true) {
+  INFO(Describe(c));
+  Problem p(c.batch, c.q_heads, c.kv_heads, c.q_len, c.kv_len, c.head_dim, c.value_dim,
+            static_cast<uint32_t>(c.q_len * 131 + c.head_dim * 7 + c.window), c.range);
+  octattn_attention_options opt = Options(c.causal, c.window, c.stride, OCTATTN_ALGORITHM_REFERENCE, c.q_start);
+  Context ref_ctx;
+  Tensor ref_o = p.Out(), ref_lse = p.Lse(), ref_w = p.Weights();
+  Attend(ref_ctx, opt, p.q, p.k, p.v, ref_o, &ref_lse, outputs ? &ref_w : nullptr);
+  const double bound = kTolerance * p.v.MaxAbs() * std::max(1.0, MaxScore(p));
+  for (const Target& t : targets) {
+    INFO("target " << t.Name());
+    Context ctx(t);
+    Tensor o = p.Out(), lse = p.Lse(), w = p.Weights();
+    opt.algorithm = OCTATTN_ALGORITHM_NAIVE;
+    Attend(ctx, opt, p.q, p.k, p.v, o, &lse, outputs ? &w : nullptr);
+    CHECK(MaxDiff(o, ref_o) <= bound);
+    CHECK(MaxDiff(lse, ref_lse) <= 4e-6 * std::max(1.0, MaxScore(p)));
+    if (outputs) CHECK(MaxDiff(w, ref_w) <= 2e-6 * std::max(1.0, MaxScore(p)));
+    octattn_run_info info{};
+    info.struct_size = sizeof(info);
+    REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+    CHECK(info.backend == t.backend);
+    CHECK(info.target == t.target);
+    CHECK(info.algorithm == OCTATTN_ALGORITHM_NAIVE);
+  }
+}
+
+constexpr int64_t kDef = OCTATTN_Q_START_DEFAULT;
+
+}  // namespace
+
+TEST_CASE("naive matches the reference: head dims", "[attention]") {
+  const auto targets = AllTargets();
+  for (int64_t d : {1, 3, 8, 16, 64, 80, 96, 128, 256})
+    CheckAgainstReference({1, 2, 1, 19, 19, d, d, 1, 0, 0, kDef, 1.0f}, targets);
+}
+
+TEST_CASE("naive matches the reference: lengths around vector and tile widths", "[attention]") {
+  const auto targets = AllTargets();
+  for (int64_t t : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 257})
+    CheckAgainstReference({1, 1, 1, t, t, 16, 16, 1, 0, 0, kDef, 1.0f}, targets);
+  CheckAgainstReference({1, 2, 2, 1000, 1000, 8, 8, 1, 0, 0, kDef, 1.0f}, targets, false);
+}
+
+TEST_CASE("naive matches the reference: masks and alignments", "[attention][dispatch]") {
+  const auto targets = AllTargets();
+  const Case cases[] = {
+      {2, 2, 2, 37, 37, 16, 16, 0, 0, 0, kDef, 1.0f},  // full attention
+      {1, 2, 2, 37, 37, 16, 24, 1, 5, 0, kDef, 1.0f},  // window
+      {1, 2, 2, 70, 70, 16, 8, 1, 6, 4, kDef, 1.0f},   // window + strided columns
+      {1, 2, 2, 40, 40, 8, 8, 1, 1, 0, kDef, 1.0f},    // window of one: the diagonal
+      {1, 2, 2, 40, 40, 8, 8, 1, 3, 1, kDef, 1.0f},    // stride 1: every column global
+      {1, 2, 1, 5, 300, 32, 32, 1, 0, 0, kDef, 1.0f},  // decode-shaped, bottom-right
+      {1, 2, 1, 5, 300, 32, 32, 1, 17, 8, kDef, 1.0f},
+      {1, 1, 1, 12, 7, 8, 8, 1, 0, 0, kDef, 1.0f},     // q_len > kv_len: empty first rows
+      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, -4, 1.0f},       // explicit q_start, negative
+      {1, 1, 1, 9, 20, 8, 8, 1, 4, 2, 3, 1.0f},        // explicit q_start inside
+      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, 40, 1.0f},       // queries past the last key
+      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, -100, 1.0f},     // no row has a key
+  };
+  for (const Case& c : cases) CheckAgainstReference(c, targets);
+}
+
+TEST_CASE("naive matches the reference: GQA ratios", "[attention]") {
+  const auto targets = AllTargets();
+  for (int64_t ratio : {1, 2, 4, 8})
+    CheckAgainstReference({2, 8, 8 / ratio, 21, 21, 16, 16, 1, 0, 0, kDef, 1.0f}, targets);
+}
+
+TEST_CASE("scores that overflow an unstable softmax stay finite and accurate", "[attention][dispatch]") {
+  const auto targets = AllTargets();
+  CheckAgainstReference({1, 2, 2, 33, 33, 64, 64, 1, 0, 0, kDef, 12.0f}, targets);
+  CheckAgainstReference({1, 1, 1, 17, 17, 128, 128, 1, 7, 3, kDef, 20.0f}, targets);
+}
+
+TEST_CASE("rows with no allowed key give zeros and lse = -inf", "[attention]") {
+  Problem p(1, 2, 2, 6, 4, 8, 8, 5);  // default alignment: rows 0 and 1 sit at -2, -1
+  for (octattn_algorithm algo : {OCTATTN_ALGORITHM_REFERENCE, OCTATTN_ALGORITHM_NAIVE}) {
+    Context ctx;
+    Tensor o = p.Out(), lse = p.Lse(), w = p.Weights();
+    o.Fill(1, 5, 6);
+    Attend(ctx, Options(1, 0, 0, algo), p.q, p.k, p.v, o, &lse, &w);
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t i = 0; i < 2; ++i) {
+        CHECK(lse.at(0, h, i, 0) == -INFINITY);
+        for (int64_t d = 0; d < 8; ++d) CHECK(o.at(0, h, i, d) == 0.0f);
+        for (int64_t j = 0; j < 4; ++j) CHECK(w.at(0, h, i, j) == 0.0f);
+      }
+      CHECK(std::isfinite(lse.at(0, h, 2, 0)));
+      CHECK(w.at(0, h, 2, 0) == 1.0f);  // row 2 sits at position 0: reads key 0 alone
+    }
+  }
+}
+
+TEST_CASE("scale option: 0 means 1/sqrt(D), other values are used as given", "[attention]") {
+  Problem p(1, 1, 1, 9, 9, 16, 16, 8);
+  Context ctx;
+  Tensor a = p.Out(), b = p.Out(), c = p.Out();
+  octattn_attention_options opt = Options();
+  Attend(ctx, opt, p.q, p.k, p.v, a);
+  opt.scale = 0.25f;  // 1/sqrt(16)
+  Attend(ctx, opt, p.q, p.k, p.v, b);
+  CHECK(BytesEqual(a, b));
+  opt.scale = 1.0f;
+  Attend(ctx, opt, p.q, p.k, p.v, c);
+  CHECK(MaxDiff(a, c) > 1e-3);
+}

@@ -1,0 +1,188 @@
+// DESIGN §6 invariants on the reference and the naive path of every target: causality
+// (with NaN and Inf edits), thread, layout and shard invariance, byte for byte.
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+#include "support.h"
+
+using namespace octtest;
+
+namespace {
+
+struct Path {
+  octattn_algorithm algorithm;
+  Target target;
+  std::string Name() const { return std::string(octattn_algorithm_name(algorithm)) + " " + target.Name(); }
+};
+
+std::vector<Path> AllPaths() {
+  std::vector<Path> out{{OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
+  for (const Target& t : AllTargets()) out.push_back({OCTATTN_ALGORITHM_NAIVE, t});
+  return out;
+}
+
+struct MaskCase {
+  int64_t window, stride;
+};
+const MaskCase kMasks[] = {{0, 0}, {5, 0}, {6, 4}, {1, 0}};
+
+const float kEdits[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 1e30f,
+                        -3.5f, 0.0f};
+
+}  // namespace
+
+TEST_CASE("causality: editing position p leaves every earlier row byte-identical",
+          "[invariants][dispatch]") {
+  for (const Path& path : AllPaths()) {
+    for (const MaskCase& m : kMasks) {
+      for (int64_t kv_len : {23, 40}) {  // square, and 17 queries at the end of 40 keys
+        const int64_t q_len = 23;
+        Problem base(2, 4, 2, q_len, kv_len, 16, 16, 77);
+        Context ctx(path.target);
+        const octattn_attention_options opt = Options(1, m.window, m.stride, path.algorithm);
+        Tensor ref = base.Out();
+        Attend(ctx, opt, base.q, base.k, base.v, ref);
+        const int64_t q_start = kv_len - q_len;
+        for (int64_t p : {int64_t{0}, int64_t{7}, kv_len - 9, kv_len - 1}) {
+          for (float edit : kEdits) {
+            INFO(path.Name() << " window " << m.window << " stride " << m.stride << " kv_len "
+                             << kv_len << " p " << p << " edit " << edit);
+            Problem e = base;
+            for (int64_t h = 0; h < 2; ++h)
+              for (int64_t d = 0; d < 16; ++d) {
+                e.k.at(1, h, p, d) = edit;
+                e.v.at(1, h, p, d) = edit;
+              }
+            if (p - q_start >= 0)
+              for (int64_t h = 0; h < 4; ++h)
+                for (int64_t d = 0; d < 16; ++d) e.q.at(1, h, p - q_start, d) = edit;
+            Tensor out = e.Out();
+            Attend(ctx, opt, e.q, e.k, e.v, out);
+            for (int64_t h = 0; h < 4; ++h)
+              for (int64_t i = 0; i < q_len; ++i) {
+                // Batch 0 is untouched everywhere; batch 1 before position p.
+                REQUIRE(RowBytesEqual(out, ref, 0, h, i));
+                if (q_start + i < p) REQUIRE(RowBytesEqual(out, ref, 1, h, i));
+              }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a masked NaN never reaches the output, an allowed one does", "[invariants]") {
+  for (const Path& path : AllPaths()) {
+    INFO(path.Name());
+    Problem p(1, 1, 1, 12, 12, 8, 8, 4);
+    for (int64_t d = 0; d < 8; ++d) p.v.at(0, 0, 3, d) = NAN;
+    Context ctx(path.target);
+    Tensor o = p.Out();
+    Attend(ctx, Options(1, 2, 0, path.algorithm), p.q, p.k, p.v, o);  // window 2
+    for (int64_t i = 0; i < 12; ++i) {
+      const bool reads_3 = i == 3 || i == 4;
+      for (int64_t d = 0; d < 8; ++d) CHECK(std::isnan(o.at(0, 0, i, d)) == reads_3);
+    }
+  }
+}
+
+TEST_CASE("thread count does not change a byte", "[invariants]") {
+  Problem p(3, 4, 2, 45, 45, 32, 32, 5);
+  for (const Path& path : AllPaths()) {
+    INFO(path.Name());
+    Context one(path.target, 1), two(path.target, 2), all(path.target, 0);
+    Tensor a = p.Out(), b = p.Out(), c = p.Out();
+    const auto opt = Options(1, 9, 4, path.algorithm);
+    Attend(one, opt, p.q, p.k, p.v, a);
+    Attend(two, opt, p.q, p.k, p.v, b);
+    Attend(all, opt, p.q, p.k, p.v, c);
+    CHECK(BytesEqual(a, b));
+    CHECK(BytesEqual(a, c));
+  }
+}
+
+TEST_CASE("layout does not change a byte: BHTD, BTHD, padded, strided dim, packed QKV",
+          "[invariants]") {
+  const int64_t B = 2, Hq = 4, Hkv = 2, T = 19, D = 12;
+  Problem base(B, Hq, Hkv, T, T, D, D, 6);
+  // The packed projection output [B, T, (Hq + 2 Hkv) D], viewed as q, k and v.
+  std::vector<float> packed(static_cast<size_t>(B * T * (Hq + 2 * Hkv) * D));
+  const int64_t C = (Hq + 2 * Hkv) * D;
+  auto view = [&](int64_t heads, int64_t offset) {
+    octattn_tensor t{};
+    t.data = packed.data() + offset;
+    t.dtype = OCTATTN_DTYPE_F32;
+    const int64_t shape[4] = {B, heads, T, D}, stride[4] = {T * C, D, C, 1};
+    for (int d = 0; d < 4; ++d) t.shape[d] = shape[d], t.stride[d] = stride[d];
+    return t;
+  };
+  const octattn_tensor pq = view(Hq, 0), pk = view(Hkv, Hq * D), pv = view(Hkv, (Hq + Hkv) * D);
+  auto put = [&](const Tensor& src, const octattn_tensor& dst) {
+    src.ForEach([&](int64_t b, int64_t h, int64_t t, int64_t d) {
+      static_cast<float*>(dst.data)[b * dst.stride[0] + h * dst.stride[1] + t * dst.stride[2] + d] =
+          src.at(b, h, t, d);
+    });
+  };
+  put(base.q, pq);
+  put(base.k, pk);
+  put(base.v, pv);
+
+  for (const Path& path : AllPaths()) {
+    INFO(path.Name());
+    Context ctx(path.target);
+    const auto opt = Options(1, 7, 3, path.algorithm);
+    Tensor ref = base.Out();
+    Attend(ctx, opt, base.q, base.k, base.v, ref);
+    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kTransposedDim}) {
+      Problem other(B, Hq, Hkv, T, T, D, D, 6, 1.0f, layout);
+      other.q.CopyValuesFrom(base.q);
+      other.k.CopyValuesFrom(base.k);
+      other.v.CopyValuesFrom(base.v);
+      Tensor out = base.Out(layout);
+      Attend(ctx, opt, other.q, other.k, other.v, out);
+      CHECK(BytesEqual(out, ref));
+    }
+    Tensor out = base.Out(Layout::kBTHD);
+    REQUIRE(octattn_attention(ctx, &opt, &pq, &pk, &pv, out.ptr(), nullptr, nullptr, nullptr, 0) ==
+            OCTATTN_OK);
+    CHECK(BytesEqual(out, ref));
+  }
+}
+
+TEST_CASE("a subset of batches or heads gives the same bytes", "[invariants]") {
+  Problem p(3, 4, 2, 26, 26, 16, 16, 9);
+  for (const Path& path : AllPaths()) {
+    INFO(path.Name());
+    Context ctx(path.target);
+    const auto opt = Options(1, 0, 0, path.algorithm);
+    Tensor full = p.Out();
+    Attend(ctx, opt, p.q, p.k, p.v, full);
+    // Batch 1 alone, and q heads 2..3 (kv head 1) alone, as views of the same buffers.
+    for (int shard = 0; shard < 2; ++shard) {
+      Problem s = p;
+      Tensor out = p.Out();
+      octattn_tensor q = s.q.t, k = s.k.t, v = s.v.t, o = out.t;
+      if (shard == 0) {
+        for (octattn_tensor* t : {&q, &k, &v, &o}) {
+          t->data = static_cast<float*>(t->data) + t->stride[0];
+          t->shape[0] = 1;
+        }
+      } else {
+        q.data = static_cast<float*>(q.data) + 2 * q.stride[1];
+        o.data = static_cast<float*>(o.data) + 2 * o.stride[1];
+        k.data = static_cast<float*>(k.data) + k.stride[1];
+        v.data = static_cast<float*>(v.data) + v.stride[1];
+        q.shape[1] = o.shape[1] = 2;
+        k.shape[1] = v.shape[1] = 1;
+      }
+      REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t h = 0; h < 4; ++h) {
+          const bool inside = shard == 0 ? b == 1 : h >= 2;
+          if (!inside) continue;
+          for (int64_t i = 0; i < 26; ++i) CHECK(RowBytesEqual(out, full, b, h, i));
+        }
+    }
+  }
+}

@@ -1,0 +1,1 @@
+int RunBench(int, char**) { return 0; }
