@@ -4,8 +4,13 @@
 namespace octattn {
 namespace kernels {
 
+// xsimd 8.1 reads its SSE2 bit from CPUID.1:ECX (XSAVE) instead of EDX, so a CPU
+// without XSAVE looks like it lacks SSE2. SSE2 is part of x86-64 itself.
+bool Sse2Detected() { return xsimd::available_architectures().best >= xsimd::sse2::version(); }
+
 const Table* XsimdBest() {
-  static const Table* const best = xsimd::dispatch<XsimdArchs>(XsimdTables{})();
+  static const Table* const best =
+      Sse2Detected() ? xsimd::dispatch<XsimdArchs>(XsimdTables{})() : XsimdTables{}(xsimd::sse2{});
   return best;
 }
 
@@ -20,7 +25,7 @@ const Table* XsimdTable(Target target) {
     case kSse4:
       return cpu.sse4_2 ? tables(xsimd::sse4_2{}) : nullptr;
     case kSse2:
-      return cpu.sse2 ? tables(xsimd::sse2{}) : nullptr;
+      return tables(xsimd::sse2{});  // baseline of x86-64 (see Sse2Detected)
     default:
       return nullptr;
   }

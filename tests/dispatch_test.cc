@@ -1,0 +1,72 @@
+// Runtime dispatch: Highway's own target loop drives the auto choice, and the best
+// target of each backend is the one the CPU (or an emulated CPU) can run.
+#include <catch2/catch.hpp>
+
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+#include <cstdlib>
+
+#include "support.h"
+
+using namespace octtest;
+
+namespace {
+
+octattn_target FromHighway(int64_t t) {
+  switch (t) {
+    case HWY_AVX3: return OCTATTN_TARGET_AVX512;
+    case HWY_AVX2: return OCTATTN_TARGET_AVX2;
+    case HWY_SSE4: return OCTATTN_TARGET_SSE4;
+    case HWY_SSSE3: return OCTATTN_TARGET_SSSE3;
+    default: return OCTATTN_TARGET_SCALAR;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled target",
+          "[dispatch]") {
+  Problem p(1, 2, 1, 29, 29, 24, 24, 31);
+  Context ref_ctx;
+  Tensor ref = p.Out();
+  Attend(ref_ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE), p.q, p.k, p.v, ref);
+  const auto targets = hwy::SupportedAndGeneratedTargets();
+  REQUIRE(!targets.empty());
+  for (int64_t t : targets) {
+    INFO(hwy::TargetName(t));
+    hwy::SetSupportedTargetsForTest(t);
+    Context ctx;  // backend and target auto
+    Tensor o = p.Out();
+    Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE), p.q, p.k, p.v, o);
+    octattn_run_info info{};
+    info.struct_size = sizeof(info);
+    REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+    CHECK(info.backend == OCTATTN_BACKEND_HIGHWAY);
+    CHECK(info.target == FromHighway(t));
+    CHECK(MaxDiff(o, ref) <= kTolerance * p.v.MaxAbs());
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST_CASE("the best target of each backend is the expected one for this CPU", "[dispatch]") {
+  // Set by the qemu tests, which know the emulated CPU; natively, the list's head.
+  for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD}) {
+    const char* env = std::getenv(b == OCTATTN_BACKEND_HIGHWAY ? "OCTATTN_EXPECT_HIGHWAY" : "OCTATTN_EXPECT_XSIMD");
+    octattn_target list[8];
+    size_t n = 0;
+    REQUIRE(octattn_available_targets(b, list, 8, &n) == OCTATTN_OK);
+    REQUIRE(n >= 1);
+    Context ctx;
+    REQUIRE(octattn_context_set_target(ctx, b, OCTATTN_TARGET_AUTO) == OCTATTN_OK);
+    Problem p(1, 1, 1, 3, 3, 4, 4, 1);
+    Tensor o = p.Out();
+    Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE), p.q, p.k, p.v, o);
+    octattn_run_info info{};
+    info.struct_size = sizeof(info);
+    REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+    INFO(octattn_backend_name(b) << " picked " << octattn_target_name(info.target));
+    CHECK(info.target == list[0]);
+    if (env) CHECK(std::string(octattn_target_name(info.target)) == env);
+  }
+}
