@@ -1,4 +1,4 @@
-// DESIGN §6 invariants on the reference and the naive path of every target: causality
+// DESIGN §6 invariants on the reference, naive and fused paths of every target: causality
 // (with NaN and Inf edits), thread, layout and shard invariance, byte for byte.
 #include <catch2/catch.hpp>
 
@@ -18,7 +18,10 @@ struct Path {
 
 std::vector<Path> AllPaths() {
   std::vector<Path> out{{OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
-  for (const Target& t : AllTargets()) out.push_back({OCTATTN_ALGORITHM_NAIVE, t});
+  for (const Target& t : AllTargets()) {
+    out.push_back({OCTATTN_ALGORITHM_NAIVE, t});
+    out.push_back({OCTATTN_ALGORITHM_FUSED, t});
+  }
   return out;
 }
 

@@ -1,1 +1,327 @@
-int RunBench(int, char**) { return 0; }
+// `octattn bench`: timings of attention calls in GFLOP/s of useful work (only allowed
+// score entries count), as ratios to the machine's measured FMA peak, with the peak
+// RSS growth of one call measured in a fresh process. Uses only octattn.h.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "limits.h"
+#include "octattn.h"
+#include "tool.h"
+
+namespace {
+
+struct Case {
+  int64_t batch = 1, q_heads = 8, kv_heads = 0, q_len = 1024, kv_len = 0, head_dim = 64;
+  int32_t causal = 1;
+  int64_t window = 0, stride = 0;
+  octattn_algorithm algo = OCTATTN_ALGORITHM_AUTO;
+  octattn_backend backend = OCTATTN_BACKEND_AUTO;
+  octattn_target target = OCTATTN_TARGET_AUTO;
+  int32_t threads = 1;
+};
+
+struct Args {
+  Case base;
+  std::vector<int64_t> q_lens, kv_lens, head_dims;
+  std::vector<int32_t> threads;
+  std::vector<octattn_algorithm> algos;
+  std::vector<octattn_backend> backends;
+  std::vector<octattn_target> targets;
+  int repeat = 5;
+  bool json = false, limits = false, rss = true;
+};
+
+const char* kHelp =
+    "usage: octattn bench [options]          one line per case (lists: comma separated)\n"
+    "       octattn bench --limits [--json]  FMA peak, sgemm, read bandwidth of one core\n"
+    "  --batch N --q-heads N --kv-heads N (default: q-heads)\n"
+    "  --q-len LIST --kv-len LIST (default: q-len) --head-dim LIST\n"
+    "  --full | --window N --stride N\n"
+    "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
+    "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,scalar) --threads LIST\n"
+    "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
+    "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
+    "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
+    "avx512, ymm FMA for avx2, xmm mul+add otherwise) and peak_fraction is\n"
+    "gflops / (fma_peak_gflops * threads); kv_gbps is K and V bytes / median seconds;\n"
+    "extra_rss_mib is the peak RSS growth of one call in a fresh process.\n";
+
+template <class T, class Parse>
+std::vector<T> List(const char* s, Parse parse) {
+  std::vector<T> out;
+  std::string all(s);
+  size_t start = 0;
+  while (start <= all.size()) {
+    const size_t comma = all.find(',', start);
+    out.push_back(parse(all.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+template <class Names>
+int32_t ByName(const std::string& s, int32_t lo, int32_t hi, Names names) {
+  for (int32_t i = lo; i <= hi; ++i)
+    if (s == names(i)) return i;
+  std::fprintf(stderr, "unknown value: %s\n", s.c_str());
+  std::exit(2);
+}
+
+bool Parse(int argc, char** argv, Args* a) {
+  auto i64 = [](const std::string& s) { return static_cast<int64_t>(std::stoll(s)); };
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", f.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "--batch") a->base.batch = i64(next());
+    else if (f == "--q-heads") a->base.q_heads = i64(next());
+    else if (f == "--kv-heads") a->base.kv_heads = i64(next());
+    else if (f == "--q-len") a->q_lens = List<int64_t>(next(), i64);
+    else if (f == "--kv-len") a->kv_lens = List<int64_t>(next(), i64);
+    else if (f == "--head-dim") a->head_dims = List<int64_t>(next(), i64);
+    else if (f == "--full") a->base.causal = 0;
+    else if (f == "--window") a->base.window = i64(next());
+    else if (f == "--stride") a->base.stride = i64(next());
+    else if (f == "--threads") a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
+    else if (f == "--repeat") a->repeat = std::max(1, std::atoi(next()));
+    else if (f == "--json") a->json = true;
+    else if (f == "--limits") a->limits = true;
+    else if (f == "--no-rss") a->rss = false;
+    else if (f == "--algo")
+      a->algos = List<octattn_algorithm>(next(), [](const std::string& s) { return ByName(s, 0, 3, octattn_algorithm_name); });
+    else if (f == "--backend")
+      a->backends = List<octattn_backend>(next(), [](const std::string& s) { return ByName(s, 0, 2, octattn_backend_name); });
+    else if (f == "--target")
+      a->targets = List<octattn_target>(next(), [](const std::string& s) { return ByName(s, 0, 6, octattn_target_name); });
+    else {
+      std::fputs(kHelp, f == "--help" || f == "-h" ? stdout : stderr);
+      std::exit(f == "--help" || f == "-h" ? 0 : 2);
+    }
+  }
+  return true;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Allowed (query, key) pairs of one head, by the header's formula.
+double AllowedPairs(const Case& c) {
+  if (!c.causal) return static_cast<double>(c.q_len) * c.kv_len;
+  double n = 0;
+  for (int64_t i = 0; i < c.q_len; ++i) {
+    const int64_t qpos = c.kv_len - c.q_len + i;
+    const int64_t hi = std::min(qpos + 1, c.kv_len);
+    if (hi <= 0) continue;
+    int64_t lo = 0;
+    if (c.window > 0) lo = std::min(std::max<int64_t>(qpos - c.window + 1, 0), hi);
+    n += static_cast<double>(hi - lo);
+    if (c.window > 0 && c.stride > 0 && lo > 0) n += static_cast<double>((lo - 1) / c.stride + 1);
+  }
+  return n;
+}
+
+struct Buffers {
+  std::vector<float> q, k, v, o;
+  octattn_tensor tq, tk, tv, to;
+  explicit Buffers(const Case& c) {
+    const int64_t qs[4] = {c.batch, c.q_heads, c.q_len, c.head_dim};
+    const int64_t ks[4] = {c.batch, c.kv_heads, c.kv_len, c.head_dim};
+    q.resize(static_cast<size_t>(qs[0] * qs[1] * qs[2] * qs[3]));
+    k.resize(static_cast<size_t>(ks[0] * ks[1] * ks[2] * ks[3]));
+    v.resize(k.size());
+    o.resize(q.size());
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto* b : {&q, &k, &v})
+      for (float& x : *b) x = dist(rng);
+    std::fill(o.begin(), o.end(), 0.0f);  // touch the output pages before any timing
+    octattn_tensor_init(&tq, q.data(), qs, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tk, k.data(), ks, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tv, v.data(), ks, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&to, o.data(), qs, OCTATTN_LAYOUT_BHTD);
+  }
+};
+
+octattn_context* MakeContext(const Case& c, std::string* error) {
+  octattn_context* ctx = nullptr;
+  if (octattn_context_create(&ctx) != OCTATTN_OK) return nullptr;
+  if (octattn_context_set_threads(ctx, c.threads) != OCTATTN_OK ||
+      octattn_context_set_target(ctx, c.backend, c.target) != OCTATTN_OK) {
+    *error = octattn_context_last_error(ctx);
+    octattn_context_destroy(ctx);
+    return nullptr;
+  }
+  return ctx;
+}
+
+octattn_attention_options OptionsOf(const Case& c) {
+  octattn_attention_options o;
+  octattn_attention_options_init(&o);
+  o.causal = c.causal;
+  o.window = c.window;
+  o.stride = c.stride;
+  o.algorithm = c.algo;
+  return o;
+}
+
+long MaxRssKib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// Peak RSS growth of one call, in a child process that has nothing else allocated.
+double ExtraRssMib(const Case& c) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    Buffers b(c);
+    std::string err;
+    octattn_context* ctx = MakeContext(c, &err);
+    double mib = -1;
+    if (ctx) {
+      const octattn_attention_options opt = OptionsOf(c);
+      const long before = MaxRssKib();
+      if (octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0) == OCTATTN_OK)
+        mib = (MaxRssKib() - before) / 1024.0;
+    }
+    if (write(fds[1], &mib, sizeof(mib)) != sizeof(mib)) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  double mib = -1;
+  if (read(fds[0], &mib, sizeof(mib)) != sizeof(mib)) mib = -1;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return mib;
+}
+
+double PeakFor(const Limits& l, octattn_target t) {
+  if (t == OCTATTN_TARGET_AVX512) return l.fma512;
+  if (t == OCTATTN_TARGET_AVX2) return l.fma256;
+  if (t == OCTATTN_TARGET_SCALAR) return l.muladd128 / 4;
+  return l.muladd128;
+}
+
+void RunCase(const Case& c, const Args& a, const Limits& limits) {
+  std::string err;
+  octattn_context* ctx = MakeContext(c, &err);
+  const octattn_attention_options opt = OptionsOf(c);
+  Buffers b(c);
+  octattn_status st = ctx ? octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0)
+                          : OCTATTN_ERROR_UNSUPPORTED;
+  if (ctx && st != OCTATTN_OK) err = octattn_context_last_error(ctx);
+  if (st != OCTATTN_OK) {
+    std::printf(a.json ? "{\"error\":\"%s\",\"algo\":\"%s\",\"q_len\":%lld,\"head_dim\":%lld}\n"
+                       : "error: %s (algo %s, q_len %lld, head_dim %lld)\n",
+                err.c_str(), octattn_algorithm_name(c.algo), (long long)c.q_len, (long long)c.head_dim);
+    octattn_context_destroy(ctx);
+    return;
+  }
+  std::vector<double> times;
+  for (int r = 0; r < a.repeat; ++r) {
+    const double t0 = Now();
+    octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0);
+    times.push_back(Now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  octattn_run_info info{};
+  info.struct_size = sizeof(info);
+  octattn_context_last_run(ctx, &info);
+  octattn_context_destroy(ctx);
+  const double flops = 2.0 * (2 * c.head_dim) * AllowedPairs(c) * c.batch * c.q_heads;
+  const double gflops = flops / median / 1e9;
+  const double peak = PeakFor(limits, info.algorithm == OCTATTN_ALGORITHM_REFERENCE
+                                          ? (limits.fma512 > 0 ? OCTATTN_TARGET_AVX512 : OCTATTN_TARGET_AVX2)
+                                          : info.target);
+  const double kv_gbps = 2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * sizeof(float) / median / 1e9;
+  const double rss = a.rss ? ExtraRssMib(c) : -1;
+  const char* target = info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "scalar" : octattn_target_name(info.target);
+  const char* backend = info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "none" : octattn_backend_name(info.backend);
+  if (a.json) {
+    std::printf(
+        "{\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"batch\":%lld,"
+        "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
+        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%.6g,"
+        "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
+        "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f}\n",
+        octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
+        (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
+        (long long)c.head_dim, c.causal, (long long)c.window, (long long)c.stride, median, times.front(),
+        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, rss);
+  } else {
+    std::printf("%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld  "
+                "%9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
+                octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
+                (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
+                (long long)c.head_dim, c.causal ? "causal" : "full", (long long)c.window,
+                (long long)c.stride, median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, rss);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int RunBench(int argc, char** argv) {
+  Args a;
+  Parse(argc, argv, &a);
+  if (a.limits) {
+    const Limits l = MeasureLimits(true);
+    if (a.json)
+      std::printf("{\"limits\":true,\"fma_peak_gflops\":%.4g,\"fma_peak_avx2_gflops\":%.4g,"
+                  "\"muladd_sse_gflops\":%.4g,\"sgemm_gflops\":%.4g,\"read_gbps\":%.4g}\n",
+                  l.fma512 > 0 ? l.fma512 : l.fma256, l.fma256, l.muladd128, l.sgemm, l.read_gbps);
+    else
+      std::printf("one core: FMA peak %.1f GFLOP/s (zmm), %.1f (ymm), SSE mul+add %.1f; "
+                  "OpenBLAS sgemm %.1f GFLOP/s; read %.1f GB/s\n",
+                  l.fma512, l.fma256, l.muladd128, l.sgemm, l.read_gbps);
+    return 0;
+  }
+  const Limits limits = MeasureLimits(false);
+  if (a.q_lens.empty()) a.q_lens.push_back(a.base.q_len);
+  if (a.head_dims.empty()) a.head_dims.push_back(a.base.head_dim);
+  if (a.threads.empty()) a.threads.push_back(a.base.threads);
+  if (a.algos.empty()) a.algos.push_back(a.base.algo);
+  if (a.backends.empty()) a.backends.push_back(a.base.backend);
+  if (a.targets.empty()) a.targets.push_back(a.base.target);
+  for (size_t li = 0; li < a.q_lens.size(); ++li)
+    for (int64_t d : a.head_dims)
+      for (octattn_algorithm algo : a.algos)
+        for (octattn_backend backend : a.backends)
+          for (octattn_target target : a.targets)
+            for (int32_t threads : a.threads) {
+              Case c = a.base;
+              c.q_len = a.q_lens[li];
+              c.kv_len = a.kv_lens.empty() ? c.q_len : a.kv_lens[std::min(li, a.kv_lens.size() - 1)];
+              c.kv_heads = c.kv_heads ? c.kv_heads : c.q_heads;
+              c.head_dim = d;
+              c.algo = algo;
+              c.backend = backend;
+              c.target = target;
+              c.threads = threads;
+              RunCase(c, a, limits);
+            }
+  return 0;
+}

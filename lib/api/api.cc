@@ -1,5 +1,6 @@
 // The C entry points: validate completely, then plan tasks and run them on the pool.
 // Nothing here computes; nothing below here knows about statuses.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -111,9 +112,11 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
   }
 
   c->algorithm = opt.algorithm;
-  if (c->algorithm == OCTATTN_ALGORITHM_AUTO) c->algorithm = OCTATTN_ALGORITHM_NAIVE;
-  if (c->algorithm == OCTATTN_ALGORITHM_FUSED)
-    return Fail(OCTATTN_ERROR_UNSUPPORTED, "the fused algorithm is not available yet");
+  if (c->algorithm == OCTATTN_ALGORITHM_AUTO)
+    c->algorithm = c->has_weights ? OCTATTN_ALGORITHM_NAIVE : OCTATTN_ALGORITHM_FUSED;
+  if (c->algorithm == OCTATTN_ALGORITHM_FUSED && c->has_weights)
+    return Fail(OCTATTN_ERROR_UNSUPPORTED,
+                "the fused algorithm never holds the weights: use naive to get them");
   if (c->algorithm != OCTATTN_ALGORITHM_REFERENCE) {
     c->table = octattn::api::SelectTable(*ctx);
     if (!c->table)
@@ -164,23 +167,130 @@ kernels::HeadTask MakeTask(const AttentionCall& c, int64_t index) {
   return t;
 }
 
-// Scratch bytes one slot (thread) needs; every head of a call needs the same.
-size_t SlotBytes(const AttentionCall& c) {
-  const kernels::HeadTask t = MakeTask(c, 0);
-  if (!c.table) return RoundUp(octattn::reference::HeadScratchDoubles(t) * sizeof(double));
-  return RoundUp(c.table->naive_scratch_floats(t) * sizeof(float));
+// Decode-shaped calls (few query rows per kv head) split the keys into chunks that run
+// as parallel tasks; the split changes no byte (see kernels::kChunkKeys).
+constexpr int64_t kDecodeRows = 16;
+
+// How a call runs: per-slot scratch, plus shared bytes (the decode partials).
+struct Plan {
+  size_t slot_bytes = 0, shared_bytes = 0;
+  bool decode = false;
+  int64_t chunks = 0, q_tiles = 0;
+};
+
+kernels::FlashTask FlashBase(const AttentionCall& c, int64_t b, int64_t kvh) {
+  const int64_t group = c.q_heads / c.kv_heads;
+  kernels::FlashTask t{};
+  t.q = c.q.data + b * c.q.stride[0] + kvh * group * c.q.stride[1];
+  t.q_head = c.q.stride[1];
+  t.q_row = c.q.stride[2];
+  t.q_dim = c.q.stride[3];
+  t.k = c.k.data + b * c.k.stride[0] + kvh * c.k.stride[1];
+  t.k_row = c.k.stride[2];
+  t.k_dim = c.k.stride[3];
+  t.v = c.v.data + b * c.v.stride[0] + kvh * c.v.stride[1];
+  t.v_row = c.v.stride[2];
+  t.v_dim = c.v.stride[3];
+  t.o = c.o.data + b * c.o.stride[0] + kvh * group * c.o.stride[1];
+  t.o_head = c.o.stride[1];
+  t.o_row = c.o.stride[2];
+  t.o_dim = c.o.stride[3];
+  if (c.has_lse) {
+    t.lse = c.lse.data + b * c.lse.stride[0] + kvh * group * c.lse.stride[1];
+    t.lse_head = c.lse.stride[1];
+    t.lse_row = c.lse.stride[2];
+  }
+  t.heads = group;
+  t.row_begin = 0;
+  t.row_end = c.q_len;
+  t.q_len = c.q_len;
+  t.kv_len = c.kv_len;
+  t.head_dim = c.head_dim;
+  t.value_dim = c.value_dim;
+  t.scale = c.scale;
+  t.mask = c.mask;
+  t.chunk_begin = 0;
+  t.chunk_end = (c.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  return t;
 }
 
-size_t WorkspaceBytes(const octattn_context& ctx, size_t slot_bytes) {
-  return slot_bytes * static_cast<size_t>(ctx.pool->threads()) + kAlign;
+int64_t KeyLimit(const AttentionCall& c) {
+  if (!c.mask.causal) return c.kv_len;
+  return std::max<int64_t>(0, std::min(c.kv_len, c.mask.q_start + c.q_len));
 }
 
-// Runs body(task, slot_scratch) for each of `tasks` heads on the context's pool.
+Plan MakePlan(const AttentionCall& c) {
+  Plan p;
+  if (c.algorithm == OCTATTN_ALGORITHM_REFERENCE) {
+    p.slot_bytes = RoundUp(octattn::reference::HeadScratchDoubles(MakeTask(c, 0)) * sizeof(double));
+  } else if (c.algorithm == OCTATTN_ALGORITHM_NAIVE) {
+    p.slot_bytes = RoundUp(c.table->naive_scratch_floats(MakeTask(c, 0)) * sizeof(float));
+  } else {
+    kernels::FlashTask t = FlashBase(c, 0, 0);
+    const int64_t group = c.q_heads / c.kv_heads;
+    const int64_t chunks = (KeyLimit(c) + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+    p.decode = group * c.q_len <= kDecodeRows && chunks > 1;
+    if (p.decode) {
+      p.chunks = chunks;
+      const size_t state = c.table->flash_state_floats(t);
+      const size_t merge = state + RoundUp(static_cast<size_t>(c.value_dim) * sizeof(float) + kAlign);
+      p.slot_bytes = RoundUp(std::max(c.table->flash_scratch_floats(t) * sizeof(float), merge));
+      p.shared_bytes = RoundUp(static_cast<size_t>(c.batch * c.kv_heads * chunks * group * c.q_len) *
+                               state * sizeof(float));
+    } else {
+      p.q_tiles = (c.q_len + kernels::kQueryTile - 1) / kernels::kQueryTile;
+      t.row_end = std::min(c.q_len, kernels::kQueryTile);
+      p.slot_bytes = RoundUp(c.table->flash_scratch_floats(t) * sizeof(float));
+    }
+  }
+  return p;
+}
+
+size_t WorkspaceBytes(const octattn_context& ctx, const Plan& p) {
+  return p.slot_bytes * static_cast<size_t>(ctx.pool->threads()) + p.shared_bytes + kAlign;
+}
+
+// Runs body(task, slot_scratch) for each of `tasks` on the context's pool.
 template <class Body>
-void RunHeads(octattn_context* ctx, int64_t tasks, void* scratch, size_t slot_bytes, Body&& body) {
+void RunTasks(octattn_context* ctx, int64_t tasks, void* scratch, size_t slot_bytes, Body&& body) {
   char* base = static_cast<char*>(scratch);
   ctx->pool->Run(tasks, [&](int64_t task, int slot) {
     body(task, base + static_cast<size_t>(slot) * slot_bytes);
+  });
+}
+
+void RunFused(octattn_context* ctx, const AttentionCall& c, const Plan& p, void* scratch) {
+  const int64_t pairs = c.batch * c.kv_heads;
+  const kernels::Table* table = c.table;
+  if (!p.decode) {
+    // Longest first: under a causal mask the last query tiles read the most keys.
+    RunTasks(ctx, pairs * p.q_tiles, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+      const int64_t tile = p.q_tiles - 1 - i / pairs, bk = i % pairs;
+      kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
+      t.row_begin = tile * kernels::kQueryTile;
+      t.row_end = std::min(c.q_len, t.row_begin + kernels::kQueryTile);
+      table->flash_task(t, static_cast<float*>(s));
+    });
+    return;
+  }
+  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) +
+                                             p.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
+  const kernels::FlashTask probe = FlashBase(c, 0, 0);
+  const size_t per_pair = static_cast<size_t>(p.chunks * probe.heads * c.q_len) *
+                          table->flash_state_floats(probe);
+  RunTasks(ctx, pairs * p.chunks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+    const int64_t bk = i / p.chunks, chunk = i % p.chunks;
+    kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
+    t.chunk_begin = chunk;
+    t.chunk_end = chunk + 1;
+    t.partial = partials + static_cast<size_t>(bk) * per_pair +
+                static_cast<size_t>(chunk * t.heads * c.q_len) * table->flash_state_floats(t);
+    table->flash_task(t, static_cast<float*>(s));
+  });
+  RunTasks(ctx, pairs, scratch, p.slot_bytes, [&](int64_t bk, void* s) {
+    const kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
+    table->flash_merge(t, partials + static_cast<size_t>(bk) * per_pair, p.chunks,
+                       static_cast<float*>(s));
   });
 }
 
@@ -410,7 +520,7 @@ octattn_status octattn_attention_workspace_size(octattn_context* ctx,
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     if (!bytes) return Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
-    *bytes = WorkspaceBytes(*ctx, SlotBytes(c));
+    *bytes = WorkspaceBytes(*ctx, MakePlan(c));
     return Check();
   });
 }
@@ -423,19 +533,21 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
-    const size_t slot = SlotBytes(c);
+    const Plan plan = MakePlan(c);
     void* scratch = nullptr;
-    OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, WorkspaceBytes(*ctx, slot), workspace,
+    OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, WorkspaceBytes(*ctx, plan), workspace,
                                                workspace_size, &scratch));
     const int64_t heads = c.batch * c.q_heads;
-    if (!c.table) {
-      RunHeads(ctx, heads, scratch, slot, [&](int64_t i, void* s) {
+    if (c.algorithm == OCTATTN_ALGORITHM_REFERENCE) {
+      RunTasks(ctx, heads, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
         octattn::reference::AttentionHead(MakeTask(c, i), static_cast<double*>(s));
       });
-    } else {
-      RunHeads(ctx, heads, scratch, slot, [&](int64_t i, void* s) {
+    } else if (c.algorithm == OCTATTN_ALGORITHM_NAIVE) {
+      RunTasks(ctx, heads, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
         c.table->naive_head(MakeTask(c, i), static_cast<float*>(s));
       });
+    } else {
+      RunFused(ctx, c, plan, scratch);
     }
     octattn::api::RecordRun(ctx, c.algorithm, c.table);
     return Check();

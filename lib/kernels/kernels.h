@@ -44,12 +44,37 @@ struct HeadTask {
   plan::Mask mask;
 };
 
-// A fused-path work item: query rows [row_begin, row_end) of `heads` consecutive query
-// heads that share one kv head (heads > 1 only for decode-shaped calls), against the
-// keys of split `split` of `splits`.
-struct FlashItem {
-  int64_t row_begin, row_end;
-  int32_t split, splits;
+// Fused path. Keys are processed in chunks of kChunkKeys at fixed positions (0, 1024,
+// ...): each chunk starts a fresh online softmax and its (max, sum, output) is merged
+// into the row's running state in chunk order. A row therefore goes through the same
+// operations whether its chunks run in one task (prefill) or in parallel tasks merged
+// afterwards (decode), and whatever the other rows of its task are.
+constexpr int64_t kChunkKeys = 1024;
+constexpr int64_t kTileKeys = 256;  // keys per packed K/V tile (L2-sized)
+constexpr int64_t kQueryTile = 64;  // query rows per head in a prefill task
+
+// One fused-path task: query rows [row_begin, row_end) of `heads` consecutive query heads
+// sharing one kv head, against key chunks [chunk_begin, chunk_end). Pointers point at
+// the first query head of the group and its kv head.
+struct FlashTask {
+  const float* q;
+  int64_t q_head, q_row, q_dim;
+  const float* k;
+  int64_t k_row, k_dim;
+  const float* v;
+  int64_t v_row, v_dim;
+  float* o;
+  int64_t o_head, o_row, o_dim;
+  float* lse;  // optional
+  int64_t lse_head, lse_row;
+  int64_t heads, row_begin, row_end;
+  int64_t q_len, kv_len, head_dim, value_dim;
+  float scale;
+  plan::Mask mask;
+  int64_t chunk_begin, chunk_end;
+  // If set, the unnormalized state of the task's rows is written here (one chunk's
+  // partial, `flash_state_floats` per row) instead of o and lse.
+  float* partial;
 };
 
 struct Table {
@@ -68,6 +93,14 @@ struct Table {
   // o = weights v over every key.
   size_t (*weighted_sum_scratch_floats)(const HeadTask& task);
   void (*weighted_sum_head)(const HeadTask& task, float* scratch);
+  // Fused path: scratch of one task, floats of one row's state, a task, and the merge
+  // of `chunks` partials ([chunk][row] states) of a task's rows into o and lse (its
+  // scratch: one state and one padded output row).
+  size_t (*flash_scratch_floats)(const FlashTask& task);
+  size_t (*flash_state_floats)(const FlashTask& task);
+  void (*flash_task)(const FlashTask& task, float* scratch);
+  void (*flash_merge)(const FlashTask& task, const float* partials, int64_t chunks,
+                      float* scratch);
 };
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.

@@ -25,10 +25,10 @@ Pool::Pool(int threads) {
 
 Pool::~Pool() = default;
 
-void Pool::Run(int64_t tasks, const std::function<void(int64_t, int)>& fn) {
+void Pool::RunRaw(int64_t tasks, Callback callback, void* fn) {
   if (tasks <= 0) return;
   if (threads_ == 1 || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t, 0);
+    for (int64_t t = 0; t < tasks; ++t) callback(fn, t, 0);
     return;
   }
   impl_->arena.execute([&] {
@@ -36,7 +36,7 @@ void Pool::Run(int64_t tasks, const std::function<void(int64_t, int)>& fn) {
         tbb::blocked_range<int64_t>(0, tasks, 1),
         [&](const tbb::blocked_range<int64_t>& r) {
           const int slot = tbb::this_task_arena::current_thread_index();
-          for (int64_t t = r.begin(); t != r.end(); ++t) fn(t, slot);
+          for (int64_t t = r.begin(); t != r.end(); ++t) callback(fn, t, slot);
         },
         tbb::simple_partitioner());
   });

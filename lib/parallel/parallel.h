@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include <functional>
 #include <memory>
+#include <type_traits>
 
 namespace octattn {
 namespace parallel {
@@ -26,9 +26,18 @@ class Pool {
 
   // Runs fn(task, slot) for task in [0, tasks), each exactly once, tasks started in
   // index order (callers put the longest first). Exceptions propagate to the caller.
-  void Run(int64_t tasks, const std::function<void(int64_t task, int slot)>& fn);
+  // No std::function: a call with a caller's workspace allocates nothing.
+  template <class F>
+  void Run(int64_t tasks, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    RunRaw(tasks, [](void* f, int64_t task, int slot) { (*static_cast<Fn*>(f))(task, slot); },
+           const_cast<void*>(static_cast<const void*>(&fn)));
+  }
 
  private:
+  using Callback = void (*)(void* fn, int64_t task, int slot);
+  void RunRaw(int64_t tasks, Callback callback, void* fn);
+
   struct Impl;
   int threads_;
   std::unique_ptr<Impl> impl_;

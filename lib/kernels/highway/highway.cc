@@ -42,6 +42,7 @@ struct S {
 #include "lib/kernels/softmax/softmax-inl.h"
 #include "lib/kernels/av/av-inl.h"
 #include "lib/kernels/naive/naive-inl.h"
+#include "lib/kernels/flash/flash-inl.h"
 
 constexpr Target ThisTarget() {
   return HWY_TARGET == HWY_AVX3   ? kAvx512

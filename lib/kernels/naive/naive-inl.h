@@ -62,14 +62,14 @@ static inline void AvStoreRows(const HeadTask& t, int64_t i0, const float* const
     typename S::V acc[R][kAvVecs];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Zero();
-    AvRows<R, kAvVecs>(p, p_col, v + c0, v_row, keys, acc);
+    AvRows<R, kAvVecs>(KeyData{p, p_col, v + c0, v_row, 0}, keys, acc);
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], dst[r] + c0 + c * L);
   }
   for (; c0 < dvp; c0 += L) {
     typename S::V acc[R][1];
     for (int r = 0; r < R; ++r) acc[r][0] = S::Zero();
-    AvRows<R, 1>(p, p_col, v + c0, v_row, keys, acc);
+    AvRows<R, 1>(KeyData{p, p_col, v + c0, v_row, 0}, keys, acc);
     for (int r = 0; r < R; ++r) S::Store(acc[r][0], dst[r] + c0);
   }
   if (!direct)
@@ -86,14 +86,17 @@ static inline void QkRows(const HeadTask& t, int64_t i0, const float* kt, int64_
                           float* const* dst) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const float* q[R];
-  for (int r = 0; r < R; ++r) q[r] = t.q + (i0 + r) * t.q_row;
-  const int64_t qpos0 = mask.q_start + i0;
+  int64_t qpos[R];
+  for (int r = 0; r < R; ++r) {
+    q[r] = t.q + (i0 + r) * t.q_row;
+    qpos[r] = mask.q_start + i0 + r;
+  }
   int64_t j0 = 0;
   for (; j0 + kQkVecs * L <= padded; j0 += kQkVecs * L)
     QkTile<R, kQkVecs>(q, t.q_dim, kt, padded, t.head_dim, j0, 0, key_end, t.kv_len, mask,
-                       qpos0, scale, dst);
+                       qpos, scale, dst);
   for (; j0 < padded; j0 += L)
-    QkTile<R, 1>(q, t.q_dim, kt, padded, t.head_dim, j0, 0, key_end, t.kv_len, mask, qpos0,
+    QkTile<R, 1>(q, t.q_dim, kt, padded, t.head_dim, j0, 0, key_end, t.kv_len, mask, qpos,
                  scale, dst);
 }
 
@@ -212,8 +215,3 @@ static void WeightedSumHead(const HeadTask& t, float* scratch) {
   }
 }
 
-// The table of this target, filled by the including translation unit.
-#define OCTATTN_KERNEL_TABLE(BACKEND, TARGET)                                             \
-  {BACKEND,          TARGET,     S::kLanes,           NaiveScratchFloats,                 \
-   NaiveHead,        ScoresScratchFloats, ScoresHead, ScaleRow,                            \
-   SoftmaxRow,       WeightedSumScratchFloats,        WeightedSumHead}

@@ -45,21 +45,26 @@ OCTATTN_INLINE void StoreScaled(typename S::V (&acc)[R][C], float scale, float* 
     for (int c = 0; c < C; ++c) S::Store(S::Mul(acc[r][c], vs), dst[r] + c * L);
 }
 
-// Scores of rows [i0, i0 + R) for packed key vectors starting at column j0 (relative
-// to the pack), scaled and masked. `dst[r]` points at row r's score for pack column 0.
-// Keys are absolute j0 + key_base; columns at or past `key_end` are masked.
+// Scores of R rows at positions qpos[r] for packed key vectors starting at pack column
+// j0, scaled and masked. `dst[r]` points at row r's score for pack column 0; pack
+// column c holds key key_base + c; keys at or past `key_end` are masked.
 template <int R, int C>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt,
                            int64_t kt_stride, int64_t head_dim, int64_t j0, int64_t key_base,
                            int64_t key_end, int64_t kv_len, const plan::Mask& mask,
-                           int64_t qpos0, float scale, float* const* dst) {
+                           const int64_t* qpos, float scale, float* const* dst) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
   const int64_t a1 = plan::MinI(a0 + C * L, key_end);
   float* out[R];
-  for (int r = 0; r < R; ++r) out[r] = dst[r] + j0;
+  int64_t qmin = qpos[0], qmax = qpos[0];
+  for (int r = 0; r < R; ++r) {
+    out[r] = dst[r] + j0;
+    qmin = plan::MinI(qmin, qpos[r]);
+    qmax = plan::MaxI(qmax, qpos[r]);
+  }
   const plan::TileKind kind =
-      a1 <= a0 ? plan::kTileEmpty : plan::Classify(mask, qpos0, qpos0 + R, a0, a1, kv_len);
+      a1 <= a0 ? plan::kTileEmpty : plan::Classify(mask, qmin, qmax + 1, a0, a1, kv_len);
   if (kind == plan::kTileEmpty) {
     const typename S::V ninf = S::Set(-__builtin_inff());
     for (int r = 0; r < R; ++r)
@@ -73,7 +78,7 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
     for (int r = 0; r < R; ++r)
       for (int64_t jj = 0; jj < C * L; ++jj) {
         const int64_t j = a0 + jj;
-        if (j >= a1 || !plan::Allowed(mask, qpos0 + r, j)) out[r][jj] = -__builtin_inff();
+        if (j >= a1 || !plan::Allowed(mask, qpos[r], j)) out[r][jj] = -__builtin_inff();
       }
   }
 }

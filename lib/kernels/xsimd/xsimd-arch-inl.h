@@ -40,6 +40,7 @@ struct S {
 #include "lib/kernels/softmax/softmax-inl.h"
 #include "lib/kernels/av/av-inl.h"
 #include "lib/kernels/naive/naive-inl.h"
+#include "lib/kernels/flash/flash-inl.h"
 
 const Table kTable = OCTATTN_KERNEL_TABLE(kXsimd, OCTATTN_XSIMD_TARGET);
 

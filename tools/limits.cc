@@ -1,0 +1,143 @@
+// Machine limits measured in-process for `octattn bench --limits`: FMA peak of one core
+// (independent chains per register width), OpenBLAS sgemm, read bandwidth.
+#include "limits.h"
+
+#include <dlfcn.h>
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// 2 flops per lane per FMA; 16 independent chains hide the FMA latency.
+__attribute__((target("avx512f"), noinline)) double Fma512(long iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  const double t0 = Now();
+  for (long n = 0; n < iters; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  const double dt = Now() - t0;
+  alignas(64) float lanes[16];
+  float sink = 0;
+  for (int i = 0; i < 16; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    sink += lanes[0];
+  }
+  if (sink == 12345.0f) std::puts("");
+  return 2.0 * 16 * 16 * iters / dt / 1e9;
+}
+
+__attribute__((target("avx2,fma"), noinline)) double Fma256(long iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(1.0f + i * 1e-3f);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  const double t0 = Now();
+  for (long n = 0; n < iters; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  const double dt = Now() - t0;
+  alignas(32) float lanes[8];
+  float sink = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm256_store_ps(lanes, acc[i]);
+    sink += lanes[0];
+  }
+  if (sink == 12345.0f) std::puts("");
+  return 2.0 * 8 * 12 * iters / dt / 1e9;
+}
+
+// SSE targets have no FMA: a multiply and an add per lane.
+__attribute__((noinline)) double MulAdd128(long iters) {
+  __m128 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm_set1_ps(1.0f + i * 1e-3f);
+  const __m128 a = _mm_set1_ps(0.999999f), b = _mm_set1_ps(1e-7f);
+  const double t0 = Now();
+  for (long n = 0; n < iters; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], a), b);
+  const double dt = Now() - t0;
+  float sink = 0;
+  for (int i = 0; i < 12; ++i) sink += _mm_cvtss_f32(acc[i]);
+  if (sink == 12345.0f) std::puts("");
+  return 2.0 * 4 * 12 * iters / dt / 1e9;
+}
+
+template <class F>
+double Best(F f, long iters) {
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const double g = f(iters);
+    if (g > best) best = g;
+  }
+  return best;
+}
+
+typedef void (*SgemmFn)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                        float, float*, int);
+
+double Sgemm(int n) {
+  // This environment sets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for old builds; they
+  // slow a current one. OpenBLAS reads them when it loads, so they go before dlopen.
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return 0;
+  auto sgemm = reinterpret_cast<SgemmFn>(dlsym(lib, "cblas_sgemm"));
+  auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "openblas_set_num_threads"));
+  if (!sgemm) return 0;
+  if (set_threads) set_threads(1);
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a), c(a);
+  double best = 0;
+  for (int r = 0; r < 4; ++r) {
+    const double t0 = Now();
+    sgemm(101 /*row major*/, 111 /*no trans*/, 111, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+          c.data(), n);
+    const double g = 2.0 * n * n * static_cast<double>(n) / (Now() - t0) / 1e9;
+    if (g > best) best = g;
+  }
+  return best;
+}
+
+__attribute__((target("avx2"), noinline)) double ReadBandwidth() {
+  const size_t n = size_t{256} << 20 >> 2;  // 256 MiB of floats
+  std::vector<float> buf(n, 1.0f);
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    const double t0 = Now();
+    for (size_t i = 0; i < n; i += 32) {
+      s0 = _mm256_add_ps(s0, _mm256_loadu_ps(&buf[i]));
+      s1 = _mm256_add_ps(s1, _mm256_loadu_ps(&buf[i + 8]));
+      s2 = _mm256_add_ps(s2, _mm256_loadu_ps(&buf[i + 16]));
+      s3 = _mm256_add_ps(s3, _mm256_loadu_ps(&buf[i + 24]));
+    }
+    const double dt = Now() - t0;
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    if (lanes[0] == -1.0f) std::puts("");
+    const double g = n * sizeof(float) / dt / 1e9;
+    if (g > best) best = g;
+  }
+  return best;
+}
+
+}  // namespace
+
+Limits MeasureLimits(bool with_sgemm) {
+  Limits l;
+  const long iters = 20'000'000;
+  if (__builtin_cpu_supports("avx512f")) l.fma512 = Best(Fma512, iters);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) l.fma256 = Best(Fma256, iters);
+  l.muladd128 = Best(MulAdd128, iters);
+  l.read_gbps = ReadBandwidth();
+  if (with_sgemm) l.sgemm = Sgemm(2048);
+  return l;
+}

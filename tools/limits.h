@@ -1,0 +1,15 @@
+// Machine limits for the benchmark (see limits.cc).
+#ifndef OCTATTN_TOOLS_LIMITS_H_
+#define OCTATTN_TOOLS_LIMITS_H_
+
+struct Limits {
+  double fma512 = 0;     // GFLOP/s, one core, zmm FMA (0: not supported)
+  double fma256 = 0;     // ymm FMA
+  double muladd128 = 0;  // xmm multiply + add (SSE targets have no FMA)
+  double sgemm = 0;      // OpenBLAS sgemm, one thread (0: library not found)
+  double read_gbps = 0;  // one core streaming read
+};
+
+Limits MeasureLimits(bool with_sgemm);
+
+#endif  // OCTATTN_TOOLS_LIMITS_H_
