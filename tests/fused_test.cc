@@ -1,0 +1,143 @@
+// The fused path beyond the sweeps of attention_test: shapes around its tile and chunk
+// sizes, prefix invariance, decode equal to prefill byte for byte, decode with GQA,
+// and its memory staying flat.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "support.h"
+
+using namespace octtest;
+
+namespace {
+
+void CheckFusedAgainstReference(const Problem& p, const octattn_attention_options& base,
+                                const std::vector<Target>& targets) {
+  octattn_attention_options opt = base;
+  opt.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+  Context ref_ctx;
+  Tensor ref = p.Out(), ref_lse = p.Lse();
+  Attend(ref_ctx, opt, p.q, p.k, p.v, ref, &ref_lse);
+  opt.algorithm = OCTATTN_ALGORITHM_FUSED;
+  for (const Target& t : targets) {
+    INFO(t.Name());
+    Context ctx(t);
+    Tensor o = p.Out(), lse = p.Lse();
+    Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+    CHECK(MaxDiff(o, ref) <= kTolerance * p.v.MaxAbs());
+    CHECK(MaxDiff(lse, ref_lse) <= 4e-6);
+  }
+}
+
+// The best target of each backend (the sweeps of attention_test cover all of them).
+std::vector<Target> BestTargets() {
+  std::vector<Target> out;
+  for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD}) out.push_back({b, OCTATTN_TARGET_AUTO});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fused matches the reference around tile and chunk sizes", "[fused]") {
+  const auto targets = BestTargets();
+  for (int64_t t : {63, 64, 65, 255, 256, 257, 1023, 1024, 1025, 2100}) {
+    INFO("T " << t);
+    CheckFusedAgainstReference(Problem(1, 2, 1, t, t, 32, 32, 3), Options(), targets);
+  }
+  for (int64_t d : {64, 80, 128}) {
+    INFO("D " << d);
+    CheckFusedAgainstReference(Problem(1, 4, 1, 300, 300, d, d, 4), Options(), targets);
+  }
+}
+
+TEST_CASE("fused: decode and chunked prefill shapes, windows, full attention", "[fused][dispatch]") {
+  const auto targets = AllTargets();
+  INFO("decode, GQA 4, three chunks");
+  CheckFusedAgainstReference(Problem(2, 8, 2, 1, 2500, 64, 64, 5), Options(), targets);
+  INFO("chunked prefill: 5 new rows after 2495 cached keys");
+  CheckFusedAgainstReference(Problem(1, 4, 2, 5, 2500, 32, 32, 6), Options(), targets);
+  INFO("window 300, stride 97, across chunks");
+  CheckFusedAgainstReference(Problem(1, 2, 2, 2300, 2300, 16, 16, 7), Options(1, 300, 97), targets);
+  INFO("decode with a window");
+  CheckFusedAgainstReference(Problem(1, 4, 1, 2, 3000, 16, 16, 8), Options(1, 100, 1000), targets);
+  INFO("full attention, decode-shaped");
+  CheckFusedAgainstReference(Problem(1, 4, 4, 3, 2100, 16, 16, 9), Options(0), targets);
+}
+
+TEST_CASE("fused prefix invariance: rows of T = n equal rows of T = N > n", "[fused][invariants]") {
+  for (const Target& t : AllTargets()) {
+    INFO(t.Name());
+    Context ctx(t);
+    const int64_t N = 1500;
+    Problem big(1, 4, 2, N, N, 32, 32, 10);
+    Tensor out_big = big.Out();
+    Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED), big.q, big.k, big.v, out_big);
+    for (int64_t n : {1, 70, 1024, 1100}) {
+      Problem small(1, 4, 2, n, n, 32, 32, 0);
+      small.q.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { small.q.at(a, b, c, d) = big.q.at(a, b, c, d); });
+      small.k.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { small.k.at(a, b, c, d) = big.k.at(a, b, c, d); });
+      small.v.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { small.v.at(a, b, c, d) = big.v.at(a, b, c, d); });
+      Tensor out = small.Out();
+      Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED), small.q, small.k, small.v, out);
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t i = 0; i < n; ++i) REQUIRE(RowBytesEqual(out, out_big, 0, h, i));
+    }
+  }
+}
+
+TEST_CASE("fused decode at position i equals prefill row i, byte for byte", "[fused][invariants][dispatch]") {
+  for (const Target& t : AllTargets()) {
+    for (int64_t window : {0, 200}) {
+      INFO(t.Name() << " window " << window);
+      Context ctx(t);
+      const int64_t N = 2200, Hq = 8, Hkv = 2;
+      Problem p(1, Hq, Hkv, N, N, 32, 32, 11);
+      const auto opt = Options(1, window, window ? 64 : 0, OCTATTN_ALGORITHM_FUSED);
+      Tensor prefill = p.Out();
+      Attend(ctx, opt, p.q, p.k, p.v, prefill);
+      for (int64_t i : {0, 5, 1023, 1024, 2199}) {
+        for (int64_t rows : {1, 3}) {  // decode, and a short chunked prefill ending at i
+          if (i + 1 < rows) continue;
+          INFO("position " << i << " rows " << rows);
+          // Views: q rows [i + 1 - rows, i], keys [0, i]; default alignment puts the
+          // last query row at position i.
+          octattn_tensor q = p.q.t, k = p.k.t, v = p.v.t;
+          q.data = static_cast<float*>(q.data) + (i + 1 - rows) * q.stride[2];
+          q.shape[2] = rows;
+          k.shape[2] = v.shape[2] = i + 1;
+          Tensor o(1, Hq, rows, 32);
+          REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+          for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t d = 0; d < 32; ++d) {
+                const float a = o.at(0, h, r, d), b = prefill.at(0, h, i + 1 - rows + r, d);
+                REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+              }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("fused workspace stays bounded as T grows", "[fused]") {
+  Context ctx(1);
+  size_t last = 0;
+  for (int64_t t : {1024, 4096, 16384, 65536}) {
+    octattn_tensor q, o;
+    const int64_t shape[4] = {1, 8, t, 128};
+    // Sizes only: the workspace query reads and writes no data, so the addresses are
+    // placeholders far enough apart not to overlap.
+    void* in_addr = reinterpret_cast<void*>(uintptr_t{1} << 40);
+    void* out_addr = reinterpret_cast<void*>(uintptr_t{1} << 41);
+    REQUIRE(octattn_tensor_init(&q, in_addr, shape, OCTATTN_LAYOUT_BHTD) == OCTATTN_OK);
+    REQUIRE(octattn_tensor_init(&o, out_addr, shape, OCTATTN_LAYOUT_BHTD) == OCTATTN_OK);
+    size_t bytes = 0;
+    const auto opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
+    REQUIRE(octattn_attention_workspace_size(ctx, &opt, &q, &q, &q, &o, nullptr, nullptr, &bytes) ==
+            OCTATTN_OK);
+    INFO("T " << t << ": " << bytes << " bytes");
+    CHECK(bytes < (size_t{4} << 20));
+    if (last) CHECK(bytes == last);
+    last = bytes;
+  }
+}
