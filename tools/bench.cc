@@ -306,15 +306,21 @@ int RunBench(int argc, char** argv) {
   if (a.algos.empty()) a.algos.push_back(a.base.algo);
   if (a.backends.empty()) a.backends.push_back(a.base.backend);
   if (a.targets.empty()) a.targets.push_back(a.base.target);
-  for (size_t li = 0; li < a.q_lens.size(); ++li)
+  // With both lists, each q_len pairs with each kv_len.
+  std::vector<std::pair<int64_t, int64_t>> lens;
+  for (int64_t q : a.q_lens)
+    if (a.kv_lens.empty()) lens.push_back({q, q});
+    else
+      for (int64_t kv : a.kv_lens) lens.push_back({q, kv});
+  for (const auto& len : lens)
     for (int64_t d : a.head_dims)
       for (octattn_algorithm algo : a.algos)
         for (octattn_backend backend : a.backends)
           for (octattn_target target : a.targets)
             for (int32_t threads : a.threads) {
               Case c = a.base;
-              c.q_len = a.q_lens[li];
-              c.kv_len = a.kv_lens.empty() ? c.q_len : a.kv_lens[std::min(li, a.kv_lens.size() - 1)];
+              c.q_len = len.first;
+              c.kv_len = len.second;
               c.kv_heads = c.kv_heads ? c.kv_heads : c.q_heads;
               c.head_dim = d;
               c.algo = algo;

@@ -175,7 +175,8 @@ constexpr int64_t kDecodeRows = 16;
 struct Plan {
   size_t slot_bytes = 0, shared_bytes = 0;
   bool decode = false;
-  int64_t chunks = 0, q_tiles = 0;
+  int64_t units = 0, q_tiles = 0;  // decode: key units (gathered columns, chunks)
+  bool gathered = false;
 };
 
 kernels::FlashTask FlashBase(const AttentionCall& c, int64_t b, int64_t kvh) {
@@ -209,6 +210,7 @@ kernels::FlashTask FlashBase(const AttentionCall& c, int64_t b, int64_t kvh) {
   t.value_dim = c.value_dim;
   t.scale = c.scale;
   t.mask = c.mask;
+  t.gathered = 1;
   t.chunk_begin = 0;
   t.chunk_end = (c.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
   return t;
@@ -229,13 +231,14 @@ Plan MakePlan(const AttentionCall& c) {
     kernels::FlashTask t = FlashBase(c, 0, 0);
     const int64_t group = c.q_heads / c.kv_heads;
     const int64_t chunks = (KeyLimit(c) + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
-    p.decode = group * c.q_len <= kDecodeRows && chunks > 1;
+    p.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0;
+    p.units = chunks + (p.gathered ? 1 : 0);
+    p.decode = group * c.q_len <= kDecodeRows && p.units > 1;
     if (p.decode) {
-      p.chunks = chunks;
       const size_t state = c.table->flash_state_floats(t);
       const size_t merge = state + RoundUp(static_cast<size_t>(c.value_dim) * sizeof(float) + kAlign);
       p.slot_bytes = RoundUp(std::max(c.table->flash_scratch_floats(t) * sizeof(float), merge));
-      p.shared_bytes = RoundUp(static_cast<size_t>(c.batch * c.kv_heads * chunks * group * c.q_len) *
+      p.shared_bytes = RoundUp(static_cast<size_t>(c.batch * c.kv_heads * p.units * group * c.q_len) *
                                state * sizeof(float));
     } else {
       p.q_tiles = (c.q_len + kernels::kQueryTile - 1) / kernels::kQueryTile;
@@ -276,20 +279,23 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const Plan& p, void*
   float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) +
                                              p.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
   const kernels::FlashTask probe = FlashBase(c, 0, 0);
-  const size_t per_pair = static_cast<size_t>(p.chunks * probe.heads * c.q_len) *
+  const size_t per_pair = static_cast<size_t>(p.units * probe.heads * c.q_len) *
                           table->flash_state_floats(probe);
-  RunTasks(ctx, pairs * p.chunks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
-    const int64_t bk = i / p.chunks, chunk = i % p.chunks;
+  // One task per (batch, kv head, unit); unit 0 is the gathered columns when there are any.
+  RunTasks(ctx, pairs * p.units, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+    const int64_t bk = i / p.units, unit = i % p.units;
     kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
-    t.chunk_begin = chunk;
-    t.chunk_end = chunk + 1;
+    const int64_t chunk = unit - (p.gathered ? 1 : 0);
+    t.gathered = chunk < 0;
+    t.chunk_begin = chunk < 0 ? 0 : chunk;
+    t.chunk_end = chunk < 0 ? 0 : chunk + 1;
     t.partial = partials + static_cast<size_t>(bk) * per_pair +
-                static_cast<size_t>(chunk * t.heads * c.q_len) * table->flash_state_floats(t);
+                static_cast<size_t>(unit * t.heads * c.q_len) * table->flash_state_floats(t);
     table->flash_task(t, static_cast<float*>(s));
   });
   RunTasks(ctx, pairs, scratch, p.slot_bytes, [&](int64_t bk, void* s) {
     const kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
-    table->flash_merge(t, partials + static_cast<size_t>(bk) * per_pair, p.chunks,
+    table->flash_merge(t, partials + static_cast<size_t>(bk) * per_pair, p.units,
                        static_cast<float*>(s));
   });
 }

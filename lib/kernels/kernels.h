@@ -44,11 +44,13 @@ struct HeadTask {
   plan::Mask mask;
 };
 
-// Fused path. Keys are processed in chunks of kChunkKeys at fixed positions (0, 1024,
-// ...): each chunk starts a fresh online softmax and its (max, sum, output) is merged
-// into the row's running state in chunk order. A row therefore goes through the same
-// operations whether its chunks run in one task (prefill) or in parallel tasks merged
-// afterwards (decode), and whatever the other rows of its task are.
+// Fused path. A row's keys are processed in units: first (with a window and a stride)
+// the strided columns below the key tile its window starts in, gathered into compact
+// tiles; then the keys from that tile on, in chunks of kChunkKeys at fixed positions
+// (0, 1024, ...). Each unit starts a fresh online softmax and its (max, sum, output) is
+// merged into the row's running state in unit order. A row therefore goes through the
+// same operations whether its units run in one task (prefill) or in parallel tasks
+// merged afterwards (decode), and whatever the other rows of its task are.
 constexpr int64_t kChunkKeys = 1024;
 constexpr int64_t kTileKeys = 256;  // keys per packed K/V tile (L2-sized)
 constexpr int64_t kQueryTile = 64;  // query rows per head in a prefill task
@@ -71,8 +73,11 @@ struct FlashTask {
   int64_t q_len, kv_len, head_dim, value_dim;
   float scale;
   plan::Mask mask;
+  // Units of keys, in this order: the gathered strided columns (if `gathered` and the
+  // mask has them), then key chunks [chunk_begin, chunk_end).
+  int32_t gathered;
   int64_t chunk_begin, chunk_end;
-  // If set, the unnormalized state of the task's rows is written here (one chunk's
+  // If set, the unnormalized state of the task's rows is written here (one unit's
   // partial, `flash_state_floats` per row) instead of o and lse.
   float* partial;
 };

@@ -21,12 +21,6 @@ static inline int64_t FlashKeyLimit(const FlashTask& t) {
   return plan::MaxI(0, plan::MinI(t.kv_len, t.mask.q_start + t.row_end));
 }
 
-static size_t FlashScratchFloats(const FlashTask& t) {
-  const size_t state = FlashStateFloats(t) * static_cast<size_t>(FlashRows(t));
-  return 2 * state + Piece(t.head_dim * kTileKeys) + Piece(kFlashRows * kTileKeys) +
-         (FlashValuesDirect(t) ? 0 : Piece(kTileKeys * PadKeys(t.value_dim)));
-}
-
 static inline void ResetState(float* st, int64_t rows, size_t stride, int64_t dvp) {
   for (int64_t r = 0; r < rows; ++r) {
     float* s = st + r * stride;
@@ -81,40 +75,67 @@ static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
   return c;
 }
 
+// The keys a unit works on: the real keys, or the gathered strided columns (column g is
+// key g * stride; a row may read g < its count, which is plain causal with position
+// count - 1).
+struct FlashSpace {
+  plan::Mask mask;
+  int64_t kv_len;     // keys of the space
+  bool floors;        // the rows' floors apply (real keys)
+};
+
 // The packed tile a block of rows works on.
 struct FlashTile {
-  const float* kt;  // [head_dim][kTileKeys], keys t0 .. t1 (zero padded to tpad)
-  const float* v;   // value row of key t0 (direct or packed)
+  const float* kt;  // [head_dim][kTileKeys], space keys t0 .. t1 (zero padded to tpad)
+  const float* v;   // value row of space key t0 (direct or packed)
   int64_t v_row;
   int64_t t0, t1, tpad;
 };
 
-// R rows (q pointers, positions, states) against one tile: scores, online softmax update,
-// weighted sum into the states.
+// Per-row facts of a task's rows, kept in scratch.
+struct FlashRow {
+  const float* q;
+  int64_t qpos;     // position of the row in the current space
+  int64_t floor;    // real keys below this (a multiple of kTileKeys) are not the row's
+  int64_t strided;  // strided columns below the floor: the gathered unit's keys
+};
+
+// R rows against one tile: scores, online softmax update, weighted sum into the states.
 template <int R>
-static inline void FlashBlock(const FlashTask& t, const FlashTile& tile, const float* const* q,
-                              const int64_t* qpos, float* const* st, float* s_buf) {
+static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                              const FlashRow* rows, float* const* st, float* s_buf) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  int64_t qmin = qpos[0], qmax = qpos[0];
-  for (int r = 1; r < R; ++r) {
+  const float* q[R];
+  int64_t qpos[R];
+  bool active[R];
+  bool any = false;
+  int64_t qmin = rows[0].qpos, qmax = rows[0].qpos;
+  for (int r = 0; r < R; ++r) {
+    q[r] = rows[r].q;
+    qpos[r] = rows[r].qpos;
+    active[r] = !sp.floors || tile.t1 > rows[r].floor;
+    any |= active[r];
     qmin = plan::MinI(qmin, qpos[r]);
     qmax = plan::MaxI(qmax, qpos[r]);
   }
-  if (plan::Classify(t.mask, qmin, qmax + 1, tile.t0, tile.t1, t.kv_len) == plan::kTileEmpty) return;
+  if (!any || plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) == plan::kTileEmpty)
+    return;
   float* s[R];
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
   int64_t j0 = 0;
   for (; j0 + kFlashQkVecs * L <= tile.tpad; j0 += kFlashQkVecs * L)
     QkTile<R, kFlashQkVecs>(q, t.q_dim, tile.kt, kTileKeys, t.head_dim, j0, tile.t0, tile.t1,
-                            t.kv_len, t.mask, qpos, t.scale, s);
+                            sp.kv_len, sp.mask, qpos, t.scale, s);
   for (; j0 < tile.tpad; j0 += L)
-    QkTile<R, 1>(q, t.q_dim, tile.kt, kTileKeys, t.head_dim, j0, tile.t0, tile.t1, t.kv_len,
-                 t.mask, qpos, t.scale, s);
+    QkTile<R, 1>(q, t.q_dim, tile.kt, kTileKeys, t.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                 sp.mask, qpos, t.scale, s);
 
   const int64_t dvp = PadKeys(t.value_dim);
   plan::RowKeys keys[R];
   const plan::RowKeys none{tile.t0, tile.t0, 0, tile.t0};
   for (int r = 0; r < R; ++r) {
+    keys[r] = none;
+    if (!active[r]) continue;  // below the row's floor: another unit holds these keys
     typename S::V vmax = S::Set(-__builtin_inff());
     for (int64_t j = 0; j < tile.tpad; j += L) vmax = S::Max(vmax, S::Load(s[r] + j));
     const float mt = S::ReduceMax(vmax);
@@ -124,10 +145,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashTile& tile, const f
       // Vector max may drop a NaN; look for one before calling the tile empty.
       for (int64_t j = 0; j < tile.tpad; ++j)
         if (s[r][j] != s[r][j]) m_new = s[r][j];
-      if (m_new == -__builtin_inff()) {  // nothing readable yet: the state stays as it is
-        keys[r] = none;
-        continue;
-      }
+      if (m_new == -__builtin_inff()) continue;  // nothing readable yet: no change
       st[r][0] = m_new;
     }
     if (m_new > m_old) {
@@ -144,7 +162,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashTile& tile, const f
       vsum = S::Add(vsum, e);
     }
     st[r][1] += S::ReduceSum(vsum);
-    keys[r] = ClipKeys(plan::KeysOf(t.mask, qpos[r], t.kv_len), tile.t0, tile.t1);
+    keys[r] = ClipKeys(plan::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
   }
 
   const float* p[R];
@@ -166,90 +184,160 @@ static inline void FlashBlock(const FlashTask& t, const FlashTile& tile, const f
   }
 }
 
-// The rows of one head, [row_begin, row_end), against one tile, in blocks of kFlashRows.
-static inline void FlashHeadTile(const FlashTask& t, const FlashTile& tile, int64_t head,
-                                 float* states, size_t stride, float* s_buf) {
-  const int64_t nq = t.row_end - t.row_begin;
-  const float* qh = t.q + head * t.q_head;
-  float* sh = states + static_cast<size_t>(head * nq) * stride;
+// The rows of one head against one tile, in blocks of kFlashRows.
+static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                                 const FlashRow* rows, int64_t nq, float* states, size_t stride,
+                                 float* s_buf) {
+  float* st[kFlashRows];
   int64_t i = 0;
   for (; i + kFlashRows <= nq; i += kFlashRows) {
-    const float* q[kFlashRows];
-    int64_t qpos[kFlashRows];
-    float* st[kFlashRows];
-    for (int r = 0; r < kFlashRows; ++r) {
-      q[r] = qh + (t.row_begin + i + r) * t.q_row;
-      qpos[r] = t.mask.q_start + t.row_begin + i + r;
-      st[r] = sh + static_cast<size_t>(i + r) * stride;
-    }
-    FlashBlock<kFlashRows>(t, tile, q, qpos, st, s_buf);
+    for (int r = 0; r < kFlashRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+    FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf);
   }
   for (; i < nq; ++i) {
-    const float* q[1] = {qh + (t.row_begin + i) * t.q_row};
-    const int64_t qpos[1] = {t.mask.q_start + t.row_begin + i};
-    float* st[1] = {sh + static_cast<size_t>(i) * stride};
-    FlashBlock<1>(t, tile, q, qpos, st, s_buf);
+    st[0] = states + static_cast<size_t>(i) * stride;
+    FlashBlock<1>(t, sp, tile, rows + i, st, s_buf);
+  }
+}
+
+// Scratch pieces of a task.
+struct FlashScratch {
+  float *run, *cur, *kt, *s_buf, *vpack;
+  FlashRow* rows;
+};
+
+static inline size_t FlashRowsFloats(const FlashTask& t) {
+  return Piece(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)) * FlashRows(t));
+}
+
+static size_t FlashScratchFloats(const FlashTask& t) {
+  const size_t state = FlashStateFloats(t) * static_cast<size_t>(FlashRows(t));
+  return 2 * state + Piece(t.head_dim * kTileKeys) + Piece(kFlashRows * kTileKeys) +
+         Piece(kTileKeys * PadKeys(t.value_dim)) + FlashRowsFloats(t);
+}
+
+static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
+  const size_t state = FlashStateFloats(t) * static_cast<size_t>(FlashRows(t));
+  FlashScratch f;
+  f.run = scratch;
+  f.cur = f.run + state;
+  f.kt = f.cur + state;
+  f.s_buf = f.kt + Piece(t.head_dim * kTileKeys);
+  f.vpack = f.s_buf + Piece(kFlashRows * kTileKeys);
+  f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece(kTileKeys * PadKeys(t.value_dim)));
+  return f;
+}
+
+// Packs keys [t0, t1) of a space whose key g is row g * step of k and v.
+static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int64_t t0, int64_t t1,
+                                 int64_t step) {
+  FlashTile tile;
+  tile.t0 = t0;
+  tile.t1 = t1;
+  tile.tpad = PadKeys(t1 - t0);
+  PackKeysT(t.k, t.k_row * step, t.k_dim, t0, t1, tile.tpad, t.head_dim, f.kt, kTileKeys);
+  tile.kt = f.kt;
+  const int64_t dvp = PadKeys(t.value_dim);
+  if (FlashValuesDirect(t)) {
+    tile.v = t.v + t0 * step * t.v_row;
+    tile.v_row = step * t.v_row;
+  } else {
+    for (int64_t j = t0; j < t1; ++j) {
+      float* dst = f.vpack + (j - t0) * dvp;
+      const float* src = t.v + j * step * t.v_row;
+      int64_t d = 0;
+      for (; d < t.value_dim; ++d) dst[d] = src[d * t.v_dim];
+      for (; d < dvp; ++d) dst[d] = 0.0f;
+    }
+    tile.v = f.vpack;
+    tile.v_row = dvp;
+  }
+  return tile;
+}
+
+// One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states `st`.
+static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, float* st) {
+  const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
+  const size_t stride = FlashStateFloats(t);
+  ResetState(st, rows, stride, PadKeys(t.value_dim));
+  FlashSpace sp;
+  int64_t begin, end, step;
+  if (chunk < 0) {  // gathered strided columns: plain causal in column space
+    sp.mask = plan::Mask{1, 0, 0, 0};
+    sp.kv_len = 0;
+    sp.floors = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      f.rows[r].qpos = f.rows[r].strided - 1;
+      sp.kv_len = plan::MaxI(sp.kv_len, f.rows[r].strided);
+    }
+    begin = 0;
+    end = sp.kv_len;
+    step = t.mask.stride;
+  } else {
+    sp.mask = t.mask;
+    sp.kv_len = t.kv_len;
+    sp.floors = true;
+    int64_t floor = f.rows[0].floor;
+    for (int64_t r = 0; r < rows; ++r) {
+      f.rows[r].qpos = t.mask.q_start + t.row_begin + r % nq;
+      floor = plan::MinI(floor, f.rows[r].floor);
+    }
+    begin = plan::MaxI(chunk * kChunkKeys, floor);
+    end = plan::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
+    step = 1;
+  }
+  // Rows are in order of position, so the first and last rows bound what the task reads.
+  const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
+  for (int64_t t0 = begin; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
+    const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (chunk >= 0 && plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
+      continue;  // no row reads this tile: not even packed
+    const FlashTile tile = PackTile(t, f, t0, t1, step);
+    for (int64_t h = 0; h < t.heads; ++h)
+      FlashHeadTile(t, sp, tile, f.rows + h * nq, nq, st + static_cast<size_t>(h * nq) * stride, stride,
+                    f.s_buf);
   }
 }
 
 static void FlashTaskRun(const FlashTask& t, float* scratch) {
-  const int64_t rows = FlashRows(t), dvp = PadKeys(t.value_dim), kmax = FlashKeyLimit(t);
+  const int64_t rows = FlashRows(t), dvp = PadKeys(t.value_dim), nq = t.row_end - t.row_begin;
   const size_t stride = FlashStateFloats(t);
-  float* run = scratch;
-  float* cur = run + stride * static_cast<size_t>(rows);
-  float* kt = cur + stride * static_cast<size_t>(rows);
-  float* s_buf = kt + Piece(t.head_dim * kTileKeys);
-  float* vpack = s_buf + Piece(kFlashRows * kTileKeys);
-  const bool direct = FlashValuesDirect(t);
-
-  ResetState(run, rows, stride, dvp);
-  for (int64_t c = t.chunk_begin; c < t.chunk_end; ++c) {
-    const int64_t c0 = c * kChunkKeys, c1 = plan::MinI(c0 + kChunkKeys, kmax);
-    if (c0 >= c1) break;
-    float* st = c == t.chunk_begin ? run : cur;
-    if (st == cur) ResetState(cur, rows, stride, dvp);
-    for (int64_t t0 = c0; t0 < c1; t0 += kTileKeys) {
-      FlashTile tile;
-      tile.t0 = t0;
-      tile.t1 = plan::MinI(t0 + kTileKeys, c1);
-      tile.tpad = PadKeys(tile.t1 - t0);
-      PackKeysT(t.k, t.k_row, t.k_dim, t0, tile.t1, tile.tpad, t.head_dim, kt, kTileKeys);
-      tile.kt = kt;
-      if (direct) {
-        tile.v = t.v + t0 * t.v_row;
-        tile.v_row = t.v_row;
-      } else {
-        for (int64_t j = t0; j < tile.t1; ++j) {
-          float* dst = vpack + (j - t0) * dvp;
-          int64_t d = 0;
-          for (; d < t.value_dim; ++d) dst[d] = t.v[j * t.v_row + d * t.v_dim];
-          for (; d < dvp; ++d) dst[d] = 0.0f;
-        }
-        tile.v = vpack;
-        tile.v_row = dvp;
-      }
-      for (int64_t h = 0; h < t.heads; ++h) FlashHeadTile(t, tile, h, st, stride, s_buf);
-    }
-    if (st == cur)
-      for (int64_t r = 0; r < rows; ++r) MergeState(run + r * stride, cur + r * stride, dvp);
-  }
-
-  const int64_t nq = t.row_end - t.row_begin;
+  const FlashScratch f = Carve(t, scratch);
+  const bool has_strided = t.mask.causal && t.mask.window > 0 && t.mask.stride > 0;
   for (int64_t r = 0; r < rows; ++r) {
-    const float* st = run + r * stride;
+    const int64_t h = r / nq, i = t.row_begin + r % nq;
+    FlashRow& row = f.rows[r];
+    row.q = t.q + h * t.q_head + i * t.q_row;
+    const plan::RowKeys k = plan::KeysOf(t.mask, t.mask.q_start + i, t.kv_len);
+    row.floor = t.mask.window > 0 ? k.lo / kTileKeys * kTileKeys : 0;
+    row.strided = has_strided ? plan::StridedCount(t.mask.stride, plan::MinI(row.floor, k.strided_end)) : 0;
+  }
+  bool first = true;
+  auto unit = [&](int64_t chunk) {
+    FlashUnit(t, f, chunk, first ? f.run : f.cur);
+    if (!first)
+      for (int64_t r = 0; r < rows; ++r) MergeState(f.run + r * stride, f.cur + r * stride, dvp);
+    first = false;
+  };
+  if (t.gathered && has_strided) unit(-1);
+  for (int64_t c = t.chunk_begin; c < t.chunk_end; ++c) unit(c);
+  if (first) ResetState(f.run, rows, stride, dvp);
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* st = f.run + r * stride;
     if (t.partial) {
       for (size_t d = 0; d < stride; ++d) t.partial[r * stride + d] = st[d];
       continue;
     }
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FinishRow(st, dvp, t.value_dim, t.o + h * t.o_head + i * t.o_row, t.o_dim,
-              t.lse ? t.lse + h * t.lse_head + i * t.lse_row : nullptr, cur);
+              t.lse ? t.lse + h * t.lse_head + i * t.lse_row : nullptr, f.cur);
   }
 }
 
-// Merges the chunk partials of a task's rows in chunk order and writes o and lse.
+// Merges the unit partials of a task's rows in unit order and writes o and lse.
 // `scratch`: FlashStateFloats + PadKeys(value_dim) floats.
-static void FlashMerge(const FlashTask& t, const float* partials, int64_t chunks, float* scratch) {
+static void FlashMerge(const FlashTask& t, const float* partials, int64_t units, float* scratch) {
   const int64_t rows = FlashRows(t), dvp = PadKeys(t.value_dim), nq = t.row_end - t.row_begin;
   const size_t stride = FlashStateFloats(t);
   // The first partial is copied, the next ones merged: as FlashTaskRun does in one task.
@@ -257,7 +345,7 @@ static void FlashMerge(const FlashTask& t, const float* partials, int64_t chunks
   float* tmp = run + stride;
   for (int64_t r = 0; r < rows; ++r) {
     for (size_t d = 0; d < stride; ++d) run[d] = partials[r * stride + d];
-    for (int64_t c = 1; c < chunks; ++c)
+    for (int64_t c = 1; c < units; ++c)
       MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FinishRow(run, dvp, t.value_dim, t.o + h * t.o_head + i * t.o_row, t.o_dim,
