@@ -7,6 +7,9 @@
 // whatever rows share its task (see kChunkKeys in kernels.h).
 
 constexpr int kFlashRows = 4;
+// Row stride of a packed K tile: one cache line more than the tile, so that the rows
+// of the transposing copy do not alias each other in the L1 (4 KiB apart otherwise).
+constexpr int64_t kKtStride = kTileKeys + 16;
 constexpr int kFlashQkVecs = S::kRegs >= 32 ? 4 : 2;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
@@ -86,7 +89,7 @@ struct FlashSpace {
 
 // The packed tile a block of rows works on.
 struct FlashTile {
-  const float* kt;  // [head_dim][kTileKeys], space keys t0 .. t1 (zero padded to tpad)
+  const float* kt;  // [head_dim][kKtStride], space keys t0 .. t1 (zero padded to tpad)
   const float* v;   // value row of space key t0 (direct or packed)
   int64_t v_row;
   int64_t t0, t1, tpad;
@@ -124,10 +127,10 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
   int64_t j0 = 0;
   for (; j0 + kFlashQkVecs * L <= tile.tpad; j0 += kFlashQkVecs * L)
-    QkTile<R, kFlashQkVecs>(q, t.q_dim, tile.kt, kTileKeys, t.head_dim, j0, tile.t0, tile.t1,
+    QkTile<R, kFlashQkVecs>(q, t.q_dim, tile.kt, kKtStride, t.head_dim, j0, tile.t0, tile.t1,
                             sp.kv_len, sp.mask, qpos, t.scale, s);
   for (; j0 < tile.tpad; j0 += L)
-    QkTile<R, 1>(q, t.q_dim, tile.kt, kTileKeys, t.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+    QkTile<R, 1>(q, t.q_dim, tile.kt, kKtStride, t.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
                  sp.mask, qpos, t.scale, s);
 
   const int64_t dvp = PadKeys(t.value_dim);
@@ -184,7 +187,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   }
 }
 
-// The rows of one head against one tile, in blocks of kFlashRows.
+// Rows against one tile, in blocks of kFlashRows consecutive rows.
 static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
                                  const FlashRow* rows, int64_t nq, float* states, size_t stride,
                                  float* s_buf) {
@@ -212,7 +215,7 @@ static inline size_t FlashRowsFloats(const FlashTask& t) {
 
 static size_t FlashScratchFloats(const FlashTask& t) {
   const size_t state = FlashStateFloats(t) * static_cast<size_t>(FlashRows(t));
-  return 2 * state + Piece(t.head_dim * kTileKeys) + Piece(kFlashRows * kTileKeys) +
+  return 2 * state + Piece(t.head_dim * kKtStride) + Piece(kFlashRows * kTileKeys) +
          Piece(kTileKeys * PadKeys(t.value_dim)) + FlashRowsFloats(t);
 }
 
@@ -222,7 +225,7 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.run = scratch;
   f.cur = f.run + state;
   f.kt = f.cur + state;
-  f.s_buf = f.kt + Piece(t.head_dim * kTileKeys);
+  f.s_buf = f.kt + Piece(t.head_dim * kKtStride);
   f.vpack = f.s_buf + Piece(kFlashRows * kTileKeys);
   f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece(kTileKeys * PadKeys(t.value_dim)));
   return f;
@@ -235,7 +238,7 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
   tile.t0 = t0;
   tile.t1 = t1;
   tile.tpad = PadKeys(t1 - t0);
-  PackKeysT(t.k, t.k_row * step, t.k_dim, t0, t1, tile.tpad, t.head_dim, f.kt, kTileKeys);
+  PackKeysT(t.k, t.k_row * step, t.k_dim, t0, t1, tile.tpad, t.head_dim, f.kt, kKtStride);
   tile.kt = f.kt;
   const int64_t dvp = PadKeys(t.value_dim);
   if (FlashValuesDirect(t)) {
@@ -293,9 +296,8 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     if (chunk >= 0 && plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
       continue;  // no row reads this tile: not even packed
     const FlashTile tile = PackTile(t, f, t0, t1, step);
-    for (int64_t h = 0; h < t.heads; ++h)
-      FlashHeadTile(t, sp, tile, f.rows + h * nq, nq, st + static_cast<size_t>(h * nq) * stride, stride,
-                    f.s_buf);
+    // All rows of all heads in one list: decode blocks the heads of a GQA group together.
+    FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf);
   }
 }
 

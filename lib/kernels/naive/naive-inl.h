@@ -15,6 +15,10 @@ static inline size_t Piece(int64_t floats) {
   return plan::RoundUp(static_cast<size_t>(floats), kLine);
 }
 
+// Row stride of packed keys: one cache line more than the keys, so that the rows of the
+// transposing copy do not alias each other in the L1 (they are 4 KiB apart otherwise).
+static inline int64_t KtStride(int64_t kpad) { return kpad + static_cast<int64_t>(kLine); }
+
 // One past the last key any query row of the task may read.
 static inline int64_t KeyLimit(const HeadTask& t) {
   if (!t.mask.causal) return t.kv_len;
@@ -84,6 +88,7 @@ template <int R>
 static inline void QkRows(const HeadTask& t, int64_t i0, const float* kt, int64_t padded,
                           int64_t key_end, const plan::Mask& mask, float scale,
                           float* const* dst) {
+  const int64_t kt_stride = KtStride(padded);
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const float* q[R];
   int64_t qpos[R];
@@ -93,27 +98,27 @@ static inline void QkRows(const HeadTask& t, int64_t i0, const float* kt, int64_
   }
   int64_t j0 = 0;
   for (; j0 + kQkVecs * L <= padded; j0 += kQkVecs * L)
-    QkTile<R, kQkVecs>(q, t.q_dim, kt, padded, t.head_dim, j0, 0, key_end, t.kv_len, mask,
+    QkTile<R, kQkVecs>(q, t.q_dim, kt, kt_stride, t.head_dim, j0, 0, key_end, t.kv_len, mask,
                        qpos, scale, dst);
   for (; j0 < padded; j0 += L)
-    QkTile<R, 1>(q, t.q_dim, kt, padded, t.head_dim, j0, 0, key_end, t.kv_len, mask, qpos,
+    QkTile<R, 1>(q, t.q_dim, kt, kt_stride, t.head_dim, j0, 0, key_end, t.kv_len, mask, qpos,
                  scale, dst);
 }
 
 static size_t NaiveScratchFloats(const HeadTask& t) {
   const int64_t kpad = PadKeys(KeyLimit(t));
-  return Piece(t.head_dim * kpad) + Piece(t.q_len * kpad) + Piece(t.q_len) +
+  return Piece(t.head_dim * KtStride(kpad)) + Piece(t.q_len * kpad) + Piece(t.q_len) +
          ValuesScratch(t, KeyLimit(t)) + Piece(kRowBlock * PadKeys(t.value_dim));
 }
 
 static void NaiveHead(const HeadTask& t, float* scratch) {
   const int64_t kmax = KeyLimit(t), kpad = PadKeys(kmax);
   float* kt = scratch;
-  float* s = kt + Piece(t.head_dim * kpad);
+  float* s = kt + Piece(t.head_dim * KtStride(kpad));
   float* row_lse = s + Piece(t.q_len * kpad);
   float* vpack = row_lse + Piece(t.q_len);
   float* otmp = vpack + ValuesScratch(t, kmax);
-  PackKeysT(t.k, t.k_row, t.k_dim, 0, kmax, kpad, t.head_dim, kt, kpad);
+  PackKeysT(t.k, t.k_row, t.k_dim, 0, kmax, kpad, t.head_dim, kt, KtStride(kpad));
 
   int64_t i = 0;
   for (; i + kRowBlock <= t.q_len; i += kRowBlock) {
@@ -163,14 +168,14 @@ static void NaiveHead(const HeadTask& t, float* scratch) {
 // Stage: unscaled, unmasked q k^T into task.weights, kRowBlock rows at a time.
 static size_t ScoresScratchFloats(const HeadTask& t) {
   const int64_t kpad = PadKeys(t.kv_len);
-  return Piece(t.head_dim * kpad) + Piece(kRowBlock * kpad);
+  return Piece(t.head_dim * KtStride(kpad)) + Piece(kRowBlock * kpad);
 }
 
 static void ScoresHead(const HeadTask& t, float* scratch) {
   const int64_t kpad = PadKeys(t.kv_len);
   float* kt = scratch;
-  float* s = kt + Piece(t.head_dim * kpad);
-  PackKeysT(t.k, t.k_row, t.k_dim, 0, t.kv_len, kpad, t.head_dim, kt, kpad);
+  float* s = kt + Piece(t.head_dim * KtStride(kpad));
+  PackKeysT(t.k, t.k_row, t.k_dim, 0, t.kv_len, kpad, t.head_dim, kt, KtStride(kpad));
   const plan::Mask full{0, 0, 0, 0};
   for (int64_t i = 0; i < t.q_len; i += kRowBlock) {
     const int64_t rows = plan::MinI(kRowBlock, t.q_len - i);
