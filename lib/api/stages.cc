@@ -227,6 +227,8 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
   });
 }
 
+}  // extern "C"
+
 namespace {
 
 // dst [B, H, T, D] <-> src [B, T, H*D] views for the head layout calls.
@@ -255,6 +257,8 @@ void Copy(octattn_context* ctx, const kernels::View4& src, const kernels::View4&
 }
 
 }  // namespace
+
+extern "C" {
 
 octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* src,
                                    int64_t heads, octattn_tensor* dst) {

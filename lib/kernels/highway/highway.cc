@@ -20,7 +20,7 @@ struct S {
   using D = hn::ScalableTag<float>;
   using V = hn::Vec<D>;
   static constexpr size_t kLanes = hn::MaxLanes(D());
-  static constexpr int kRegs = HWY_TARGET == HWY_AVX3 ? 32 : 16;
+  static constexpr int kRegs = (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) ? 32 : 16;
   static HWY_INLINE V Zero() { return hn::Zero(D()); }
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }
@@ -30,12 +30,25 @@ struct S {
   static HWY_INLINE V Mul(V a, V b) { return hn::Mul(a, b); }
   static HWY_INLINE V MulAdd(V a, V b, V c) { return hn::MulAdd(a, b, c); }
   static HWY_INLINE V Max(V a, V b) { return hn::Max(a, b); }
-  // Highway's Exp maps NaN to 0; IEEE (and the reference) keep it NaN.
+  // Highway's Exp converts x to an integer first, which for NaN and infinities is
+  // undefined behaviour on its scalar (EMU128) target, and maps NaN to 0. The kernels
+  // only take exp of x <= 0: x is clamped to [-200, 0] (exp(-200) is 0 in f32, as is
+  // exp(-inf)) and NaN is passed through, as IEEE and the reference do.
   static HWY_INLINE V Exp(V x) {
-    return hn::IfThenElse(hn::Eq(x, x), hn::Exp(D(), x), x);
+    const auto is_num = hn::Eq(x, x);
+    const V clamped = hn::Min(hn::Max(hn::IfThenElseZero(is_num, x), Set(-200.0f)), Zero());
+    return hn::IfThenElse(is_num, hn::Exp(D(), clamped), x);
   }
   static HWY_INLINE float ReduceSum(V v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
-  static HWY_INLINE float ReduceMax(V v) { return hn::GetLane(hn::MaxOfLanes(D(), v)); }
+  // Not MaxOfLanes: on EMU128 it starts from the lowest finite value, so a vector of
+  // -inf (a fully masked row) would come back as -FLT_MAX.
+  static HWY_INLINE float ReduceMax(V v) {
+    alignas(64) float lanes[kLanes];
+    hn::StoreU(v, D(), lanes);
+    float m = lanes[0];
+    for (size_t i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
+    return m;
+  }
 };
 
 #include "lib/kernels/qk/qk-inl.h"
@@ -45,7 +58,8 @@ struct S {
 #include "lib/kernels/flash/flash-inl.h"
 
 constexpr Target ThisTarget() {
-  return HWY_TARGET == HWY_AVX3   ? kAvx512
+  // AVX3_DL (compiled by some compilers) is AVX-512 too.
+  return (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) ? kAvx512
          : HWY_TARGET == HWY_AVX2 ? kAvx2
          : HWY_TARGET == HWY_SSE4 ? kSse4
          : HWY_TARGET == HWY_SSSE3 ? kSsse3

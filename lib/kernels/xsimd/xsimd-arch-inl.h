@@ -25,7 +25,12 @@ struct S {
   static OCTATTN_INLINE V Mul(V a, V b) { return a * b; }
   static OCTATTN_INLINE V MulAdd(V a, V b, V c) { return xsimd::fma(a, b, c); }
   static OCTATTN_INLINE V Max(V a, V b) { return xsimd::max(a, b); }
-  static OCTATTN_INLINE V Exp(V x) { return xsimd::select(x == x, xsimd::exp(x), x); }
+  // exp of x <= 0, NaN passed through (as the Highway adapter: same clamp to [-200, 0]).
+  static OCTATTN_INLINE V Exp(V x) {
+    const auto is_num = x == x;
+    const V clamped = xsimd::min(xsimd::max(xsimd::select(is_num, x, V(0.0f)), V(-200.0f)), V(0.0f));
+    return xsimd::select(is_num, xsimd::exp(clamped), x);
+  }
   static OCTATTN_INLINE float ReduceSum(V v) { return xsimd::hadd(v); }
   static OCTATTN_INLINE float ReduceMax(V v) {
     alignas(64) float lanes[kLanes];

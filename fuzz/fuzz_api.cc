@@ -1,0 +1,178 @@
+// The boundary: arbitrary option structs, tensor views (sizes, strides, overflow,
+// aliasing, alignment, dtypes), workspaces and entry points. Every call either fails
+// with a status and a message and leaves all memory as it was, or succeeds and writes
+// nothing outside its outputs' extents. All tensors live in one canary-filled arena.
+#include <algorithm>
+
+#include "fuzz_support.h"
+
+using namespace fuzz;
+
+namespace {
+
+constexpr size_t kArenaFloats = 8192;
+constexpr uint32_t kCanary = 0x7fc0dead;  // a NaN no computation produces
+
+const int64_t kSizes[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 0, -1, -7, int64_t{1} << 60, (int64_t{1} << 60) + 1,
+                          INT64_MAX, INT64_MIN, 1000000, 33};
+const int64_t kStrides[] = {0, 1, 2, 3, 4, 8, 16, 17, 64, 256, 1000, -1, -64, INT64_MAX / 2, INT64_MAX,
+                            INT64_MIN, int64_t{1} << 40, 5};
+
+struct View {
+  octattn_tensor t{};
+  bool null = false;
+  bool valid_looking = true;  // sizes > 0, strides >= 0, extent computable
+  uint64_t lo = 0, hi = 0;    // byte range, if valid-looking
+};
+
+View ReadView(Input& in, float* arena) {
+  View v;
+  const uint8_t mode = in.Byte();
+  v.null = mode % 23 == 0;
+  const size_t offset = in.Range(0, kArenaFloats - 1);
+  char* base = reinterpret_cast<char*>(arena + offset);
+  v.t.data = mode % 29 == 1 ? nullptr : base + (mode % 31 == 2 ? 1 + mode % 3 : 0);
+  v.t.dtype = mode % 37 == 3 ? static_cast<int32_t>(in.Range(-1, 5)) : OCTATTN_DTYPE_F32;
+  v.t.reserved = mode % 41 == 4 ? 1 : 0;
+  for (int d = 0; d < 4; ++d) {
+    const uint8_t b = in.Byte();
+    v.t.shape[d] = b < 200 ? 1 + b % 9 : kSizes[b % (sizeof(kSizes) / sizeof(kSizes[0]))];
+    const uint8_t s = in.Byte();
+    v.t.stride[d] = s < 200 ? s % 70 : kStrides[s % (sizeof(kStrides) / sizeof(kStrides[0]))];
+  }
+  int64_t span = 0;
+  for (int d = 0; d < 4; ++d) {
+    int64_t part;
+    if (v.t.shape[d] < 1 || v.t.stride[d] < 0 || __builtin_mul_overflow(v.t.shape[d] - 1, v.t.stride[d], &part) ||
+        __builtin_add_overflow(span, part, &span))
+      v.valid_looking = false;
+  }
+  if (v.valid_looking && v.t.data) {
+    v.lo = reinterpret_cast<uint64_t>(v.t.data);
+    v.hi = v.lo + (static_cast<uint64_t>(span) + 1) * 4;
+  }
+  return v;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in(data, size);
+  static std::vector<float> arena_store(kArenaFloats + 64);
+  float* arena = arena_store.data();
+  const uint64_t arena_lo = reinterpret_cast<uint64_t>(arena);
+  const uint64_t arena_hi = arena_lo + kArenaFloats * 4;
+  for (size_t i = 0; i < arena_store.size(); ++i) std::memcpy(&arena[i], &kCanary, 4);
+
+  const int call = static_cast<int>(in.Range(0, 9));
+  View views[4];
+  for (View& v : views) v = ReadView(in, arena);
+  // A view that looks valid but reaches past the arena would be a caller's bug, not a
+  // library's: such calls are not made. Nor are calls with more work than a fuzz input
+  // should take.
+  double work = 1;
+  for (const View& v : views) {
+    if (v.null || !v.t.data || !v.valid_looking) continue;
+    if (v.lo < arena_lo || v.hi > arena_hi) return 0;
+    double n = 1;
+    for (int d = 0; d < 4; ++d) n *= static_cast<double>(v.t.shape[d]);
+    work = std::max(work, n);
+  }
+  if (work > 1e5) return 0;
+  for (const View& v : views)
+    if (v.valid_looking && !v.null && v.t.data)
+      for (int d = 0; d < 4; ++d)
+        if (v.t.shape[d] > 4096) return 0;  // broadcast views of huge sizes: valid, slow
+
+  // Options in a larger buffer: struct_size and the tail bytes are fuzzed.
+  unsigned char opt_buf[128] = {0};
+  octattn_attention_options* opt = reinterpret_cast<octattn_attention_options*>(opt_buf);
+  octattn_attention_options_init(opt);
+  const uint8_t om = in.Byte();
+  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 128));
+  if (om & 2) opt_buf[sizeof(octattn_attention_options) + in.Range(0, 127 - sizeof(octattn_attention_options))] = in.Byte();
+  if (om & 4) opt->causal = static_cast<int32_t>(in.Range(-1, 2));
+  if (om & 8) opt->algorithm = static_cast<int32_t>(in.Range(-1, 4));
+  if (om & 16) opt->window = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
+  if (om & 32) opt->stride = in.Bool() ? in.Range(-2, 9) : static_cast<int64_t>(in.U64());
+  if (om & 64) opt->q_start = in.Bool() ? in.Range(-20, 20) : static_cast<int64_t>(in.U64());
+  if (om & 128) opt->scale = in.AnyBits();
+  const bool null_opt = in.Range(0, 15) == 0;
+
+  octattn_context* ctx = nullptr;
+  FUZZ_CHECK(octattn_context_create(&ctx) == OCTATTN_OK);
+  octattn_context_set_threads(ctx, static_cast<int32_t>(in.Range(1, 2)));
+  // Workspace: none, or a piece of the arena of a fuzzed size.
+  void* ws = nullptr;
+  size_t ws_size = 0;
+  if (in.Bool()) {
+    ws_size = static_cast<size_t>(in.Range(0, 16384));
+    const size_t ws_offset = static_cast<size_t>(in.Range(0, kArenaFloats * 4 - 1));
+    if (ws_offset + ws_size <= kArenaFloats * 4) ws = reinterpret_cast<char*>(arena) + ws_offset;
+  }
+
+  auto T = [&](int i) -> octattn_tensor* { return views[i].null ? nullptr : &views[i].t; };
+  octattn_status st = OCTATTN_OK;
+  int outputs[4] = {0, 0, 0, 0};  // which views the call may write
+  const octattn_attention_options* o = null_opt ? nullptr : opt;
+  switch (call) {
+    case 0: {
+      size_t bytes = 0;
+      st = octattn_attention_workspace_size(ctx, o, T(0), T(1), T(2), T(3), nullptr, nullptr, &bytes);
+      break;
+    }
+    case 1:
+      st = octattn_attention(ctx, o, T(0), T(1), T(2), T(3), nullptr, nullptr, ws, ws_size);
+      outputs[3] = 1;
+      break;
+    case 2:
+      st = octattn_scores(ctx, T(0), T(1), T(3));
+      outputs[3] = 1;
+      break;
+    case 3:
+      st = octattn_scale(ctx, T(3), in.AnyBits());
+      outputs[3] = 1;
+      break;
+    case 4:
+      st = octattn_mask(ctx, o, T(3));
+      outputs[3] = 1;
+      break;
+    case 5:
+      st = octattn_softmax(ctx, T(3), in.Bool() ? T(2) : nullptr);
+      outputs[3] = outputs[2] = 1;
+      break;
+    case 6:
+      st = octattn_weighted_sum(ctx, T(0), T(1), T(3));
+      outputs[3] = 1;
+      break;
+    case 7:
+      st = octattn_split_heads(ctx, T(0), in.Range(-1, 9), T(3));
+      outputs[3] = 1;
+      break;
+    case 8:
+      st = octattn_merge_heads(ctx, T(0), T(3));
+      outputs[3] = 1;
+      break;
+    default:
+      st = octattn_split_qkv(ctx, T(0), in.Range(-1, 5), in.Range(-1, 3), T(1), T(2), T(3));
+      outputs[1] = outputs[2] = outputs[3] = 1;
+      break;
+  }
+  FUZZ_CHECK(octattn_status_string(st) != nullptr);
+  if (st != OCTATTN_OK) {
+    FUZZ_CHECK(st > OCTATTN_OK && st <= OCTATTN_ERROR_INTERNAL && st != OCTATTN_ERROR_INTERNAL);
+    FUZZ_CHECK(octattn_context_last_error(ctx)[0] != '\0');
+    for (size_t i = 0; i < arena_store.size(); ++i) FUZZ_CHECK(std::memcmp(&arena[i], &kCanary, 4) == 0);
+  } else {
+    // Nothing outside the outputs' extents (and the workspace) changed.
+    for (size_t i = 0; i < arena_store.size(); ++i) {
+      const uint64_t addr = reinterpret_cast<uint64_t>(&arena[i]);
+      bool inside = ws && addr >= reinterpret_cast<uint64_t>(ws) && addr < reinterpret_cast<uint64_t>(ws) + ws_size;
+      for (int v = 0; v < 4; ++v)
+        inside |= outputs[v] && !views[v].null && addr >= views[v].lo && addr < views[v].hi;
+      if (!inside) FUZZ_CHECK(std::memcmp(&arena[i], &kCanary, 4) == 0);
+    }
+  }
+  octattn_context_destroy(ctx);
+  return 0;
+}

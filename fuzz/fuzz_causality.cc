@@ -1,0 +1,40 @@
+// Causality: overwriting position p of q, k and v with any bits (NaN, infinities,
+// denormals, huge values) leaves every output row before p byte-identical, for every
+// mask, alignment, GQA ratio, layout, algorithm, backend, target and thread count.
+#include "fuzz_support.h"
+
+using namespace fuzz;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in(data, size);
+  const Problem p = Problem::Read(in, 48);
+  const int64_t pos = in.Range(0, p.kv_len - 1);
+  const int64_t edit_batch = in.Range(0, p.batch - 1);
+  float bits[4];
+  for (float& b : bits) b = in.AnyBits();
+  Tensors base(p, p.layout);
+  FillSmall(in, base.q);
+  FillSmall(in, base.k);
+  FillSmall(in, base.v);
+
+  Context ctx(p, p.threads);
+  FUZZ_CHECK(Attend(ctx, p.opt, base) == OCTATTN_OK);
+  Tensors edited = base;
+  int n = 0;
+  for (int64_t h = 0; h < p.kv_heads; ++h) {
+    for (int64_t d = 0; d < p.head_dim; ++d) edited.k.at(edit_batch, h, pos, d) = bits[n++ % 4];
+    for (int64_t d = 0; d < p.value_dim; ++d) edited.v.at(edit_batch, h, pos, d) = bits[n++ % 4];
+  }
+  const int64_t q_start = p.q_start();
+  const int64_t row = pos - q_start;  // the query row at position pos, if any
+  if (p.opt.causal && row >= 0 && row < p.q_len)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t d = 0; d < p.head_dim; ++d) edited.q.at(edit_batch, h, row, d) = bits[n++ % 4];
+  FUZZ_CHECK(Attend(ctx, p.opt, edited) == OCTATTN_OK);
+  if (!p.opt.causal) return 0;  // full attention: every row may read position pos
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i)
+        if (b != edit_batch || q_start + i < pos) FUZZ_CHECK(edited.o.RowEquals(base.o, b, h, i));
+  return 0;
+}

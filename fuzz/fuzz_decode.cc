@@ -1,0 +1,50 @@
+// Decode: a one-row decode at position i (and a short chunked prefill ending at i)
+// equals prefill row i byte for byte on the fused path, as the header promises.
+#include <algorithm>
+
+#include "fuzz_support.h"
+
+using namespace fuzz;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in(data, size);
+  Problem p = Problem::Read(in, 40);
+  p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
+  p.opt.causal = 1;
+  p.opt.q_start = OCTATTN_Q_START_DEFAULT;
+  // Long sequences cross the fused path's 1024-key chunks: a few per input.
+  const bool long_seq = in.Range(0, 7) == 0;
+  const int64_t n = long_seq ? in.Range(1000, 2600) : p.kv_len;
+  if (long_seq) {  // keep an input fast: small heads
+    p.batch = 1;
+    p.q_heads = p.q_heads / p.kv_heads;
+    p.kv_heads = 1;
+    p.head_dim = std::min<int64_t>(p.head_dim, 16);
+    p.value_dim = std::min<int64_t>(p.value_dim, 16);
+  }
+  p.q_len = p.kv_len = n;
+  Tensors full(p, p.layout);
+  FillSmall(in, full.q);
+  FillSmall(in, full.k);
+  FillSmall(in, full.v);
+  Context ctx(p, p.threads);
+  FUZZ_CHECK(Attend(ctx, p.opt, full) == OCTATTN_OK);
+  for (int probe = 0; probe < 3; ++probe) {
+    const int64_t i = in.Range(0, n - 1);
+    const int64_t rows = in.Range(1, std::min<int64_t>(i + 1, 4));
+    octattn_tensor q = full.q.t, k = full.k.t, v = full.v.t;
+    q.data = static_cast<float*>(q.data) + (i + 1 - rows) * q.stride[2];
+    q.shape[2] = rows;
+    k.shape[2] = v.shape[2] = i + 1;
+    Tensor o(p.batch, p.q_heads, rows, p.value_dim, kBHTD);
+    FUZZ_CHECK(octattn_attention(ctx, &p.opt, &q, &k, &v, &o.t, nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.q_heads; ++h)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t d = 0; d < p.value_dim; ++d) {
+            const float x = o.at(b, h, r, d), y = full.o.at(b, h, i + 1 - rows + r, d);
+            FUZZ_CHECK(std::memcmp(&x, &y, sizeof(float)) == 0);
+          }
+  }
+  return 0;
+}

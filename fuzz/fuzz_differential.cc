@@ -1,0 +1,85 @@
+// Differential: naive and fused against the fp64 reference within the documented
+// tolerance; the same bytes for 1 and 2 threads, for another layout of the same
+// numbers, for one batch computed alone, and for a second run.
+#include <algorithm>
+
+#include "fuzz_support.h"
+
+using namespace fuzz;
+
+namespace {
+
+// Largest |scaled score| of the problem: fp32 score errors grow with it.
+double MaxScore(const Problem& p, const Tensors& t) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  const int64_t group = p.q_heads / p.kv_heads;
+  double m = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i)
+        for (int64_t j = 0; j < p.kv_len; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < p.head_dim; ++d) s += double(t.q.at(b, h, i, d)) * t.k.at(b, h / group, j, d);
+          m = std::max(m, std::fabs(s * scale));
+        }
+  return m;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in(data, size);
+  Problem p = Problem::Read(in, 40);
+  if (p.opt.algorithm == OCTATTN_ALGORITHM_REFERENCE) p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
+  const int other_layout = static_cast<int>(in.Range(0, 3));
+  Tensors t(p, p.layout);
+  FillSmall(in, t.q);
+  FillSmall(in, t.k);
+  FillSmall(in, t.v);
+
+  Context one(p, 1), two(p, 2);
+  FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);
+  Tensors again = t, threads = t, ref = t;
+  FUZZ_CHECK(Attend(one, p.opt, again) == OCTATTN_OK);
+  FUZZ_CHECK(SameBytes(again.o, t.o));  // determinism
+  FUZZ_CHECK(Attend(two, p.opt, threads) == OCTATTN_OK);
+  FUZZ_CHECK(SameBytes(threads.o, t.o));  // thread invariance
+
+  Tensors laid(p, other_layout);
+  laid.CopyFrom(t);
+  FUZZ_CHECK(Attend(one, p.opt, laid) == OCTATTN_OK);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(laid.o.RowEquals(t.o, b, h, i));  // layout
+
+  if (p.batch == 2) {  // batch 1 alone, as views of the same buffers
+    Tensors shard = t;
+    octattn_tensor q = shard.q.t, k = shard.k.t, v = shard.v.t, o = shard.o.t;
+    for (octattn_tensor* x : {&q, &k, &v, &o}) {
+      x->data = static_cast<float*>(x->data) + x->stride[0];
+      x->shape[0] = 1;
+    }
+    FUZZ_CHECK(octattn_attention(one, &p.opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(shard.o.RowEquals(t.o, 1, h, i));
+  }
+
+  octattn_attention_options ref_opt = p.opt;
+  ref_opt.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+  FUZZ_CHECK(Attend(one, ref_opt, ref) == OCTATTN_OK);
+  float max_v = 0;
+  for (float x : t.v.buf) max_v = std::max(max_v, std::fabs(x));
+  const double bound = 2e-6 * max_v * std::max(1.0, MaxScore(p, t));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i)
+        for (int64_t d = 0; d < p.value_dim; ++d) {
+          const double diff = std::fabs(double(t.o.at(b, h, i, d)) - ref.o.at(b, h, i, d));
+          if (!(diff <= bound)) {
+            std::fprintf(stderr, "row %lld dim %lld: %.9g vs reference %.9g (bound %.3g)\n", (long long)i,
+                         (long long)d, t.o.at(b, h, i, d), ref.o.at(b, h, i, d), bound);
+            FUZZ_CHECK(diff <= bound);
+          }
+        }
+  return 0;
+}

@@ -1,0 +1,203 @@
+// Shared by the fuzz targets: reading parameters from the input's prefix, building
+// tensors in several layouts, and calling the public API. Assertions are always on.
+#ifndef OCTATTN_FUZZ_FUZZ_SUPPORT_H_
+#define OCTATTN_FUZZ_FUZZ_SUPPORT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "octattn.h"
+
+#define FUZZ_CHECK(cond)                                                         \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                              \
+    }                                                                            \
+  } while (0)
+
+namespace fuzz {
+
+// Reads the input front to back; past its end every read returns zeros.
+class Input {
+ public:
+  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  uint32_t U32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(Byte()) << (8 * i);
+    return v;
+  }
+  uint64_t U64() { return U32() | static_cast<uint64_t>(U32()) << 32; }
+  // An integer in [lo, hi].
+  int64_t Range(int64_t lo, int64_t hi) {
+    const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+    return lo + static_cast<int64_t>((span > 255 ? U32() : Byte()) % span);
+  }
+  bool Bool() { return Byte() & 1; }
+  // Moderate finite values: (int8) / 16.
+  float Small() { return static_cast<int8_t>(Byte()) / 16.0f; }
+  // Any bit pattern: NaN, infinities, denormals, huge values.
+  float AnyBits() {
+    const uint32_t bits = U32();
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+  size_t remaining() const { return pos_ < size_ ? size_ - pos_ : 0; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+enum Layout { kBHTD = 0, kBTHD = 1, kPaddedRows = 2, kDimSlowest = 3 };
+
+// A logical [a, b, c, d] f32 tensor with its own buffer.
+struct Tensor {
+  std::vector<float> buf;
+  octattn_tensor t{};
+  Tensor(const Tensor& o) : buf(o.buf), t(o.t) { t.data = buf.data(); }
+  Tensor& operator=(const Tensor& o) {
+    buf = o.buf;
+    t = o.t;
+    t.data = buf.data();
+    return *this;
+  }
+  Tensor(int64_t a, int64_t b, int64_t c, int64_t d, int layout) {
+    const int64_t s[4] = {a, b, c, d};
+    int64_t* st = t.stride;
+    switch (layout) {
+      case kBTHD: st[3] = 1, st[1] = d, st[2] = b * d, st[0] = b * c * d; break;
+      case kPaddedRows: st[3] = 1, st[2] = d + 1, st[1] = c * (d + 1) + 2, st[0] = b * st[1]; break;
+      case kDimSlowest: st[2] = 1, st[3] = c, st[1] = c * d, st[0] = b * c * d; break;
+      default: st[3] = 1, st[2] = d, st[1] = c * d, st[0] = b * c * d; break;
+    }
+    int64_t span = 1;
+    for (int i = 0; i < 4; ++i) span += (s[i] - 1) * st[i];
+    buf.assign(static_cast<size_t>(span), 0.0f);
+    t.data = buf.data();
+    t.dtype = OCTATTN_DTYPE_F32;
+    for (int i = 0; i < 4; ++i) t.shape[i] = s[i];
+  }
+  float& at(int64_t a, int64_t b, int64_t c, int64_t d) {
+    return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
+  }
+  const float& at(int64_t a, int64_t b, int64_t c, int64_t d) const {
+    return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
+  }
+  bool RowEquals(const Tensor& o, int64_t a, int64_t b, int64_t c) const {
+    for (int64_t d = 0; d < t.shape[3]; ++d) {
+      const float x = at(a, b, c, d), y = o.at(a, b, c, d);
+      if (std::memcmp(&x, &y, sizeof(float)) != 0) return false;
+    }
+    return true;
+  }
+};
+
+// A fuzzed attention problem: sizes, mask and how to run it.
+struct Problem {
+  int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+  octattn_attention_options opt;
+  int layout;
+  octattn_backend backend;
+  octattn_target target;  // AUTO or one this CPU runs
+  int32_t threads;
+
+  static Problem Read(Input& in, int64_t max_len) {
+    Problem p;
+    p.batch = in.Range(1, 2);
+    p.kv_heads = in.Range(1, 3);
+    p.q_heads = p.kv_heads * in.Range(1, 4);
+    p.kv_len = in.Range(1, max_len);
+    p.q_len = in.Bool() ? p.kv_len : in.Range(1, max_len);
+    p.head_dim = in.Range(1, 64);
+    p.value_dim = in.Bool() ? p.head_dim : in.Range(1, 64);
+    octattn_attention_options_init(&p.opt);
+    p.opt.causal = in.Range(0, 7) != 0;
+    if (p.opt.causal) {
+      p.opt.window = in.Bool() ? 0 : in.Range(1, max_len);
+      p.opt.stride = in.Bool() ? 0 : in.Range(1, 9);
+      if (in.Range(0, 3) == 0) p.opt.q_start = in.Range(-8, max_len);
+    }
+    p.opt.algorithm = static_cast<octattn_algorithm>(in.Range(1, 3));
+    p.layout = static_cast<int>(in.Range(0, 3));
+    p.backend = in.Bool() ? OCTATTN_BACKEND_XSIMD : OCTATTN_BACKEND_HIGHWAY;
+    octattn_target list[8];
+    size_t n = 0;
+    octattn_available_targets(p.backend, list, 8, &n);
+    const int64_t pick = in.Range(0, static_cast<int64_t>(n));
+    p.target = pick == 0 ? OCTATTN_TARGET_AUTO : list[pick - 1];
+    p.threads = static_cast<int32_t>(in.Range(1, 2));
+    return p;
+  }
+  int64_t q_start() const {
+    if (!opt.causal) return 0;
+    return opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start;
+  }
+};
+
+struct Tensors {
+  Tensor q, k, v, o;
+  Tensors(const Problem& p, int layout)
+      : q(p.batch, p.q_heads, p.q_len, p.head_dim, layout),
+        k(p.batch, p.kv_heads, p.kv_len, p.head_dim, layout),
+        v(p.batch, p.kv_heads, p.kv_len, p.value_dim, layout),
+        o(p.batch, p.q_heads, p.q_len, p.value_dim, layout) {}
+  // Logical values from `from` (any layout).
+  void CopyFrom(const Tensors& from) {
+    Copy(from.q, q);
+    Copy(from.k, k);
+    Copy(from.v, v);
+  }
+  static void Copy(const Tensor& src, Tensor& dst) {
+    for (int64_t a = 0; a < src.t.shape[0]; ++a)
+      for (int64_t b = 0; b < src.t.shape[1]; ++b)
+        for (int64_t c = 0; c < src.t.shape[2]; ++c)
+          for (int64_t d = 0; d < src.t.shape[3]; ++d) dst.at(a, b, c, d) = src.at(a, b, c, d);
+  }
+};
+
+inline void FillSmall(Input& in, Tensor& x) {
+  for (int64_t a = 0; a < x.t.shape[0]; ++a)
+    for (int64_t b = 0; b < x.t.shape[1]; ++b)
+      for (int64_t c = 0; c < x.t.shape[2]; ++c)
+        for (int64_t d = 0; d < x.t.shape[3]; ++d) x.at(a, b, c, d) = in.Small();
+}
+
+class Context {
+ public:
+  Context(const Problem& p, int32_t threads) {
+    FUZZ_CHECK(octattn_context_create(&ctx_) == OCTATTN_OK);
+    FUZZ_CHECK(octattn_context_set_threads(ctx_, threads) == OCTATTN_OK);
+    FUZZ_CHECK(octattn_context_set_target(ctx_, p.backend, p.target) == OCTATTN_OK);
+  }
+  ~Context() { octattn_context_destroy(ctx_); }
+  operator octattn_context*() const { return ctx_; }
+
+ private:
+  octattn_context* ctx_ = nullptr;
+};
+
+inline octattn_status Attend(octattn_context* ctx, const octattn_attention_options& opt, Tensors& t) {
+  return octattn_attention(ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t, nullptr, nullptr, nullptr, 0);
+}
+
+inline bool SameBytes(const Tensor& x, const Tensor& y) {
+  for (int64_t a = 0; a < x.t.shape[0]; ++a)
+    for (int64_t b = 0; b < x.t.shape[1]; ++b)
+      for (int64_t c = 0; c < x.t.shape[2]; ++c)
+        if (!x.RowEquals(y, a, b, c)) return false;
+  return true;
+}
+
+}  // namespace fuzz
+
+#endif  // OCTATTN_FUZZ_FUZZ_SUPPORT_H_
