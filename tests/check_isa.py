@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 GROUPS = {
-    # namespace marker: (needs FMA on this register, forbidden pattern)
+    # group: (needs FMA on this register, forbidden pattern)
     "N_AVX3::": ("zmm", None),
     "xsimd_avx512::": ("zmm", None),
     "N_AVX2::": ("ymm", r"%zmm"),
@@ -24,6 +24,24 @@ GROUPS = {
     "xsimd_sse4::": (None, r"^v"),
     "xsimd_sse2::": (None, r"^v"),
 }
+# Functions of a group: the library's own per-target namespace, and, for xsimd, its
+# instantiations for that arch (which builds without full inlining keep out of line).
+MARKERS = {
+    "xsimd_avx512::": ("xsimd_avx512::", "xsimd::avx512bw>"),
+    "xsimd_avx2::": ("xsimd_avx2::", "xsimd::fma3<xsimd::avx2> >", "xsimd::fma3<xsimd::avx2>>"),
+    "xsimd_sse4::": ("xsimd_sse4::", "xsimd::sse4_2>"),
+    "xsimd_sse2::": ("xsimd_sse2::", "xsimd::sse2>"),
+}
+
+
+def group_of(name):
+    for g in GROUPS:
+        if g.startswith("N_"):
+            if g in name and "octattn::kernels::" in name:
+                return g
+        elif any(m in name for m in MARKERS[g]):
+            return g
+    return None
 
 
 def check_isa(lib):
@@ -35,7 +53,7 @@ def check_isa(lib):
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
         if m:
             name = m.group(1)
-            current = next((g for g in GROUPS if g in name and "octattn::kernels::" in name), None)
+            current = group_of(name)
             continue
         if current is None:
             continue

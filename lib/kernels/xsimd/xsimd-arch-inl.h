@@ -23,7 +23,14 @@ struct S {
   static OCTATTN_INLINE V Add(V a, V b) { return a + b; }
   static OCTATTN_INLINE V Sub(V a, V b) { return a - b; }
   static OCTATTN_INLINE V Mul(V a, V b) { return a * b; }
-  static OCTATTN_INLINE V MulAdd(V a, V b, V c) { return xsimd::fma(a, b, c); }
+  // xsimd 8.1 has no AVX-512 fma kernel (its generic one is a multiply and an add, two
+  // roundings, fused or not at the compiler's will): the instruction is named here.
+  static OCTATTN_INLINE V MulAdd(V a, V b, V c) {
+#if defined(__AVX512F__)
+    if constexpr (V::size == 16) return V(_mm512_fmadd_ps(a, b, c));
+#endif
+    return xsimd::fma(a, b, c);
+  }
   static OCTATTN_INLINE V Max(V a, V b) { return xsimd::max(a, b); }
   // exp of x <= 0, NaN passed through (as the Highway adapter: same clamp to [-200, 0]).
   static OCTATTN_INLINE V Exp(V x) {
