@@ -53,7 +53,7 @@ struct HeadTask {
 // merged afterwards (decode), and whatever the other rows of its task are.
 constexpr int64_t kChunkKeys = 1024;
 constexpr int64_t kTileKeys = 256;  // keys per packed K/V tile (L2-sized)
-constexpr int64_t kQueryTile = 64;  // query rows per head in a prefill task
+constexpr int64_t kQueryTile = 128;  // query rows per head in a prefill task
 
 // One fused-path task: query rows [row_begin, row_end) of `heads` consecutive query heads
 // sharing one kv head, against key chunks [chunk_begin, chunk_end). Pointers point at
