@@ -4,6 +4,8 @@
 #define HWY_TARGET_INCLUDE "lib/kernels/highway/highway.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <immintrin.h>  // the AVX block transpose (transpose-inl.h)
+
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
@@ -21,6 +23,8 @@ struct S {
   using V = hn::Vec<D>;
   static constexpr size_t kLanes = hn::MaxLanes(D());
   static constexpr int kRegs = (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) ? 32 : 16;
+  static constexpr bool kAvx =
+      HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2;
   static HWY_INLINE V Zero() { return hn::Zero(D()); }
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }
@@ -51,6 +55,7 @@ struct S {
   }
 };
 
+#include "lib/kernels/transpose/transpose-inl.h"
 #include "lib/kernels/qk/qk-inl.h"
 #include "lib/kernels/softmax/softmax-inl.h"
 #include "lib/kernels/av/av-inl.h"

@@ -10,9 +10,19 @@ static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64
                              int64_t j_end, int64_t padded, int64_t head_dim, float* kt,
                              int64_t kt_stride) {
   const int64_t n = j_end - j_begin;
+  int64_t j8 = 0, d8 = 0;  // the part done by 8x8 block transposes
+  if constexpr (S::kAvx) {
+    if (k_dim == 1) {
+      j8 = n / 8 * 8;
+      d8 = head_dim / 8 * 8;
+      for (int64_t jj = 0; jj < j8; jj += 8)
+        for (int64_t d = 0; d < d8; d += 8)
+          Transpose8x8(k + (j_begin + jj) * k_row + d, k_row, kt + d * kt_stride + jj, kt_stride);
+    }
+  }
   for (int64_t jj = 0; jj < n; ++jj) {
     const float* src = k + (j_begin + jj) * k_row;
-    for (int64_t d = 0; d < head_dim; ++d) kt[d * kt_stride + jj] = src[d * k_dim];
+    for (int64_t d = jj < j8 ? d8 : 0; d < head_dim; ++d) kt[d * kt_stride + jj] = src[d * k_dim];
   }
   for (int64_t d = 0; d < head_dim; ++d)
     for (int64_t jj = n; jj < padded; ++jj) kt[d * kt_stride + jj] = 0.0f;

@@ -3,6 +3,8 @@
 // so that no inline function compiled with this TU's -m flags is shared with another.
 // The including file defines OCTATTN_XSIMD_ARCH, OCTATTN_XSIMD_NS, OCTATTN_XSIMD_TARGET
 // and OCTATTN_XSIMD_REGS.
+#include <immintrin.h>  // the AVX block transpose (transpose-inl.h)
+
 #include <xsimd/xsimd.hpp>
 
 #include "lib/kernels/kernels.h"
@@ -16,6 +18,11 @@ struct S {
   using V = xsimd::batch<float, OCTATTN_XSIMD_ARCH>;
   static constexpr size_t kLanes = V::size;
   static constexpr int kRegs = OCTATTN_XSIMD_REGS;
+#if defined(__AVX__)
+  static constexpr bool kAvx = true;
+#else
+  static constexpr bool kAvx = false;
+#endif
   static OCTATTN_INLINE V Zero() { return V(0.0f); }
   static OCTATTN_INLINE V Set(float x) { return V(x); }
   static OCTATTN_INLINE V Load(const float* p) { return V::load_unaligned(p); }
@@ -48,6 +55,7 @@ struct S {
   }
 };
 
+#include "lib/kernels/transpose/transpose-inl.h"
 #include "lib/kernels/qk/qk-inl.h"
 #include "lib/kernels/softmax/softmax-inl.h"
 #include "lib/kernels/av/av-inl.h"
