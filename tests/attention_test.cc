@@ -54,6 +54,7 @@ void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bo
   Attend(ref_ctx, opt, p.q, p.k, p.v, ref_o, &ref_lse, outputs ? &ref_w : nullptr);
   const double bound = kTolerance * p.v.MaxAbs() * std::max(1.0, MaxScore(p));
   for (const Target& t : targets) {
+    Tensor naive_o = p.Out();
     for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
       INFO("target " << t.Name() << " " << octattn_algorithm_name(algo));
       Context ctx(t);
@@ -62,6 +63,8 @@ void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bo
       const bool with_w = outputs && algo == OCTATTN_ALGORITHM_NAIVE;
       Attend(ctx, opt, p.q, p.k, p.v, o, &lse, with_w ? &w : nullptr);
       CHECK(MaxDiff(o, ref_o) <= bound);
+      if (algo == OCTATTN_ALGORITHM_NAIVE) naive_o = o;
+      else CHECK(MaxDiff(o, naive_o) <= 2 * bound);  // fused against naive, same target
       CHECK(MaxDiff(lse, ref_lse) <= 4e-6 * std::max(1.0, MaxScore(p)));
       if (with_w) CHECK(MaxDiff(w, ref_w) <= 2e-6 * std::max(1.0, MaxScore(p)));
       octattn_run_info info{};

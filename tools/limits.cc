@@ -131,13 +131,15 @@ __attribute__((target("avx2"), noinline)) double ReadBandwidth() {
 
 }  // namespace
 
-Limits MeasureLimits(bool with_sgemm) {
+Limits MeasureLimits(bool full) {
   Limits l;
   const long iters = 20'000'000;
   if (__builtin_cpu_supports("avx512f")) l.fma512 = Best(Fma512, iters);
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) l.fma256 = Best(Fma256, iters);
   l.muladd128 = Best(MulAdd128, iters);
-  l.read_gbps = ReadBandwidth();
-  if (with_sgemm) l.sgemm = Sgemm(2048);
+  if (full) {
+    l.read_gbps = ReadBandwidth();
+    l.sgemm = Sgemm(2048);
+  }
   return l;
 }

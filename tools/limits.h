@@ -10,6 +10,7 @@ struct Limits {
   double read_gbps = 0;  // one core streaming read
 };
 
-Limits MeasureLimits(bool with_sgemm);
+// The FMA peaks always; sgemm and read bandwidth only when `full`.
+Limits MeasureLimits(bool full);
 
 #endif  // OCTATTN_TOOLS_LIMITS_H_
