@@ -181,26 +181,26 @@ struct Plan {
 
 kernels::FlashTask FlashBase(const AttentionCall& c, int64_t b, int64_t kvh) {
   const int64_t group = c.q_heads / c.kv_heads;
+  // The group's first query head, as a naive task sees it, plus the head strides.
+  const kernels::HeadTask h = MakeTask(c, b * c.q_heads + kvh * group);
   kernels::FlashTask t{};
-  t.q = c.q.data + b * c.q.stride[0] + kvh * group * c.q.stride[1];
+  t.q = h.q;
   t.q_head = c.q.stride[1];
-  t.q_row = c.q.stride[2];
-  t.q_dim = c.q.stride[3];
-  t.k = c.k.data + b * c.k.stride[0] + kvh * c.k.stride[1];
-  t.k_row = c.k.stride[2];
-  t.k_dim = c.k.stride[3];
-  t.v = c.v.data + b * c.v.stride[0] + kvh * c.v.stride[1];
-  t.v_row = c.v.stride[2];
-  t.v_dim = c.v.stride[3];
-  t.o = c.o.data + b * c.o.stride[0] + kvh * group * c.o.stride[1];
+  t.q_row = h.q_row;
+  t.q_dim = h.q_dim;
+  t.k = h.k;
+  t.k_row = h.k_row;
+  t.k_dim = h.k_dim;
+  t.v = h.v;
+  t.v_row = h.v_row;
+  t.v_dim = h.v_dim;
+  t.o = h.o;
   t.o_head = c.o.stride[1];
-  t.o_row = c.o.stride[2];
-  t.o_dim = c.o.stride[3];
-  if (c.has_lse) {
-    t.lse = c.lse.data + b * c.lse.stride[0] + kvh * group * c.lse.stride[1];
-    t.lse_head = c.lse.stride[1];
-    t.lse_row = c.lse.stride[2];
-  }
+  t.o_row = h.o_row;
+  t.o_dim = h.o_dim;
+  t.lse = h.lse;
+  t.lse_head = c.has_lse ? c.lse.stride[1] : 0;
+  t.lse_row = h.lse_row;
   t.heads = group;
   t.row_begin = 0;
   t.row_end = c.q_len;
