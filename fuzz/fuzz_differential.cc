@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(Attend(one, ref_opt, ref) == OCTATTN_OK);
   float max_v = 0;
   for (float x : t.v.buf) max_v = std::max(max_v, std::fabs(x));
-  const double bound = 2e-6 * max_v * std::max(1.0, MaxScore(p, t));
+  const double bound = 5e-7 * max_v * std::max(1.0, MaxScore(p, t));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i)

@@ -53,7 +53,7 @@
  * to the accuracy below, not to the byte.
  *
  * Accuracy. naive and fused agree with the reference (double accumulation) within
- * 2e-6 * max|v| * max(1, max|scaled score|) per element (tests/README.md).
+ * 5e-7 * max|v| * max(1, max|scaled score|) per element (tests/README.md).
  *
  * ------------------------------------------------------------------------------------
  * ERRORS AND THREADS
@@ -242,9 +242,10 @@ typedef struct octattn_run_info {
   int32_t threads;             /* the thread cap the call ran under */
 } octattn_run_info;
 
-/* Reports what the context's last successful call ran.
- * @return OCTATTN_OK, NULL_POINTER, STRUCT_SIZE (info->struct_size < 8 + 4 * 4 fields
- * of the first version). Fields past struct_size are not written. */
+/* Reports what the context's last successful call ran. Set info->struct_size first.
+ * @return OCTATTN_OK, NULL_POINTER, STRUCT_SIZE (info->struct_size smaller than the
+ * 24 bytes of version 0.1's struct). Bytes past what this version knows are not
+ * written. */
 OCTATTN_API octattn_status octattn_context_last_run(const octattn_context* ctx,
                                                     octattn_run_info* info);
 

@@ -217,7 +217,7 @@ struct Problem {
 };
 
 // Accuracy bound against the fp64 reference, relative to max |v| (tests/README.md).
-constexpr double kTolerance = 2e-6;
+constexpr double kTolerance = 5e-7;
 
 }  // namespace octtest
 
