@@ -1,0 +1,87 @@
+// Calls liboctattn from Go through cgo and the public header, as a Go runtime would.
+package main
+
+/*
+#cgo LDFLAGS: -loctattn
+#include <stdlib.h>
+#include "octattn.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"unsafe"
+)
+
+func fail(format string, args ...interface{}) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+	os.Exit(1)
+}
+
+func main() {
+	const t, d = 7, 5
+	// C memory for the tensors: cgo forbids C keeping pointers to Go memory.
+	bufs := make([]*C.float, 4)
+	vals := make([][]float32, 4)
+	tensors := make([]C.octattn_tensor, 4)
+	shape := [4]C.int64_t{1, 1, t, d}
+	for n := range bufs {
+		bufs[n] = (*C.float)(C.malloc(C.size_t(t * d * 4)))
+		defer C.free(unsafe.Pointer(bufs[n]))
+		vals[n] = unsafe.Slice((*float32)(unsafe.Pointer(bufs[n])), t*d)
+		for i := range vals[n] {
+			if n < 3 {
+				vals[n][i] = float32(math.Cos(float64(i*(n+2)) * 0.41))
+			}
+		}
+		if st := C.octattn_tensor_init(&tensors[n], unsafe.Pointer(bufs[n]), &shape[0], C.OCTATTN_LAYOUT_BHTD); st != 0 {
+			fail("tensor_init: %d", st)
+		}
+	}
+	var opts C.octattn_attention_options
+	C.octattn_attention_options_init(&opts)
+	var ctx *C.octattn_context
+	if st := C.octattn_context_create(&ctx); st != 0 {
+		fail("context_create: %d", st)
+	}
+	defer C.octattn_context_destroy(ctx)
+	if st := C.octattn_attention(ctx, &opts, &tensors[0], &tensors[1], &tensors[2], &tensors[3], nil, nil, nil, 0); st != 0 {
+		fail("attention: %s", C.GoString(C.octattn_context_last_error(ctx)))
+	}
+	q, k, v, o := vals[0], vals[1], vals[2], vals[3]
+	for i := 0; i < t; i++ { // each causal row, in float64
+		s := make([]float64, i+1)
+		m := math.Inf(-1)
+		for j := 0; j <= i; j++ {
+			for c := 0; c < d; c++ {
+				s[j] += float64(q[i*d+c]) * float64(k[j*d+c])
+			}
+			s[j] /= math.Sqrt(d)
+			m = math.Max(m, s[j])
+		}
+		sum := 0.0
+		for j := range s {
+			s[j] = math.Exp(s[j] - m)
+			sum += s[j]
+		}
+		for c := 0; c < d; c++ {
+			want := 0.0
+			for j := 0; j <= i; j++ {
+				want += s[j] * float64(v[j*d+c])
+			}
+			if got := float64(o[i*d+c]); math.Abs(got-want/sum) > 1e-5 {
+				fail("row %d dim %d: %g, want %g", i, c, got, want/sum)
+			}
+		}
+	}
+	opts.window = -1 // a bad option is a status and a message
+	st := C.octattn_attention(ctx, &opts, &tensors[0], &tensors[1], &tensors[2], &tensors[3], nil, nil, nil, 0)
+	if C.GoString(C.octattn_status_string(st)) != "invalid option" ||
+		!strings.Contains(C.GoString(C.octattn_context_last_error(ctx)), "window") {
+		fail("bad option: status %d", st)
+	}
+	fmt.Println("go consumer: ok, version", C.GoString(C.octattn_version_string()))
+}

@@ -1,0 +1,91 @@
+//! Calls liboctattn from Rust through the C header's ABI, declared by hand (no crates):
+//! the struct layouts and calling convention as a Rust runtime would bind them.
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_void};
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Tensor {
+    data: *mut c_void,
+    dtype: i32,
+    reserved: i32,
+    shape: [i64; 4],
+    stride: [i64; 4],
+}
+
+#[repr(C)]
+struct Options {
+    struct_size: usize,
+    causal: i32,
+    algorithm: i32,
+    window: i64,
+    stride: i64,
+    q_start: i64,
+    scale: f32,
+    reserved: i32,
+}
+
+#[link(name = "octattn")]
+extern "C" {
+    fn octattn_version_string() -> *const c_char;
+    fn octattn_status_string(status: i32) -> *const c_char;
+    fn octattn_context_create(out: *mut *mut c_void) -> i32;
+    fn octattn_context_destroy(ctx: *mut c_void);
+    fn octattn_context_last_error(ctx: *const c_void) -> *const c_char;
+    fn octattn_attention_options_init(options: *mut Options) -> i32;
+    fn octattn_tensor_init(t: *mut Tensor, data: *mut c_void, shape: *const i64, layout: i32) -> i32;
+    fn octattn_attention(ctx: *mut c_void, options: *const Options, q: *const Tensor, k: *const Tensor,
+                         v: *const Tensor, o: *mut Tensor, lse: *mut Tensor, weights: *mut Tensor,
+                         workspace: *mut c_void, workspace_size: usize) -> i32;
+}
+
+fn text(p: *const c_char) -> String {
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn main() {
+    let (t, d) = (6usize, 4usize);
+    let mut bufs: Vec<Vec<f32>> = (0..4)
+        .map(|n| (0..t * d).map(|i| if n == 3 { 0.0 } else { ((i * (n + 3)) as f32 * 0.37).sin() }).collect())
+        .collect();
+    let shape = [1i64, 1, t as i64, d as i64];
+    let mut tensors = [Tensor { data: std::ptr::null_mut(), dtype: 0, reserved: 0, shape: [0; 4], stride: [0; 4] }; 4];
+    for (ten, buf) in tensors.iter_mut().zip(bufs.iter_mut()) {
+        assert_eq!(unsafe { octattn_tensor_init(ten, buf.as_mut_ptr() as *mut c_void, shape.as_ptr(), 0) }, 0);
+    }
+    let mut opts: Options = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { octattn_attention_options_init(&mut opts) }, 0);
+    assert_eq!(opts.struct_size, std::mem::size_of::<Options>(), "option struct layout differs");
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    assert_eq!(unsafe { octattn_context_create(&mut ctx) }, 0);
+    let (q, k, v) = (tensors[0], tensors[1], tensors[2]);
+    let mut o = tensors[3];
+    let st = unsafe {
+        octattn_attention(ctx, &opts, &q, &k, &v, &mut o, std::ptr::null_mut(), std::ptr::null_mut(),
+                          std::ptr::null_mut(), 0)
+    };
+    assert_eq!(st, 0, "{}", text(unsafe { octattn_context_last_error(ctx) }));
+    // Each causal row, recomputed here in f64.
+    for i in 0..t {
+        let s: Vec<f64> = (0..=i)
+            .map(|j| (0..d).map(|c| bufs[0][i * d + c] as f64 * bufs[1][j * d + c] as f64).sum::<f64>() / (d as f64).sqrt())
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for c in 0..d {
+            let want: f64 = (0..=i).map(|j| e[j] * bufs[2][j * d + c] as f64).sum::<f64>() / sum;
+            assert!((bufs[3][i * d + c] as f64 - want).abs() < 1e-5, "row {} dim {}", i, c);
+        }
+    }
+    // A bad option is a status and a message.
+    opts.window = -1;
+    let st = unsafe {
+        octattn_attention(ctx, &opts, &q, &k, &v, &mut o, std::ptr::null_mut(), std::ptr::null_mut(),
+                          std::ptr::null_mut(), 0)
+    };
+    assert_eq!(text(unsafe { octattn_status_string(st) }), "invalid option");
+    assert!(text(unsafe { octattn_context_last_error(ctx) }).contains("window"));
+    unsafe { octattn_context_destroy(ctx) };
+    println!("rust consumer: ok, version {}", text(unsafe { octattn_version_string() }));
+}
