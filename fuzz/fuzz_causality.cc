@@ -13,9 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   float bits[4];
   for (float& b : bits) b = in.AnyBits();
   Tensors base(p, p.layout);
-  FillSmall(in, base.q);
-  FillSmall(in, base.k);
-  FillSmall(in, base.v);
+  FillInputs(in, base);
 
   Context ctx(p, p.threads);
   FUZZ_CHECK(Attend(ctx, p.opt, base) == OCTATTN_OK);

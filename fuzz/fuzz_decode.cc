@@ -24,9 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   p.q_len = p.kv_len = n;
   Tensors full(p, p.layout);
-  FillSmall(in, full.q);
-  FillSmall(in, full.k);
-  FillSmall(in, full.v);
+  FillInputs(in, full);
   Context ctx(p, p.threads);
   FUZZ_CHECK(Attend(ctx, p.opt, full) == OCTATTN_OK);
   for (int probe = 0; probe < 3; ++probe) {

@@ -33,9 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (p.opt.algorithm == OCTATTN_ALGORITHM_REFERENCE) p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
   const int other_layout = static_cast<int>(in.Range(0, 3));
   Tensors t(p, p.layout);
-  FillSmall(in, t.q);
-  FillSmall(in, t.k);
-  FillSmall(in, t.v);
+  FillInputs(in, t);
 
   Context one(p, 1), two(p, 2);
   FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);

@@ -172,6 +172,13 @@ inline void FillSmall(Input& in, Tensor& x) {
         for (int64_t d = 0; d < x.t.shape[3]; ++d) x.at(a, b, c, d) = in.Small();
 }
 
+// q, k, v of a problem from the input, in that order.
+inline void FillInputs(Input& in, Tensors& t) {
+  FillSmall(in, t.q);
+  FillSmall(in, t.k);
+  FillSmall(in, t.v);
+}
+
 class Context {
  public:
   Context(const Problem& p, int32_t threads) {
