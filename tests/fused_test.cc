@@ -52,16 +52,22 @@ TEST_CASE("fused matches the reference around tile and chunk sizes", "[fused]") 
 
 TEST_CASE("fused: decode and chunked prefill shapes, windows, full attention", "[fused][dispatch]") {
   const auto targets = AllTargets();
-  INFO("decode, GQA 4, three chunks");
-  CheckFusedAgainstReference(Problem(2, 8, 2, 1, 2500, 64, 64, 5), Options(), targets);
-  INFO("chunked prefill: 5 new rows after 2495 cached keys");
-  CheckFusedAgainstReference(Problem(1, 4, 2, 5, 2500, 32, 32, 6), Options(), targets);
+  // Past one key chunk (1024) natively; under emulation just past it, with fewer heads.
+  const int64_t kv = Sized(2500, 1100), heads = Sized(8, 4);
+  INFO("decode, GQA 4, chunks");
+  CheckFusedAgainstReference(Problem(2, heads, heads / 4, 1, kv, 64, 64, 5), Options(), targets);
+  INFO("chunked prefill: 5 new rows after cached keys");
+  CheckFusedAgainstReference(Problem(1, 4, 2, 5, kv, 32, 32, 6), Options(), targets);
   INFO("window 300, stride 97, across chunks");
-  CheckFusedAgainstReference(Problem(1, 2, 2, 2300, 2300, 16, 16, 7), Options(1, 300, 97), targets);
+  // Under emulation the last 40 rows only (a chunked prefill: still the prefill path).
+  const int64_t t = Sized(2300, 1100);
+  CheckFusedAgainstReference(Problem(1, 2, Sized(2, 1), Sized(t, 40), t, 16, 16, 7),
+                             Options(1, 300, 97), targets);
   INFO("decode with a window");
-  CheckFusedAgainstReference(Problem(1, 4, 1, 2, 3000, 16, 16, 8), Options(1, 100, 1000), targets);
+  CheckFusedAgainstReference(Problem(1, 4, 1, 2, Sized(3000, 1300), 16, 16, 8), Options(1, 100, 1000),
+                             targets);
   INFO("full attention, decode-shaped");
-  CheckFusedAgainstReference(Problem(1, 4, 4, 3, 2100, 16, 16, 9), Options(0), targets);
+  CheckFusedAgainstReference(Problem(1, 4, 4, 3, Sized(2100, 1100), 16, 16, 9), Options(0), targets);
 }
 
 TEST_CASE("fused prefix invariance: rows of T = n equal rows of T = N > n", "[fused][invariants]") {
@@ -90,14 +96,24 @@ TEST_CASE("fused decode at position i equals prefill row i, byte for byte", "[fu
     for (int64_t window : {0, 200}) {
       INFO(t.Name() << " window " << window);
       Context ctx(t);
-      const int64_t N = 2200, Hq = 8, Hkv = 2;
+      const int64_t N = Sized(2200, 1100), Hq = Sized(8, 4), Hkv = 2;
       Problem p(1, Hq, Hkv, N, N, 32, 32, 11);
       const auto opt = Options(1, window, window ? 64 : 0, OCTATTN_ALGORITHM_FUSED);
-      Tensor prefill = p.Out();
-      Attend(ctx, opt, p.q, p.k, p.v, prefill);
-      for (int64_t i : {0, 5, 1023, 1024, 2199}) {
+      // The prefill rows [first, N) against keys [0, N): the whole prefill natively; under
+      // emulation its last 9 rows (a chunked prefill, itself promised equal to prefill).
+      const int64_t first = Sized(0, N - 9);
+      octattn_tensor pq = p.q.t;
+      pq.data = static_cast<float*>(pq.data) + first * pq.stride[2];
+      pq.shape[2] = N - first;
+      Tensor prefill(1, Hq, N - first, 32);
+      REQUIRE(octattn_attention(ctx, &opt, &pq, p.k.ptr(), p.v.ptr(), prefill.ptr(), nullptr,
+                                nullptr, nullptr, 0) == OCTATTN_OK);
+      const std::vector<int64_t> positions =
+          Emulated() ? std::vector<int64_t>{N - 9, N - 5, N - 1}
+                     : std::vector<int64_t>{0, 5, 1023, 1024, N - 1};
+      for (int64_t i : positions) {
         for (int64_t rows : {1, 3}) {  // decode, and a short chunked prefill ending at i
-          if (i + 1 < rows) continue;
+          if (i + 1 - rows < first) continue;
           INFO("position " << i << " rows " << rows);
           // Views: q rows [i + 1 - rows, i], keys [0, i]; default alignment puts the
           // last query row at position i.
@@ -110,7 +126,7 @@ TEST_CASE("fused decode at position i equals prefill row i, byte for byte", "[fu
           for (int64_t h = 0; h < Hq; ++h)
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t d = 0; d < 32; ++d) {
-                const float a = o.at(0, h, r, d), b = prefill.at(0, h, i + 1 - rows + r, d);
+                const float a = o.at(0, h, r, d), b = prefill.at(0, h, i + 1 - rows + r - first, d);
                 REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
               }
         }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -15,6 +16,15 @@
 #include "octattn.h"
 
 namespace octtest {
+
+// The [dispatch] tests also run under qemu (tests/CMakeLists.txt sets
+// OCTATTN_TEST_EMULATED there), 10-500x slower than a real core: there they take small
+// shapes, since their job is to prove dispatch and per-target results, not to sweep.
+inline bool Emulated() {
+  static const bool emulated = std::getenv("OCTATTN_TEST_EMULATED") != nullptr;
+  return emulated;
+}
+inline int64_t Sized(int64_t native, int64_t emulated) { return Emulated() ? emulated : native; }
 
 // A logical [d0, d1, d2, d3] f32 tensor in its own buffer, in one of several layouts.
 enum class Layout { kBHTD, kBTHD, kPadded, kTransposedDim };
