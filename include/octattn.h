@@ -12,9 +12,18 @@
  *     v [batch, kv_heads, kv_len, value_dim]     o [batch, q_heads,  q_len,  value_dim]
  *     lse [batch, q_heads, q_len, 1]             weights [batch, q_heads, q_len, kv_len]
  * so [B,T,H,D], [B,H,T,D] and the slices of a packed QKV projection are all views of
- * the caller's memory, with no copies. Strides must be >= 0; an output's elements must
- * not overlap each other, its inputs, or the other outputs. Data must be aligned to the
- * element size. value_dim may differ from head_dim.
+ * the caller's memory, with no copies. Strides must be >= 0. An output's elements must
+ * not share an address with each other, and its extent (the bytes from its first to
+ * one past its last element) must not overlap the extent of any input or other output:
+ * two outputs interleaved in one buffer are refused even when no element is shared.
+ * Data must be aligned to the element size. value_dim may differ from head_dim.
+ *
+ * Option structs. Each begins with struct_size, set by its *_init() function. Fields are
+ * only ever appended: a caller built against an older header passes its smaller
+ * struct_size (never below the struct's size in version 0.1), the library reads only
+ * the fields that struct_size covers and gives the others their defaults; a caller
+ * built against a newer header may pass a larger struct_size if every byte past the
+ * fields this library knows is zero.
  *
  * Grouped queries. q_heads % kv_heads == 0; query head h reads kv head
  * h / (q_heads / kv_heads) (repeat-interleave order), without copying k or v.
@@ -111,14 +120,15 @@ typedef int32_t octattn_status;
 #define OCTATTN_ERROR_INVALID_STRIDE 3
 /* A size, stride or extent product overflows int64_t or size_t. */
 #define OCTATTN_ERROR_OVERFLOW 4
-/* An output overlaps an input or another output (in-place stages excepted). */
+/* An output's extent overlaps the extent of an input or of another output (in-place
+ * stages excepted). */
 #define OCTATTN_ERROR_ALIASING 5
 /* An option is out of range: unknown enum value, negative window or stride, window or
  * stride with full attention, q_start beyond +-2^62, non-finite scale, negative thread
  * count. */
 #define OCTATTN_ERROR_INVALID_OPTION 6
-/* An option struct's struct_size is smaller than its first version, or bytes past what
- * this library knows are not zero. */
+/* An option struct's struct_size is smaller than its size in version 0.1, or bytes past
+ * the fields this library knows are not zero. */
 #define OCTATTN_ERROR_STRUCT_SIZE 7
 /* The caller's workspace is smaller than octattn_attention_workspace_size() says. */
 #define OCTATTN_ERROR_WORKSPACE_TOO_SMALL 8
@@ -230,8 +240,9 @@ OCTATTN_API octattn_status octattn_context_set_target(octattn_context* ctx,
 OCTATTN_API octattn_status octattn_context_set_memory_limit(octattn_context* ctx,
                                                             uint64_t bytes);
 
-/* @return the message of the context's last failed call ("" if none); valid until the
- * next call on the context. NULL ctx gives "". */
+/* @return the message of the context's last failed call ("" if none has failed); a
+ * successful call leaves it as it was. Valid until the next failed call on the context
+ * or its destruction. NULL ctx gives "". */
 OCTATTN_API const char* octattn_context_last_error(const octattn_context* ctx);
 
 typedef struct octattn_run_info {
@@ -242,10 +253,13 @@ typedef struct octattn_run_info {
   int32_t threads;             /* the thread cap the call ran under */
 } octattn_run_info;
 
-/* Reports what the context's last successful call ran. Set info->struct_size first.
- * @return OCTATTN_OK, NULL_POINTER, STRUCT_SIZE (info->struct_size smaller than the
- * 24 bytes of version 0.1's struct). Bytes past what this version knows are not
- * written. */
+/* Reports what the context's last successful kernel call ran: octattn_attention and the
+ * stages (octattn_scores ... octattn_weighted_sum) record it; the head layout calls are
+ * plain copies with no SIMD target and record nothing. Before any such call, info
+ * reports algorithm, backend and target AUTO (0) and threads 0. Set info->struct_size
+ * first (at least the 24 bytes of version 0.1's struct): only the bytes it covers are
+ * written, struct_size is left as given.
+ * @return OCTATTN_OK, NULL_POINTER, STRUCT_SIZE (info->struct_size below 24). */
 OCTATTN_API octattn_status octattn_context_last_run(const octattn_context* ctx,
                                                     octattn_run_info* info);
 
@@ -262,7 +276,7 @@ OCTATTN_API octattn_status octattn_available_targets(octattn_backend backend,
 #define OCTATTN_Q_START_DEFAULT INT64_MIN /* kv_len - q_len */
 
 typedef struct octattn_attention_options {
-  size_t struct_size;          /* sizeof(octattn_attention_options) */
+  size_t struct_size;          /* sizeof(octattn_attention_options); 48 in version 0.1 */
   int32_t causal;              /* 1 (default): causal mask; 0: full attention */
   octattn_algorithm algorithm; /* default AUTO */
   int64_t window;              /* default 0: plain causal */
@@ -272,7 +286,10 @@ typedef struct octattn_attention_options {
   int32_t reserved;            /* must be 0 */
 } octattn_attention_options;
 
-/* Fills *options with the defaults above. @return OCTATTN_OK, NULL_POINTER. */
+/* Fills *options with the defaults above, writing exactly the struct this header
+ * declares (when the struct grows, a caller built against an older header keeps the
+ * init of its version: the library exports one symbol version per struct size).
+ * @return OCTATTN_OK, NULL_POINTER. */
 OCTATTN_API octattn_status octattn_attention_options_init(octattn_attention_options* options);
 
 /* Bytes of workspace that octattn_attention() needs for these arguments on this
@@ -337,7 +354,8 @@ OCTATTN_API octattn_status octattn_split_heads(octattn_context* ctx, const octat
 OCTATTN_API octattn_status octattn_merge_heads(octattn_context* ctx, const octattn_tensor* src,
                                                octattn_tensor* dst);
 /* q [B, q_heads, T, D], k and v [B, kv_heads, T, D] <- src [B, T, (q_heads + 2 kv_heads) D],
- * channels ordered q heads, then k heads, then v heads. */
+ * channels ordered q heads, then k heads, then v heads. q_heads % kv_heads == 0, as for
+ * attention (INVALID_SHAPE otherwise). */
 OCTATTN_API octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src,
                                              int64_t q_heads, int64_t kv_heads,
                                              octattn_tensor* q, octattn_tensor* k,

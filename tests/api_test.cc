@@ -180,6 +180,17 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
     ExpectStatus(OCTATTN_ERROR_ALIASING, [](Context& ctx, Call& c) {
       return c.Run(ctx, c.o.buf.data(), c.o.buf.size() * sizeof(float));
     });
+    // Two outputs interleaved in one buffer share no element, but their extents
+    // overlap: refused, as the header says.
+    ExpectStatus(OCTATTN_ERROR_ALIASING, [](Context& ctx, Call& c) {
+      // w's buffer is [2, 4, 5, 7]: lse takes its column 0, o its columns 1..6.
+      const int64_t strides[4] = {140, 35, 7, 1};
+      c.lse.t.data = c.w.buf.data();
+      c.o.t.data = c.w.buf.data() + 1;
+      std::memcpy(c.lse.t.stride, strides, sizeof(strides));
+      std::memcpy(c.o.t.stride, strides, sizeof(strides));
+      return c.Run(ctx, nullptr, 0, false);
+    });
   }
   SECTION("invalid options") {
     auto opt = [](void (*f)(octattn_attention_options&)) {
@@ -399,4 +410,73 @@ TEST_CASE("tensor_init describes both layouts", "[api]") {
   CHECK(octattn_tensor_init(nullptr, data, shape, OCTATTN_LAYOUT_BHTD) == OCTATTN_ERROR_NULL_POINTER);
   const int64_t huge[4] = {int64_t{1} << 40, int64_t{1} << 40, 1, 1};
   CHECK(octattn_tensor_init(&t, data, huge, OCTATTN_LAYOUT_BHTD) == OCTATTN_ERROR_OVERFLOW);
+}
+
+TEST_CASE("last_run: defined before any call, written only as far as struct_size", "[api]") {
+  Context ctx(1);
+  struct {
+    octattn_run_info info;
+    unsigned char tail[32];
+  } big;
+  std::memset(&big, 0xA5, sizeof(big));
+  big.info.struct_size = sizeof(big);
+  REQUIRE(octattn_context_last_run(ctx, &big.info) == OCTATTN_OK);
+  CHECK(big.info.struct_size == sizeof(big));  // left as given
+  CHECK(big.info.algorithm == OCTATTN_ALGORITHM_AUTO);  // nothing has run yet
+  CHECK(big.info.backend == OCTATTN_BACKEND_AUTO);
+  CHECK(big.info.target == OCTATTN_TARGET_AUTO);
+  CHECK(big.info.threads == 0);
+  for (unsigned char b : big.tail) CHECK(b == 0xA5);
+  // Head layout copies record nothing; the stages do.
+  Tensor src(1, 3, 8, 1), dst(1, 2, 3, 4);
+  src.Fill(1);
+  REQUIRE(octattn_split_heads(ctx, src.ptr(), 2, dst.ptr()) == OCTATTN_OK);
+  REQUIRE(octattn_context_last_run(ctx, &big.info) == OCTATTN_OK);
+  CHECK(big.info.algorithm == OCTATTN_ALGORITHM_AUTO);
+  Tensor scores(1, 2, 3, 3);
+  scores.Fill(2);
+  REQUIRE(octattn_softmax(ctx, scores.ptr(), nullptr) == OCTATTN_OK);
+  REQUIRE(octattn_context_last_run(ctx, &big.info) == OCTATTN_OK);
+  CHECK(big.info.algorithm == OCTATTN_ALGORITHM_NAIVE);
+  CHECK(big.info.threads == 1);
+  for (unsigned char b : big.tail) CHECK(b == 0xA5);
+}
+
+TEST_CASE("last_error keeps the last failure's message across later successes", "[api]") {
+  Context ctx;
+  Call c;
+  c.opt.window = -1;
+  REQUIRE(c.Run(ctx) == OCTATTN_ERROR_INVALID_OPTION);
+  const std::string message = ctx.Error();
+  CHECK(message.find("window") != std::string::npos);
+  c.opt.window = 0;
+  REQUIRE(c.Run(ctx) == OCTATTN_OK);
+  CHECK(ctx.Error() == message);
+}
+
+TEST_CASE("options: an options struct of a newer header is read up to what this library knows",
+          "[api]") {
+  // A caller built against a newer header passes a larger struct: known fields are
+  // read, a zero tail accepted, a non-zero byte anywhere past the known fields refused.
+  Context ctx;
+  Call a;
+  a.opt.window = 3;
+  REQUIRE(a.Run(ctx, nullptr, 0, false) == OCTATTN_OK);
+  for (size_t extra : {size_t{1}, size_t{8}, size_t{24}}) {
+    std::vector<unsigned char> buf(sizeof(octattn_attention_options) + extra, 0);
+    octattn_attention_options opt = a.opt;
+    opt.struct_size = buf.size();
+    std::memcpy(buf.data(), &opt, sizeof(opt));
+    auto* big = reinterpret_cast<octattn_attention_options*>(buf.data());
+    Call b;
+    REQUIRE(octattn_attention(ctx, big, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(), b.lse.ptr(),
+                              nullptr, nullptr, 0) == OCTATTN_OK);
+    CHECK(BytesEqual(a.o, b.o));
+    buf.back() = 1;
+    Call d;
+    const Call pristine = d;
+    CHECK(octattn_attention(ctx, big, d.p.q.ptr(), d.p.k.ptr(), d.p.v.ptr(), d.o.ptr(), d.lse.ptr(),
+                            nullptr, nullptr, 0) == OCTATTN_ERROR_STRUCT_SIZE);
+    ExpectUntouched(pristine, d);
+  }
 }

@@ -118,6 +118,13 @@ TEST_CASE("stage validation", "[stages]") {
   CHECK(octattn_mask(ctx, &o, s.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
   Tensor lse(1, 2, 3, 2);
   CHECK(octattn_softmax(ctx, s.ptr(), lse.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
+  // Packed QKV with q_heads not a multiple of kv_heads: the GQA rule of attention.
+  Tensor src(1, 4, 7 * 2, 1), sq(1, 3, 4, 2), sk(1, 2, 4, 2), sv(1, 2, 4, 2);
+  const Tensor pristine = sq;
+  CHECK(octattn_split_qkv(ctx, src.ptr(), 3, 2, sq.ptr(), sk.ptr(), sv.ptr()) ==
+        OCTATTN_ERROR_INVALID_SHAPE);
+  CHECK(ctx.Error().find("multiple") != std::string::npos);
+  CHECK(BytesEqual(sq, pristine));
 }
 
 TEST_CASE("head split, merge and packed-QKV split are exact inverses", "[stages][layout]") {

@@ -21,7 +21,48 @@ func fail(format string, args ...interface{}) {
 	os.Exit(1)
 }
 
+// checkLayouts compares cgo's view of the header's structs with the layouts of version
+// 0.1, pinned as in abi/consumer.c.
+func checkLayouts() {
+	var t C.octattn_tensor
+	var o C.octattn_attention_options
+	var r C.octattn_run_info
+	pins := []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(octattn_tensor)", unsafe.Sizeof(t), 80},
+		{"tensor.data", unsafe.Offsetof(t.data), 0},
+		{"tensor.dtype", unsafe.Offsetof(t.dtype), 8},
+		{"tensor.reserved", unsafe.Offsetof(t.reserved), 12},
+		{"tensor.shape", unsafe.Offsetof(t.shape), 16},
+		{"tensor.stride", unsafe.Offsetof(t.stride), 48},
+		{"options.struct_size", unsafe.Offsetof(o.struct_size), 0},
+		{"options.causal", unsafe.Offsetof(o.causal), 8},
+		{"options.algorithm", unsafe.Offsetof(o.algorithm), 12},
+		{"options.window", unsafe.Offsetof(o.window), 16},
+		{"options.stride", unsafe.Offsetof(o.stride), 24},
+		{"options.q_start", unsafe.Offsetof(o.q_start), 32},
+		{"options.scale", unsafe.Offsetof(o.scale), 40},
+		{"options.reserved", unsafe.Offsetof(o.reserved), 44},
+		{"run_info.struct_size", unsafe.Offsetof(r.struct_size), 0},
+		{"run_info.algorithm", unsafe.Offsetof(r.algorithm), 8},
+		{"run_info.backend", unsafe.Offsetof(r.backend), 12},
+		{"run_info.target", unsafe.Offsetof(r.target), 16},
+		{"run_info.threads", unsafe.Offsetof(r.threads), 20},
+	}
+	for _, p := range pins {
+		if p.got != p.want {
+			fail("layout: %s is %d, pinned %d", p.name, p.got, p.want)
+		}
+	}
+	if unsafe.Sizeof(o) < 48 || unsafe.Sizeof(r) < 24 {
+		fail("layout: an option struct is smaller than in version 0.1")
+	}
+}
+
 func main() {
+	checkLayouts()
 	const t, d = 7, 5
 	// C memory for the tensors: cgo forbids C keeping pointers to Go memory.
 	bufs := make([]*C.float, 4)

@@ -16,7 +16,30 @@ class Options(ctypes.Structure):
                 ("scale", ctypes.c_float), ("reserved", ctypes.c_int32)]
 
 
+class RunInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("algorithm", ctypes.c_int32),
+                ("backend", ctypes.c_int32), ("target", ctypes.c_int32), ("threads", ctypes.c_int32)]
+
+
+# The layouts of version 0.1, pinned as in abi/consumer.c: (struct, size, field offsets).
+PINNED = [
+    (Tensor, 80, {"data": 0, "dtype": 8, "reserved": 12, "shape": 16, "stride": 48}),
+    (Options, 48, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
+                   "q_start": 32, "scale": 40, "reserved": 44}),
+    (RunInfo, 24, {"struct_size": 0, "algorithm": 8, "backend": 12, "target": 16, "threads": 20}),
+]
+
+
+def check_layouts():
+    for struct, size, offsets in PINNED:
+        assert ctypes.sizeof(struct) == size, (struct.__name__, ctypes.sizeof(struct), size)
+        for name, offset in offsets.items():
+            got = getattr(struct, name).offset
+            assert got == offset, (struct.__name__, name, got, offset)
+
+
 def main(path):
+    check_layouts()
     lib = ctypes.CDLL(path)
     lib.octattn_status_string.restype = ctypes.c_char_p
     lib.octattn_version_string.restype = ctypes.c_char_p

@@ -33,6 +33,7 @@ extern "C" {
     fn octattn_context_destroy(ctx: *mut c_void);
     fn octattn_context_last_error(ctx: *const c_void) -> *const c_char;
     fn octattn_attention_options_init(options: *mut Options) -> i32;
+    fn octattn_context_last_run(ctx: *const c_void, info: *mut RunInfo) -> i32;
     fn octattn_tensor_init(t: *mut Tensor, data: *mut c_void, shape: *const i64, layout: i32) -> i32;
     fn octattn_attention(ctx: *mut c_void, options: *const Options, q: *const Tensor, k: *const Tensor,
                          v: *const Tensor, o: *mut Tensor, lse: *mut Tensor, weights: *mut Tensor,
@@ -42,6 +43,33 @@ extern "C" {
 fn text(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
+
+#[repr(C)]
+struct RunInfo {
+    struct_size: usize,
+    algorithm: i32,
+    backend: i32,
+    target: i32,
+    threads: i32,
+}
+
+// The layouts of version 0.1, pinned as in abi/consumer.c.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Tensor>() == 80);
+    assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
+    assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
+    assert!(offset_of!(Tensor, stride) == 48);
+    assert!(size_of::<Options>() == 48);
+    assert!(offset_of!(Options, struct_size) == 0 && offset_of!(Options, causal) == 8);
+    assert!(offset_of!(Options, algorithm) == 12 && offset_of!(Options, window) == 16);
+    assert!(offset_of!(Options, stride) == 24 && offset_of!(Options, q_start) == 32);
+    assert!(offset_of!(Options, scale) == 40 && offset_of!(Options, reserved) == 44);
+    assert!(size_of::<RunInfo>() == 24);
+    assert!(offset_of!(RunInfo, struct_size) == 0 && offset_of!(RunInfo, algorithm) == 8);
+    assert!(offset_of!(RunInfo, backend) == 12 && offset_of!(RunInfo, target) == 16);
+    assert!(offset_of!(RunInfo, threads) == 20);
+};
 
 fn main() {
     let (t, d) = (6usize, 4usize);
@@ -78,6 +106,10 @@ fn main() {
             assert!((bufs[3][i * d + c] as f64 - want).abs() < 1e-5, "row {} dim {}", i, c);
         }
     }
+    let mut info = RunInfo { struct_size: std::mem::size_of::<RunInfo>(), algorithm: 0, backend: 0, target: 0, threads: 0 };
+    assert_eq!(unsafe { octattn_context_last_run(ctx, &mut info) }, 0);
+    assert_eq!(info.algorithm, 3, "auto runs fused without weights");
+    assert!(info.threads >= 1);
     // A bad option is a status and a message.
     opts.window = -1;
     let st = unsafe {

@@ -480,9 +480,11 @@ const char* octattn_context_last_error(const octattn_context* ctx) {
 
 octattn_status octattn_context_last_run(const octattn_context* ctx, octattn_run_info* info) {
   if (!ctx || !info) return OCTATTN_ERROR_NULL_POINTER;
-  if (info->struct_size < sizeof(octattn_run_info)) return OCTATTN_ERROR_STRUCT_SIZE;
+  if (info->struct_size < octattn::api::kRunInfoSize_0_1) return OCTATTN_ERROR_STRUCT_SIZE;
+  // Only the bytes the caller's struct has: an older caller's struct is shorter.
   const size_t size = info->struct_size;
-  std::memcpy(info, &ctx->last_run, sizeof(octattn_run_info));
+  const size_t n = std::min(size, sizeof(octattn_run_info));
+  std::memcpy(info, &ctx->last_run, n);
   info->struct_size = size;
   return OCTATTN_OK;
 }

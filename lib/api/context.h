@@ -50,7 +50,8 @@ template <class Body>
 octattn_status Guard(octattn_context* ctx, Body&& body) noexcept {
   try {
     Check c = body();
-    if (ctx) ctx->last_error = c.failed() ? c.message : std::string();
+    // A success keeps the last failure's message (the header's promise).
+    if (ctx && c.failed()) ctx->last_error = c.message;
     return c.code;
   } catch (const std::bad_alloc&) {
     if (ctx) ctx->last_error.assign("out of memory");
@@ -62,7 +63,10 @@ octattn_status Guard(octattn_context* ctx, Body&& body) noexcept {
     }
     return OCTATTN_ERROR_INTERNAL;
   } catch (...) {
-    if (ctx) ctx->last_error.clear();
+    try {
+      if (ctx) ctx->last_error.assign("internal error: unknown exception");
+    } catch (...) {
+    }
     return OCTATTN_ERROR_INTERNAL;
   }
 }

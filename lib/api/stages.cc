@@ -309,6 +309,10 @@ octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src
     OCTATTN_CHECK(ValidateTensor(v, "v", Role::kOutput, false, &tv));
     if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize || kv_heads > octattn::api::kMaxSize)
       return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");
+    if (q_heads % kv_heads != 0)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                  "q_heads (" + std::to_string(q_heads) + ") is not a multiple of kv_heads (" +
+                      std::to_string(kv_heads) + ")");
     const int64_t heads = q_heads + 2 * kv_heads;
     if (ts.shape[2] % heads != 0)
       return Fail(OCTATTN_ERROR_INVALID_SHAPE,

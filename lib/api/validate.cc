@@ -1,7 +1,9 @@
 // Boundary checks: sizes, strides, overflow, aliasing, alignment, option structs.
 #include "lib/api/validate.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -110,11 +112,12 @@ Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, co
   return Check();
 }
 
-Check ValidateStructSize(size_t given, size_t known, const void* base, const char* name) {
-  if (given < known)
+Check ValidateStructSize(size_t given, size_t first, size_t known, const void* base,
+                         const char* name) {
+  if (given < first)
     return Fail(OCTATTN_ERROR_STRUCT_SIZE, std::string(name) + ": struct_size " +
                                                std::to_string(given) + " is smaller than " +
-                                               std::to_string(known));
+                                               std::to_string(first) + " (version 0.1)");
   const unsigned char* bytes = static_cast<const unsigned char*>(base);
   for (size_t i = known; i < given; ++i)
     if (bytes[i] != 0)
@@ -126,9 +129,10 @@ Check ValidateStructSize(size_t given, size_t known, const void* base, const cha
 Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out) {
   octattn_attention_options_init(out);
   if (!in) return Check();
-  OCTATTN_CHECK(ValidateStructSize(in->struct_size, sizeof(octattn_attention_options), in,
-                                   "options"));
-  std::memcpy(out, in, sizeof(octattn_attention_options));
+  OCTATTN_CHECK(ValidateStructSize(in->struct_size, kOptionsSize_0_1,
+                                   sizeof(octattn_attention_options), in, "options"));
+  // Fields past the caller's struct_size (an older caller) keep their defaults.
+  std::memcpy(out, in, std::min(in->struct_size, sizeof(octattn_attention_options)));
   out->struct_size = sizeof(octattn_attention_options);
   if (out->causal != 0 && out->causal != 1)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.causal must be 0 or 1");
@@ -149,6 +153,13 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   if (out->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved is not 0");
   return Check();
 }
+
+static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
+                  offsetof(octattn_attention_options, reserved) + sizeof(int32_t) == kOptionsSize_0_1,
+              "octattn_attention_options grows only by appending");
+static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
+                  offsetof(octattn_run_info, threads) + sizeof(int32_t) == kRunInfoSize_0_1,
+              "octattn_run_info grows only by appending");
 
 }  // namespace api
 }  // namespace octattn

@@ -54,7 +54,15 @@ Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, co
 // Options with defaults resolved; q_start still possibly OCTATTN_Q_START_DEFAULT.
 Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out);
 
-Check ValidateStructSize(size_t given, size_t known, const void* base, const char* name);
+// The sizes of the public structs as version 0.1 published them: the smallest
+// struct_size a caller may pass, forever (a caller built against 0.1 passes these).
+constexpr size_t kOptionsSize_0_1 = 48;
+constexpr size_t kRunInfoSize_0_1 = 24;
+
+// STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
+// `base` past `known` (this library's size) up to `given` are not zero (libbpf's rule).
+Check ValidateStructSize(size_t given, size_t first, size_t known, const void* base,
+                         const char* name);
 
 }  // namespace api
 }  // namespace octattn
