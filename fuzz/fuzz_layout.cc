@@ -30,6 +30,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (float& f : packed.buf) f = in.AnyBits();
   Tensor q(batch, q_heads, tokens, dim, layout), k(batch, kv_heads, tokens, dim, layout),
       v(batch, kv_heads, tokens, dim, layout);
+  if (q_heads % kv_heads != 0) {  // the GQA rule: refused, nothing written
+    FUZZ_CHECK(octattn_split_qkv(ctx, &packed.t, q_heads, kv_heads, &q.t, &k.t, &v.t) ==
+               OCTATTN_ERROR_INVALID_SHAPE);
+    for (const Tensor* t : {&q, &k, &v})
+      for (float f : t->buf) FUZZ_CHECK(f == 0.0f);
+    octattn_context_destroy(ctx);
+    return 0;
+  }
   FUZZ_CHECK(octattn_split_qkv(ctx, &packed.t, q_heads, kv_heads, &q.t, &k.t, &v.t) == OCTATTN_OK);
   // Merging q, k and v back into one [B, T, C] buffer rebuilds the packed input.
   octattn_tensor views[3];

@@ -9,20 +9,12 @@ using namespace octtest;
 
 namespace {
 
-octattn::kernels::HeadTask Head(const Tensor* q, const Tensor* k, const Tensor* w, const Tensor* v,
-                                Tensor* o, int64_t b, int64_t h, int64_t kvh) {
-  octattn::kernels::HeadTask t{};
-  auto at = [](const Tensor* x, int64_t bi, int64_t hi) {
-    return const_cast<float*>(x->buf.data()) + bi * x->t.stride[0] + hi * x->t.stride[1];
-  };
-  if (q) t.q = at(q, b, h), t.q_row = q->t.stride[2], t.q_dim = q->t.stride[3], t.q_len = q->shape[2],
-         t.head_dim = q->shape[3];
-  if (k) t.k = at(k, b, kvh), t.k_row = k->t.stride[2], t.k_dim = k->t.stride[3], t.kv_len = k->shape[2];
-  if (w) t.weights = at(w, b, h), t.w_row = w->t.stride[2], t.w_col = w->t.stride[3],
-         t.q_len = w->shape[2], t.kv_len = w->shape[3];
-  if (v) t.v = at(v, b, kvh), t.v_row = v->t.stride[2], t.v_dim = v->t.stride[3], t.value_dim = v->shape[3];
-  if (o) t.o = at(o, b, h), t.o_row = o->t.stride[2], t.o_dim = o->t.stride[3];
-  return t;
+// Head (b, h) of a test tensor as the reference stages take it.
+octattn::kernels::Matrix HeadOf(Tensor& x, int64_t b, int64_t h) {
+  return {x.buf.data() + b * x.t.stride[0] + h * x.t.stride[1], x.t.stride[2], x.t.stride[3]};
+}
+octattn::kernels::ConstMatrix ConstHeadOf(const Tensor& x, int64_t b, int64_t h) {
+  return {x.buf.data() + b * x.t.stride[0] + h * x.t.stride[1], x.t.stride[2], x.t.stride[3]};
 }
 
 }  // namespace
@@ -33,7 +25,9 @@ TEST_CASE("scores, scale, mask, softmax and weighted sum match the reference on 
   Problem p(B, Hq, Hkv, Tq, Tk, D, Dv, 21);
   Tensor want_s(B, Hq, Tq, Tk), want_p(B, Hq, Tq, Tk), want_o(B, Hq, Tq, Dv), want_lse(B, Hq, Tq, 1);
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hq; ++h) octattn::reference::ScoresHead(Head(&p.q, &p.k, &want_s, nullptr, nullptr, b, h, h / 2));
+    for (int64_t h = 0; h < Hq; ++h)
+      octattn::reference::ScoresHead(ConstHeadOf(p.q, b, h), ConstHeadOf(p.k, b, h / 2),
+                                     HeadOf(want_s, b, h), Tq, Tk, D);
   const float scale = 0.37f;
   Tensor scaled = want_s;
   scaled.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { scaled.at(a, b, c, d) *= scale; });
@@ -49,7 +43,8 @@ TEST_CASE("scores, scale, mask, softmax and weighted sum match the reference on 
       octattn::reference::MaskHead(ph, Tk, 1, Tq, Tk, mask);
       for (int64_t i = 0; i < Tq; ++i)
         octattn::reference::SoftmaxRow(ph + i * Tk, Tk, 1, &want_lse.at(b, h, i, 0));
-      octattn::reference::WeightedSumHead(Head(nullptr, nullptr, &want_p, &p.v, &want_o, b, h, h / 2));
+      octattn::reference::WeightedSumHead(ConstHeadOf(want_p, b, h), ConstHeadOf(p.v, b, h / 2),
+                                          HeadOf(want_o, b, h), Tq, Tk, Dv);
     }
 
   for (const Target& t : AllTargets()) {

@@ -11,6 +11,7 @@
 #include "lib/kernels/kernels.h"
 #include "lib/kernels/layout/layout.h"
 #include "lib/plan/plan.h"
+#include "lib/plan/schedule.h"
 #include "lib/reference/reference.h"
 #include "octattn.h"
 
@@ -20,16 +21,13 @@ using octattn::api::CheckSize;
 using octattn::api::Fail;
 using octattn::api::Guard;
 using octattn::api::Role;
+using octattn::api::RunTasks;
 using octattn::api::TensorInfo;
 using octattn::api::ValidateTensor;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
 
 namespace {
-
-constexpr size_t kAlign = 64;
-
-size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 Check NeedContext(const octattn_context* ctx) {
   if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
@@ -40,11 +38,10 @@ Check NeedContext(const octattn_context* ctx) {
 struct AttentionCall {
   TensorInfo q, k, v, o, lse, weights;
   bool has_lse = false, has_weights = false;
-  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0,
-          value_dim = 0;
-  plan::Mask mask{};
+  plan::CallShape shape{};
   float scale = 0;
   octattn_algorithm algorithm = OCTATTN_ALGORITHM_AUTO;
+  plan::Algorithm plan_algorithm = plan::Algorithm::kFused;
   const kernels::Table* table = nullptr;  // null for the reference
 };
 
@@ -64,37 +61,39 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
   if (lse) OCTATTN_CHECK(ValidateTensor(lse, "lse", Role::kOutput, false, &c->lse));
   if (weights) OCTATTN_CHECK(ValidateTensor(weights, "weights", Role::kOutput, false, &c->weights));
 
-  c->batch = c->q.shape[0];
-  c->q_heads = c->q.shape[1];
-  c->q_len = c->q.shape[2];
-  c->head_dim = c->q.shape[3];
-  c->kv_heads = c->k.shape[1];
-  c->kv_len = c->k.shape[2];
-  c->value_dim = c->v.shape[3];
-  OCTATTN_CHECK(CheckSize(c->k, "k", 0, c->batch, "batch of q"));
-  OCTATTN_CHECK(CheckSize(c->k, "k", 3, c->head_dim, "head_dim of q"));
-  OCTATTN_CHECK(CheckSize(c->v, "v", 0, c->batch, "batch of q"));
-  OCTATTN_CHECK(CheckSize(c->v, "v", 1, c->kv_heads, "kv_heads of k"));
-  OCTATTN_CHECK(CheckSize(c->v, "v", 2, c->kv_len, "kv_len of k"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 0, c->batch, "batch of q"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 1, c->q_heads, "q_heads of q"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 2, c->q_len, "q_len of q"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 3, c->value_dim, "value_dim of v"));
-  if (c->q_heads % c->kv_heads != 0)
+  plan::CallShape& sh = c->shape;
+  sh.batch = c->q.shape[0];
+  sh.q_heads = c->q.shape[1];
+  sh.q_len = c->q.shape[2];
+  sh.head_dim = c->q.shape[3];
+  sh.kv_heads = c->k.shape[1];
+  sh.kv_len = c->k.shape[2];
+  sh.value_dim = c->v.shape[3];
+  sh.v_dim = c->v.stride[3];
+  OCTATTN_CHECK(CheckSize(c->k, "k", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(CheckSize(c->k, "k", 3, sh.head_dim, "head_dim of q"));
+  OCTATTN_CHECK(CheckSize(c->v, "v", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(CheckSize(c->v, "v", 1, sh.kv_heads, "kv_heads of k"));
+  OCTATTN_CHECK(CheckSize(c->v, "v", 2, sh.kv_len, "kv_len of k"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 1, sh.q_heads, "q_heads of q"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
+  OCTATTN_CHECK(CheckSize(c->o, "o", 3, sh.value_dim, "value_dim of v"));
+  if (sh.q_heads % sh.kv_heads != 0)
     return Fail(OCTATTN_ERROR_INVALID_SHAPE,
-                "q_heads (" + std::to_string(c->q_heads) + ") is not a multiple of kv_heads (" +
-                    std::to_string(c->kv_heads) + ")");
+                "q_heads (" + std::to_string(sh.q_heads) + ") is not a multiple of kv_heads (" +
+                    std::to_string(sh.kv_heads) + ")");
   if (c->has_lse) {
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 0, c->batch, "batch of q"));
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 1, c->q_heads, "q_heads of q"));
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 2, c->q_len, "q_len of q"));
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 1, sh.q_heads, "q_heads of q"));
+    OCTATTN_CHECK(CheckSize(c->lse, "lse", 2, sh.q_len, "q_len of q"));
     OCTATTN_CHECK(CheckSize(c->lse, "lse", 3, 1, "one value per row"));
   }
   if (c->has_weights) {
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 0, c->batch, "batch of q"));
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 1, c->q_heads, "q_heads of q"));
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 2, c->q_len, "q_len of q"));
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 3, c->kv_len, "kv_len of k"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 1, sh.q_heads, "q_heads of q"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
+    OCTATTN_CHECK(CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
   }
   const struct {
     const TensorInfo* t;
@@ -114,6 +113,9 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
   c->algorithm = opt.algorithm;
   if (c->algorithm == OCTATTN_ALGORITHM_AUTO)
     c->algorithm = c->has_weights ? OCTATTN_ALGORITHM_NAIVE : OCTATTN_ALGORITHM_FUSED;
+  c->plan_algorithm = c->algorithm == OCTATTN_ALGORITHM_REFERENCE ? plan::Algorithm::kReference
+                      : c->algorithm == OCTATTN_ALGORITHM_NAIVE   ? plan::Algorithm::kNaive
+                                                                  : plan::Algorithm::kFused;
   if (c->algorithm == OCTATTN_ALGORITHM_FUSED && c->has_weights)
     return Fail(OCTATTN_ERROR_UNSUPPORTED,
                 "the fused algorithm never holds the weights: use naive to get them");
@@ -122,22 +124,25 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
     if (!c->table)
       return Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
-  c->mask.causal = opt.causal;
-  c->mask.window = opt.window;
-  c->mask.stride = opt.stride;
-  c->mask.q_start = !opt.causal ? 0
-                    : opt.q_start == OCTATTN_Q_START_DEFAULT ? c->kv_len - c->q_len
+  sh.mask.causal = opt.causal;
+  sh.mask.window = opt.window;
+  sh.mask.stride = opt.stride;
+  sh.mask.q_start = !opt.causal ? 0
+                    : opt.q_start == OCTATTN_Q_START_DEFAULT ? sh.kv_len - sh.q_len
                                                              : opt.q_start;
-  c->scale = opt.scale != 0.0f ? opt.scale
-                               : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c->head_dim)));
+  c->scale = opt.scale != 0.0f
+                 ? opt.scale
+                 : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
   return Check();
 }
 
-kernels::HeadTask MakeTask(const AttentionCall& c, int64_t index) {
-  const int64_t b = index / c.q_heads, h = index % c.q_heads;
-  const int64_t kvh = h / (c.q_heads / c.kv_heads);
-  kernels::HeadTask t{};
+// The operands of query head `h` of batch `b` (k and v those of its kv head).
+kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h) {
+  const plan::CallShape& sh = c.shape;
+  const int64_t kvh = h / (sh.q_heads / sh.kv_heads);
+  kernels::Operands t{};
   t.q = c.q.data + b * c.q.stride[0] + h * c.q.stride[1];
+  t.q_head = c.q.stride[1];
   t.q_row = c.q.stride[2];
   t.q_dim = c.q.stride[3];
   t.k = c.k.data + b * c.k.stride[0] + kvh * c.k.stride[1];
@@ -147,10 +152,12 @@ kernels::HeadTask MakeTask(const AttentionCall& c, int64_t index) {
   t.v_row = c.v.stride[2];
   t.v_dim = c.v.stride[3];
   t.o = c.o.data + b * c.o.stride[0] + h * c.o.stride[1];
+  t.o_head = c.o.stride[1];
   t.o_row = c.o.stride[2];
   t.o_dim = c.o.stride[3];
   if (c.has_lse) {
     t.lse = c.lse.data + b * c.lse.stride[0] + h * c.lse.stride[1];
+    t.lse_head = c.lse.stride[1];
     t.lse_row = c.lse.stride[2];
   }
   if (c.has_weights) {
@@ -158,144 +165,57 @@ kernels::HeadTask MakeTask(const AttentionCall& c, int64_t index) {
     t.w_row = c.weights.stride[2];
     t.w_col = c.weights.stride[3];
   }
-  t.q_len = c.q_len;
-  t.kv_len = c.kv_len;
-  t.head_dim = c.head_dim;
-  t.value_dim = c.value_dim;
+  t.q_len = sh.q_len;
+  t.kv_len = sh.kv_len;
+  t.head_dim = sh.head_dim;
+  t.value_dim = sh.value_dim;
   t.scale = c.scale;
-  t.mask = c.mask;
+  t.mask = sh.mask;
   return t;
 }
 
-// Decode-shaped calls (few query rows per kv head) split the keys into chunks that run
-// as parallel tasks; the split changes no byte (see kernels::kChunkKeys).
-constexpr int64_t kDecodeRows = 16;
-
-// How a call runs: per-slot scratch, plus shared bytes (the decode partials).
-struct Plan {
-  size_t slot_bytes = 0, shared_bytes = 0;
-  bool decode = false;
-  int64_t units = 0, q_tiles = 0;  // decode: key units (gathered columns, chunks)
-  bool gathered = false;
-};
-
-kernels::FlashTask FlashBase(const AttentionCall& c, int64_t b, int64_t kvh) {
-  const int64_t group = c.q_heads / c.kv_heads;
-  // The group's first query head, as a naive task sees it, plus the head strides.
-  const kernels::HeadTask h = MakeTask(c, b * c.q_heads + kvh * group);
+// The fused task of the GQA group of kv head `kvh` of batch `b`: all rows, all chunks.
+kernels::FlashTask GroupTask(const AttentionCall& c, int64_t b, int64_t kvh) {
+  const int64_t group = c.shape.q_heads / c.shape.kv_heads;
   kernels::FlashTask t{};
-  t.q = h.q;
-  t.q_head = c.q.stride[1];
-  t.q_row = h.q_row;
-  t.q_dim = h.q_dim;
-  t.k = h.k;
-  t.k_row = h.k_row;
-  t.k_dim = h.k_dim;
-  t.v = h.v;
-  t.v_row = h.v_row;
-  t.v_dim = h.v_dim;
-  t.o = h.o;
-  t.o_head = c.o.stride[1];
-  t.o_row = h.o_row;
-  t.o_dim = h.o_dim;
-  t.lse = h.lse;
-  t.lse_head = c.has_lse ? c.lse.stride[1] : 0;
-  t.lse_row = h.lse_row;
+  t.op = OperandsOf(c, b, kvh * group);
   t.heads = group;
   t.row_begin = 0;
-  t.row_end = c.q_len;
-  t.q_len = c.q_len;
-  t.kv_len = c.kv_len;
-  t.head_dim = c.head_dim;
-  t.value_dim = c.value_dim;
-  t.scale = c.scale;
-  t.mask = c.mask;
+  t.row_end = c.shape.q_len;
   t.gathered = 1;
   t.chunk_begin = 0;
-  t.chunk_end = (c.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  t.chunk_end = (c.shape.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
   return t;
 }
 
-int64_t KeyLimit(const AttentionCall& c) {
-  if (!c.mask.causal) return c.kv_len;
-  return std::max<int64_t>(0, std::min(c.kv_len, c.mask.q_start + c.q_len));
-}
-
-Plan MakePlan(const AttentionCall& c) {
-  Plan p;
-  if (c.algorithm == OCTATTN_ALGORITHM_REFERENCE) {
-    p.slot_bytes = RoundUp(octattn::reference::HeadScratchDoubles(MakeTask(c, 0)) * sizeof(double));
-  } else if (c.algorithm == OCTATTN_ALGORITHM_NAIVE) {
-    p.slot_bytes = RoundUp(c.table->naive_scratch_floats(MakeTask(c, 0)) * sizeof(float));
-  } else {
-    kernels::FlashTask t = FlashBase(c, 0, 0);
-    const int64_t group = c.q_heads / c.kv_heads;
-    const int64_t chunks = (KeyLimit(c) + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
-    p.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0;
-    p.units = chunks + (p.gathered ? 1 : 0);
-    p.decode = group * c.q_len <= kDecodeRows && p.units > 1;
-    if (p.decode) {
-      const size_t state = c.table->flash_state_floats(t);
-      const size_t merge = state + RoundUp(static_cast<size_t>(c.value_dim) * sizeof(float) + kAlign);
-      p.slot_bytes = RoundUp(std::max(c.table->flash_scratch_floats(t) * sizeof(float), merge));
-      p.shared_bytes = RoundUp(static_cast<size_t>(c.batch * c.kv_heads * p.units * group * c.q_len) *
-                               state * sizeof(float));
-    } else {
-      p.q_tiles = (c.q_len + kernels::kQueryTile - 1) / kernels::kQueryTile;
-      t.row_end = std::min(c.q_len, kernels::kQueryTile);
-      p.slot_bytes = RoundUp(c.table->flash_scratch_floats(t) * sizeof(float));
-    }
-  }
-  return p;
-}
-
-size_t WorkspaceBytes(const octattn_context& ctx, const Plan& p) {
-  return p.slot_bytes * static_cast<size_t>(ctx.pool->threads()) + p.shared_bytes + kAlign;
-}
-
-// Runs body(task, slot_scratch) for each of `tasks` on the context's pool.
-template <class Body>
-void RunTasks(octattn_context* ctx, int64_t tasks, void* scratch, size_t slot_bytes, Body&& body) {
-  char* base = static_cast<char*>(scratch);
-  ctx->pool->Run(tasks, [&](int64_t task, int slot) {
-    body(task, base + static_cast<size_t>(slot) * slot_bytes);
-  });
-}
-
-void RunFused(octattn_context* ctx, const AttentionCall& c, const Plan& p, void* scratch) {
-  const int64_t pairs = c.batch * c.kv_heads;
+void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule& p,
+              void* scratch) {
   const kernels::Table* table = c.table;
   if (!p.decode) {
-    // Longest first: under a causal mask the last query tiles read the most keys.
-    RunTasks(ctx, pairs * p.q_tiles, scratch, p.slot_bytes, [&](int64_t i, void* s) {
-      const int64_t tile = p.q_tiles - 1 - i / pairs, bk = i % pairs;
-      kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
-      t.row_begin = tile * kernels::kQueryTile;
-      t.row_end = std::min(c.q_len, t.row_begin + kernels::kQueryTile);
+    RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+      const plan::PrefillIndex x = plan::PrefillTaskAt(p, c.shape, i);
+      kernels::FlashTask t = GroupTask(c, x.batch, x.kv_head);
+      t.row_begin = x.row_begin;
+      t.row_end = x.row_end;
       table->flash_task(t, static_cast<float*>(s));
     });
     return;
   }
   float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) +
                                              p.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
-  const kernels::FlashTask probe = FlashBase(c, 0, 0);
-  const size_t per_pair = static_cast<size_t>(p.units * probe.heads * c.q_len) *
-                          table->flash_state_floats(probe);
-  // One task per (batch, kv head, unit); unit 0 is the gathered columns when there are any.
-  RunTasks(ctx, pairs * p.units, scratch, p.slot_bytes, [&](int64_t i, void* s) {
-    const int64_t bk = i / p.units, unit = i % p.units;
-    kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
-    const int64_t chunk = unit - (p.gathered ? 1 : 0);
-    t.gathered = chunk < 0;
-    t.chunk_begin = chunk < 0 ? 0 : chunk;
-    t.chunk_end = chunk < 0 ? 0 : chunk + 1;
-    t.partial = partials + static_cast<size_t>(bk) * per_pair +
-                static_cast<size_t>(unit * t.heads * c.q_len) * table->flash_state_floats(t);
+  RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+    const plan::DecodeIndex x = plan::DecodeTaskAt(p, c.shape, i);
+    kernels::FlashTask t = GroupTask(c, x.batch, x.kv_head);
+    t.gathered = x.gathered;
+    t.chunk_begin = x.gathered ? 0 : x.chunk;
+    t.chunk_end = x.gathered ? 0 : x.chunk + 1;
+    t.partial = partials + plan::PartialOffset(p, c.shape, x.pair, x.unit);
     table->flash_task(t, static_cast<float*>(s));
   });
-  RunTasks(ctx, pairs, scratch, p.slot_bytes, [&](int64_t bk, void* s) {
-    const kernels::FlashTask t = FlashBase(c, bk / c.kv_heads, bk % c.kv_heads);
-    table->flash_merge(t, partials + static_cast<size_t>(bk) * per_pair, p.units,
+  const int64_t pairs = c.shape.batch * c.shape.kv_heads;
+  RunTasks(ctx, pairs, scratch, p.slot_bytes, [&](int64_t pair, void* s) {
+    const kernels::FlashTask t = GroupTask(c, pair / c.shape.kv_heads, pair % c.shape.kv_heads);
+    table->flash_merge(t, partials + plan::PartialOffset(p, c.shape, pair, 0), p.units,
                        static_cast<float*>(s));
   });
 }
@@ -528,7 +448,11 @@ octattn_status octattn_attention_workspace_size(octattn_context* ctx,
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     if (!bytes) return Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
-    *bytes = WorkspaceBytes(*ctx, MakePlan(c));
+    const size_t need = plan::WorkspaceBytes(
+        plan::MakeSchedule(c.shape, c.plan_algorithm, c.table), ctx->pool->threads());
+    if (need == SIZE_MAX)
+      return Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
+    *bytes = need;
     return Check();
   });
 }
@@ -541,21 +465,23 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
-    const Plan plan = MakePlan(c);
+    const plan::Schedule plan = plan::MakeSchedule(c.shape, c.plan_algorithm, c.table);
     void* scratch = nullptr;
-    OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, WorkspaceBytes(*ctx, plan), workspace,
-                                               workspace_size, &scratch));
-    const int64_t heads = c.batch * c.q_heads;
-    if (c.algorithm == OCTATTN_ALGORITHM_REFERENCE) {
-      RunTasks(ctx, heads, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
-        octattn::reference::AttentionHead(MakeTask(c, i), static_cast<double*>(s));
-      });
-    } else if (c.algorithm == OCTATTN_ALGORITHM_NAIVE) {
-      RunTasks(ctx, heads, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
-        c.table->naive_head(MakeTask(c, i), static_cast<float*>(s));
-      });
-    } else {
+    OCTATTN_CHECK(octattn::api::AcquireScratch(
+        ctx, plan::WorkspaceBytes(plan, ctx->pool->threads()), workspace, workspace_size, &scratch));
+    if (c.algorithm == OCTATTN_ALGORITHM_FUSED) {
       RunFused(ctx, c, plan, scratch);
+    } else {
+      const bool reference = c.algorithm == OCTATTN_ALGORITHM_REFERENCE;
+      RunTasks(ctx, plan.tasks, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
+        const plan::HeadIndex x = plan::HeadTaskAt(c.shape, i);
+        const kernels::Operands op = OperandsOf(c, x.batch, x.head);
+        if (reference) {
+          octattn::reference::AttentionHead(op, static_cast<double*>(s));
+        } else {
+          c.table->naive_head(op, static_cast<float*>(s));
+        }
+      });
     }
     octattn::api::RecordRun(ctx, c.algorithm, c.table);
     return Check();

@@ -37,6 +37,8 @@ const kernels::Table* SelectTable(const octattn_context& ctx) {
 Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t workspace_size,
                      void** out) {
   constexpr size_t kAlign = 64;
+  if (bytes == SIZE_MAX)  // sizes are computed saturating (plan::SatMul)
+    return Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
   if (workspace) {
     if (workspace_size < bytes)
       return Fail(OCTATTN_ERROR_WORKSPACE_TOO_SMALL,

@@ -44,6 +44,16 @@ Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t
 
 void RecordRun(octattn_context* ctx, octattn_algorithm algorithm, const kernels::Table* table);
 
+// Runs body(task, slot_scratch) for each of `tasks` on the context's pool, each thread's
+// slot being `slot_bytes` of `scratch`. The one runner of the composed call and the stages.
+template <class Body>
+void RunTasks(octattn_context* ctx, int64_t tasks, void* scratch, size_t slot_bytes, Body&& body) {
+  char* base = static_cast<char*>(scratch);
+  ctx->pool->Run(tasks, [&](int64_t task, int slot) {
+    body(task, base + static_cast<size_t>(slot) * slot_bytes);
+  });
+}
+
 // Runs body() and maps a Check or an exception to the status it returns, recording the
 // message in the context. Every extern "C" function with a context goes through it.
 template <class Body>

@@ -8,7 +8,6 @@
 #include "lib/kernels/kernels.h"
 #include "lib/kernels/layout/layout.h"
 #include "lib/plan/plan.h"
-#include "lib/reference/reference.h"
 #include "octattn.h"
 
 using octattn::api::Check;
@@ -33,17 +32,18 @@ Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** table) {
   return Check();
 }
 
-// Per-head tasks over a [B, H, rows, cols] tensor with `slot_floats` of scratch each.
+// Runs body(b, h, slot_scratch) for every (batch, head) of a [B, H, rows, cols] tensor,
+// with `slot_floats` of scratch each (the composed call's runner).
 template <class Body>
 Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
                  Body&& body) {
-  const size_t slot = (slot_floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  const size_t slot = plan::RoundUp(plan::SatMul(slot_floats, sizeof(float)), kAlign);
   void* scratch = nullptr;
   OCTATTN_CHECK(octattn::api::AcquireScratch(
-      ctx, slot * static_cast<size_t>(ctx->pool->threads()) + kAlign, nullptr, 0, &scratch));
-  char* base = static_cast<char*>(scratch);
-  ctx->pool->Run(batch * heads, [&](int64_t task, int s) {
-    body(task / heads, task % heads, reinterpret_cast<float*>(base + static_cast<size_t>(s) * slot));
+      ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), kAlign), nullptr,
+      0, &scratch));
+  octattn::api::RunTasks(ctx, batch * heads, scratch, slot, [&](int64_t task, void* s) {
+    body(task / heads, task % heads, static_cast<float*>(s));
   });
   return Check();
 }
@@ -55,14 +55,12 @@ void Record(octattn_context* ctx, const kernels::Table* table) {
 float* At(const TensorInfo& t, int64_t b, int64_t h) {
   return t.data + b * t.stride[0] + h * t.stride[1];
 }
-
-kernels::HeadTask Shapes(int64_t q_len, int64_t kv_len, int64_t head_dim, int64_t value_dim) {
-  kernels::HeadTask t{};
-  t.q_len = q_len;
-  t.kv_len = kv_len;
-  t.head_dim = head_dim;
-  t.value_dim = value_dim;
-  return t;
+// Head (b, h) of a [B, H, rows, cols] tensor as a matrix.
+kernels::Matrix HeadOf(const TensorInfo& t, int64_t b, int64_t h) {
+  return {At(t, b, h), t.stride[2], t.stride[3]};
+}
+kernels::ConstMatrix ConstHeadOf(const TensorInfo& t, int64_t b, int64_t h) {
+  return {At(t, b, h), t.stride[2], t.stride[3]};
 }
 
 // GQA: kv head of query head h.
@@ -92,20 +90,13 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
     OCTATTN_CHECK(CheckSize(ts, "scores", 3, tk.shape[2], "kv_len of k"));
     OCTATTN_CHECK(CheckDisjoint(ts, "scores", tq, "q"));
     OCTATTN_CHECK(CheckDisjoint(ts, "scores", tk, "k"));
-    kernels::HeadTask shape = Shapes(tq.shape[2], tk.shape[2], tq.shape[3], 1);
-    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->scores_scratch_floats(shape),
+    const int64_t q_len = tq.shape[2], kv_len = tk.shape[2], head_dim = tq.shape[3];
+    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->scores_scratch_floats(kv_len, head_dim),
                              [&](int64_t b, int64_t h, float* scratch) {
-                               kernels::HeadTask t = shape;
-                               t.q = At(tq, b, h);
-                               t.q_row = tq.stride[2];
-                               t.q_dim = tq.stride[3];
-                               t.k = At(tk, b, KvHead(h, q_heads, kv_heads));
-                               t.k_row = tk.stride[2];
-                               t.k_dim = tk.stride[3];
-                               t.weights = At(ts, b, h);
-                               t.w_row = ts.stride[2];
-                               t.w_col = ts.stride[3];
-                               table->scores_head(t, scratch);
+                               table->scores_head(ConstHeadOf(tq, b, h),
+                                                  ConstHeadOf(tk, b, KvHead(h, q_heads, kv_heads)),
+                                                  HeadOf(ts, b, h), q_len, kv_len, head_dim,
+                                                  scratch);
                              }));
     Record(ctx, table);
     return Check();
@@ -120,15 +111,7 @@ octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float
     OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
     if (!std::isfinite(scale)) return Fail(OCTATTN_ERROR_INVALID_OPTION, "scale is not finite");
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
-      float* head = At(ts, b, h);
-      for (int64_t i = 0; i < ts.shape[2]; ++i) {
-        float* row = head + i * ts.stride[2];
-        if (ts.stride[3] == 1) {
-          table->scale_row(row, ts.shape[3], scale);
-        } else {  // one IEEE multiply per element: the same bits as the vector path
-          for (int64_t j = 0; j < ts.shape[3]; ++j) row[j * ts.stride[3]] *= scale;
-        }
-      }
+      table->scale_rows(HeadOf(ts, b, h), ts.shape[2], ts.shape[3], scale);
     }));
     Record(ctx, table);
     return Check();
@@ -148,7 +131,7 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     plan::Mask mask{opt.causal, opt.window, opt.stride,
                     opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start};
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
-      octattn::reference::MaskHead(At(ts, b, h), ts.stride[2], ts.stride[3], q_len, kv_len, mask);
+      table->mask_rows(HeadOf(ts, b, h), q_len, kv_len, mask);
     }));
     Record(ctx, table);
     return Check();
@@ -167,21 +150,13 @@ octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, oct
       OCTATTN_CHECK(CheckSize(tl, "lse", 3, 1, "one value per row"));
       OCTATTN_CHECK(CheckDisjoint(tl, "lse", ts, "scores"));
     }
-    const int64_t n = ts.shape[3];
-    const int64_t padded = static_cast<int64_t>(plan::RoundUp(static_cast<size_t>(n), table->lanes));
-    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], static_cast<size_t>(padded),
+    const int64_t rows = ts.shape[2], cols = ts.shape[3];
+    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->softmax_scratch_floats(cols),
                              [&](int64_t b, int64_t h, float* buf) {
-      float* head = At(ts, b, h);
-      for (int64_t i = 0; i < ts.shape[2]; ++i) {
-        float* row = head + i * ts.stride[2];
-        for (int64_t j = 0; j < n; ++j) buf[j] = row[j * ts.stride[3]];
-        for (int64_t j = n; j < padded; ++j) buf[j] = -INFINITY;
-        float row_lse;
-        table->softmax_row(buf, padded, &row_lse);
-        for (int64_t j = 0; j < n; ++j) row[j * ts.stride[3]] = buf[j];
-        if (lse) At(tl, b, h)[i * tl.stride[2]] = row_lse;
-      }
-    }));
+                               table->softmax_rows(HeadOf(ts, b, h), rows, cols,
+                                                   lse ? At(tl, b, h) : nullptr,
+                                                   lse ? tl.stride[2] : 0, buf);
+                             }));
     Record(ctx, table);
     return Check();
   });
@@ -207,21 +182,14 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
     OCTATTN_CHECK(CheckSize(to, "o", 3, tv.shape[3], "value_dim of v"));
     OCTATTN_CHECK(CheckDisjoint(to, "o", tw, "weights"));
     OCTATTN_CHECK(CheckDisjoint(to, "o", tv, "v"));
-    kernels::HeadTask shape = Shapes(tw.shape[2], tw.shape[3], 1, tv.shape[3]);
-    shape.v_dim = tv.stride[3];
-    shape.o_dim = to.stride[3];
-    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->weighted_sum_scratch_floats(shape),
-                             [&](int64_t b, int64_t h, float* scratch) {
-                               kernels::HeadTask t = shape;
-                               t.weights = At(tw, b, h);
-                               t.w_row = tw.stride[2];
-                               t.w_col = tw.stride[3];
-                               t.v = At(tv, b, KvHead(h, q_heads, kv_heads));
-                               t.v_row = tv.stride[2];
-                               t.o = At(to, b, h);
-                               t.o_row = to.stride[2];
-                               table->weighted_sum_head(t, scratch);
-                             }));
+    const int64_t q_len = tw.shape[2], kv_len = tw.shape[3], value_dim = tv.shape[3];
+    OCTATTN_CHECK(RunPerHead(
+        ctx, batch, q_heads, table->weighted_sum_scratch_floats(kv_len, value_dim, tv.stride[3]),
+        [&](int64_t b, int64_t h, float* scratch) {
+          table->weighted_sum_head(ConstHeadOf(tw, b, h),
+                                   ConstHeadOf(tv, b, KvHead(h, q_heads, kv_heads)),
+                                   HeadOf(to, b, h), q_len, kv_len, value_dim, scratch);
+        }));
     Record(ctx, table);
     return Check();
   });

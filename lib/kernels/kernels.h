@@ -1,5 +1,6 @@
-// The kernel interface: one task descriptor and one table of entry points per
-// (backend, target). Kernels take pointers, sizes and strides; they never fail.
+// The kernel interface: the operand description every family reads, the fused-path
+// task, and one table of entry points per (backend, target). Kernels take pointers,
+// sizes and strides; they never fail.
 #ifndef OCTATTN_LIB_KERNELS_KERNELS_H_
 #define OCTATTN_LIB_KERNELS_KERNELS_H_
 
@@ -24,24 +25,37 @@ enum Target : int32_t {
   kAvx512 = 6,
 };
 
-// One (batch, query head): every pointer already points at that head's first element;
-// strides are in elements. lse and weights may be null.
-struct HeadTask {
+// The operands of one attention call seen from one (batch, query head): every pointer
+// points at that head's first element (k and v at its kv head's); strides are in
+// elements. The *_head strides step to the next query head of the same kv head, for
+// tasks that block a GQA group's heads together. lse and weights may be null.
+struct Operands {
   const float* q;
-  int64_t q_row, q_dim;
+  int64_t q_head, q_row, q_dim;
   const float* k;
   int64_t k_row, k_dim;
   const float* v;
   int64_t v_row, v_dim;
   float* o;
-  int64_t o_row, o_dim;
+  int64_t o_head, o_row, o_dim;
   float* lse;
-  int64_t lse_row;
-  float* weights;  // the weights output; the input weights of WeightedSum; the scores out
+  int64_t lse_head, lse_row;
+  float* weights;
   int64_t w_row, w_col;
   int64_t q_len, kv_len, head_dim, value_dim;
   float scale;
   plan::Mask mask;
+};
+
+// A strided matrix (rows, then columns) of the stages: scores, weights, one head's q, k,
+// v or o. Sizes travel as separate arguments.
+struct Matrix {
+  float* data;
+  int64_t row, col;
+};
+struct ConstMatrix {
+  const float* data;
+  int64_t row, col;
 };
 
 // Fused path. A row's keys are processed in units: first (with a window and a stride)
@@ -52,27 +66,14 @@ struct HeadTask {
 // same operations whether its units run in one task (prefill) or in parallel tasks
 // merged afterwards (decode), and whatever the other rows of its task are.
 constexpr int64_t kChunkKeys = 1024;
-constexpr int64_t kTileKeys = 256;  // keys per packed K/V tile (L2-sized)
+constexpr int64_t kTileKeys = 256;   // keys per packed K/V tile (L2-sized)
 constexpr int64_t kQueryTile = 128;  // query rows per head in a prefill task
 
 // One fused-path task: query rows [row_begin, row_end) of `heads` consecutive query heads
-// sharing one kv head, against key chunks [chunk_begin, chunk_end). Pointers point at
-// the first query head of the group and its kv head.
+// sharing one kv head (op points at the first of them), against the key units below.
 struct FlashTask {
-  const float* q;
-  int64_t q_head, q_row, q_dim;
-  const float* k;
-  int64_t k_row, k_dim;
-  const float* v;
-  int64_t v_row, v_dim;
-  float* o;
-  int64_t o_head, o_row, o_dim;
-  float* lse;  // optional
-  int64_t lse_head, lse_row;
+  Operands op;
   int64_t heads, row_begin, row_end;
-  int64_t q_len, kv_len, head_dim, value_dim;
-  float scale;
-  plan::Mask mask;
   // Units of keys, in this order: the gathered strided columns (if `gathered` and the
   // mask has them), then key chunks [chunk_begin, chunk_end).
   int32_t gathered;
@@ -82,29 +83,37 @@ struct FlashTask {
   float* partial;
 };
 
+// Scratch sizes are counted in floats with saturating arithmetic (plan::SatMul): a size
+// that does not fit in size_t comes back as SIZE_MAX, which no allocation satisfies.
 struct Table {
   Backend backend;
   Target target;
   size_t lanes;
-  // Naive path: one head, scores materialized in scratch.
-  size_t (*naive_scratch_floats)(const HeadTask& task);
-  void (*naive_head)(const HeadTask& task, float* scratch);
-  // Stages. scores_head writes q k^T (unscaled, unmasked) to task.weights.
-  size_t (*scores_scratch_floats)(const HeadTask& task);
-  void (*scores_head)(const HeadTask& task, float* scratch);
-  void (*scale_row)(float* row, int64_t n, float scale);
-  // Softmax of a row padded with -inf to a multiple of `lanes`; *lse gets log-sum-exp.
-  void (*softmax_row)(float* row, int64_t n, float* lse);
-  // o = weights v over every key.
-  size_t (*weighted_sum_scratch_floats)(const HeadTask& task);
-  void (*weighted_sum_head)(const HeadTask& task, float* scratch);
-  // Fused path: scratch of one task, floats of one row's state, a task, and the merge
-  // of `chunks` partials ([chunk][row] states) of a task's rows into o and lse (its
-  // scratch: one state and one padded output row).
+  // naive/: one head, scores materialized in scratch; weights written when op has them.
+  size_t (*naive_scratch_floats)(const Operands& op);
+  void (*naive_head)(const Operands& op, float* scratch);
+  // qk/: scores = q k^T (unscaled, unmasked) of one head.
+  size_t (*scores_scratch_floats)(int64_t kv_len, int64_t head_dim);
+  void (*scores_head)(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len,
+                      int64_t kv_len, int64_t head_dim, float* scratch);
+  // softmax/: rows *= scale; row-wise stable softmax, lse[i * lse_row] (lse optional).
+  void (*scale_rows)(Matrix scores, int64_t rows, int64_t cols, float scale);
+  size_t (*softmax_scratch_floats)(int64_t cols);
+  void (*softmax_rows)(Matrix scores, int64_t rows, int64_t cols, float* lse, int64_t lse_row,
+                       float* scratch);
+  // mask/: entries (i, j) the mask does not allow become -inf, row i at mask.q_start + i.
+  void (*mask_rows)(Matrix scores, int64_t rows, int64_t cols, const plan::Mask& mask);
+  // av/: o = p v over every key of one head.
+  size_t (*weighted_sum_scratch_floats)(int64_t kv_len, int64_t value_dim, int64_t v_dim);
+  void (*weighted_sum_head)(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int64_t kv_len,
+                            int64_t value_dim, float* scratch);
+  // flash/: scratch of one task, floats of one row's state, a task, and the merge of
+  // `units` partials ([unit][row] states) of a task's rows into o and lse (its scratch:
+  // one state and one padded output row).
   size_t (*flash_scratch_floats)(const FlashTask& task);
-  size_t (*flash_state_floats)(const FlashTask& task);
+  size_t (*flash_state_floats)(int64_t value_dim);
   void (*flash_task)(const FlashTask& task, float* scratch);
-  void (*flash_merge)(const FlashTask& task, const float* partials, int64_t chunks,
+  void (*flash_merge)(const FlashTask& task, const float* partials, int64_t units,
                       float* scratch);
 };
 

@@ -95,8 +95,41 @@ inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0
   return kTilePartial;
 }
 
-// Scratch sizes, in floats, rounded to whole cache lines.
-inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+// One past the last key that a row at a position below `qpos_end` may read (every key
+// for full attention).
+inline int64_t KeyEnd(const Mask& m, int64_t qpos_end, int64_t kv_len) {
+  if (!m.causal) return kv_len;
+  return MaxI(0, MinI(kv_len, qpos_end));
+}
+
+// The first key of the dense run of a row at position `qpos_first`: a row at that
+// position or later reads no key below it except the strided columns (j % stride == 0,
+// with a window and a stride), so nothing else below it is ever loaded.
+inline int64_t KeyBegin(const Mask& m, int64_t qpos_first) {
+  if (!m.causal || m.window <= 0) return 0;
+  return MaxI(0, qpos_first - m.window + 1);
+}
+// The stride of the columns below KeyBegin that stay readable (0: none).
+inline int64_t StrideBelow(const Mask& m) {
+  return m.causal && m.window > 0 ? m.stride : 0;
+}
+
+// Sizes of scratch, in size_t with saturating arithmetic: a size that does not fit
+// becomes SIZE_MAX, which no allocation satisfies and validation reports as OVERFLOW.
+inline size_t SatAdd(size_t a, size_t b) {
+  size_t r;
+  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+inline size_t SatMul(size_t a, size_t b) {
+  size_t r;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+// A non-negative count as a size.
+inline size_t Count(int64_t n) { return n < 0 ? 0 : static_cast<size_t>(n); }
+// n rounded up to a multiple of `to` (saturating).
+inline size_t RoundUp(size_t n, size_t to) {
+  return n > SIZE_MAX - to ? SIZE_MAX : (n + to - 1) / to * to;
+}
 
 }  // namespace
 }  // namespace plan

@@ -7,17 +7,19 @@
 namespace octattn {
 namespace reference {
 
-using kernels::HeadTask;
+using kernels::ConstMatrix;
+using kernels::Matrix;
+using kernels::Operands;
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 }
 
-size_t HeadScratchDoubles(const HeadTask& t) {
-  return static_cast<size_t>(t.kv_len) + static_cast<size_t>(t.value_dim);
+size_t HeadScratchDoubles(const Operands& t) {
+  return plan::SatAdd(plan::Count(t.kv_len), plan::Count(t.value_dim));
 }
 
-void AttentionHead(const HeadTask& t, double* scratch) {
+void AttentionHead(const Operands& t, double* scratch) {
   double* s = scratch;
   double* acc = scratch + t.kv_len;
   for (int64_t i = 0; i < t.q_len; ++i) {
@@ -64,13 +66,14 @@ void AttentionHead(const HeadTask& t, double* scratch) {
   }
 }
 
-void ScoresHead(const HeadTask& t) {
-  for (int64_t i = 0; i < t.q_len; ++i)
-    for (int64_t j = 0; j < t.kv_len; ++j) {
+void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len, int64_t kv_len,
+                int64_t head_dim) {
+  for (int64_t i = 0; i < q_len; ++i)
+    for (int64_t j = 0; j < kv_len; ++j) {
       double dot = 0.0;
-      for (int64_t d = 0; d < t.head_dim; ++d)
-        dot += static_cast<double>(t.q[i * t.q_row + d * t.q_dim]) * t.k[j * t.k_row + d * t.k_dim];
-      t.weights[i * t.w_row + j * t.w_col] = static_cast<float>(dot);
+      for (int64_t d = 0; d < head_dim; ++d)
+        dot += static_cast<double>(q.data[i * q.row + d * q.col]) * k.data[j * k.row + d * k.col];
+      scores.data[i * scores.row + j * scores.col] = static_cast<float>(dot);
     }
 }
 
@@ -91,13 +94,14 @@ void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse) {
   if (lse) *lse = static_cast<float>(m + std::log(sum));
 }
 
-void WeightedSumHead(const HeadTask& t) {
-  for (int64_t i = 0; i < t.q_len; ++i)
-    for (int64_t d = 0; d < t.value_dim; ++d) {
+void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int64_t kv_len,
+                     int64_t value_dim) {
+  for (int64_t i = 0; i < q_len; ++i)
+    for (int64_t d = 0; d < value_dim; ++d) {
       double acc = 0.0;
-      for (int64_t j = 0; j < t.kv_len; ++j)
-        acc += static_cast<double>(t.weights[i * t.w_row + j * t.w_col]) * t.v[j * t.v_row + d * t.v_dim];
-      t.o[i * t.o_row + d * t.o_dim] = static_cast<float>(acc);
+      for (int64_t j = 0; j < kv_len; ++j)
+        acc += static_cast<double>(p.data[i * p.row + j * p.col]) * v.data[j * v.row + d * v.col];
+      o.data[i * o.row + d * o.col] = static_cast<float>(acc);
     }
 }
 

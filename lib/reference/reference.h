@@ -12,14 +12,18 @@ namespace octattn {
 namespace reference {
 
 // Doubles of scratch one head needs.
-size_t HeadScratchDoubles(const kernels::HeadTask& task);
-// o (and lse, weights when set) of one head, by the formula of the header.
-void AttentionHead(const kernels::HeadTask& task, double* scratch);
+size_t HeadScratchDoubles(const kernels::Operands& op);
+// o (and lse, weights when set) of one head, by the formula of the header. Reads only the
+// key and value rows the mask allows.
+void AttentionHead(const kernels::Operands& op, double* scratch);
 
 // Stages on one head, same conventions as the kernel table's.
-void ScoresHead(const kernels::HeadTask& task);        // task.weights = q k^T
+void ScoresHead(kernels::ConstMatrix q, kernels::ConstMatrix k, kernels::Matrix scores,
+                int64_t q_len, int64_t kv_len, int64_t head_dim);
 void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse);
-void WeightedSumHead(const kernels::HeadTask& task);   // o = task.weights v
+void WeightedSumHead(kernels::ConstMatrix p, kernels::ConstMatrix v, kernels::Matrix o,
+                     int64_t q_len, int64_t kv_len, int64_t value_dim);
+// The mask stage pair by pair from the formula (plan::Allowed).
 void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv_len,
               const plan::Mask& mask);
 

@@ -1,5 +1,6 @@
 // Weighted sums of value rows, o_r += sum_j p_r[j] v[j], over the keys each row may
-// read. Included inside a per-target namespace that defines the SIMD vocabulary S.
+// read, and the weighted-sum stage. Included inside a per-target namespace that defines
+// the SIMD vocabulary S, after common-inl.h.
 //
 // Each output lane is one FMA chain over the row's keys in ascending order, so its bits
 // do not depend on how rows were blocked together.
@@ -73,5 +74,72 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
     AvRange<1, C>(kd, pr, plan::MaxI(min_hi, max_lo), keys[r].hi, 1, a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
+  }
+}
+
+constexpr int kAvVecs = S::kRegs >= 32 ? 4 : 2;
+
+// o rows [i0, i0 + R) (o[(i0 + r) * o_row + d * o_dim]) = weighted sums of value rows;
+// `kd` says where weights and values are; `tmp` holds R padded rows for outputs that are
+// not full contiguous vectors.
+template <int R>
+static inline void AvStoreRows(float* o, int64_t o_row, int64_t o_dim, int64_t value_dim,
+                               int64_t i0, const KeyData& kd, const plan::RowKeys* keys,
+                               float* tmp) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(value_dim);
+  const bool direct = o_dim == 1 && value_dim % L == 0;
+  float* dst[R];
+  for (int r = 0; r < R; ++r) dst[r] = direct ? o + (i0 + r) * o_row : tmp + r * dvp;
+  int64_t c0 = 0;
+  for (; c0 + kAvVecs * L <= dvp; c0 += kAvVecs * L) {
+    typename S::V acc[R][kAvVecs];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Zero();
+    AvRows<R, kAvVecs>(KeyData{kd.p, kd.p_col, kd.v + c0, kd.v_row, kd.base}, keys, acc);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], dst[r] + c0 + c * L);
+  }
+  for (; c0 < dvp; c0 += L) {
+    typename S::V acc[R][1];
+    for (int r = 0; r < R; ++r) acc[r][0] = S::Zero();
+    AvRows<R, 1>(KeyData{kd.p, kd.p_col, kd.v + c0, kd.v_row, kd.base}, keys, acc);
+    for (int r = 0; r < R; ++r) S::Store(acc[r][0], dst[r] + c0);
+  }
+  if (!direct)
+    for (int r = 0; r < R; ++r) {
+      float* orow = o + (i0 + r) * o_row;
+      for (int64_t d = 0; d < value_dim; ++d) orow[d * o_dim] = dst[r][d];
+    }
+}
+
+// Stage: o = p v over every key of one head.
+static size_t WeightedSumScratchFloats(int64_t kv_len, int64_t value_dim, int64_t v_dim) {
+  return plan::SatAdd(ValuesScratch(kv_len, value_dim, v_dim), Piece2(kRowBlock, PadKeys(value_dim)));
+}
+
+static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len,
+                            int64_t kv_len, int64_t value_dim, float* scratch) {
+  int64_t v_row = 0;
+  const float* vv =
+      PrepareValues(v.data, v.row, v.col, value_dim, 0, 0, kv_len, 0, scratch, &v_row);
+  float* otmp = scratch + ValuesScratch(kv_len, value_dim, v.col);
+  const plan::RowKeys all{0, kv_len, 0, 0};
+  int64_t i = 0;
+  for (; i + kRowBlock <= q_len; i += kRowBlock) {
+    const float* pr[kRowBlock];
+    plan::RowKeys keys[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) {
+      pr[r] = p.data + (i + r) * p.row;
+      keys[r] = all;
+    }
+    AvStoreRows<kRowBlock>(o.data, o.row, o.col, value_dim, i, KeyData{pr, p.col, vv, v_row, 0}, keys,
+                       otmp);
+  }
+  for (; i < q_len; ++i) {
+    const float* pr[1] = {p.data + i * p.row};
+    plan::RowKeys keys[1] = {all};
+    AvStoreRows<1>(o.data, o.row, o.col, value_dim, i, KeyData{pr, p.col, vv, v_row, 0}, keys,
+                   otmp);
   }
 }

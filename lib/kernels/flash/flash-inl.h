@@ -1,6 +1,6 @@
 // The fused path: online-softmax attention over packed K/V tiles, never holding more
 // than a tile of scores. Included inside a per-target namespace that defines the SIMD
-// vocabulary S, after the qk, softmax, av and naive families.
+// vocabulary S, after the common, qk and av families.
 //
 // Row state: [m, l, o[0 .. dvp)] = running max, running sum of exp(s - m), and the
 // unnormalized output. Every update is the same sequence of operations for a row
@@ -13,15 +13,11 @@ constexpr int64_t kKtStride = kTileKeys + 16;
 constexpr int kFlashQkVecs = S::kRegs >= 32 ? 4 : 2;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
-static inline size_t FlashStateFloats(const FlashTask& t) { return Piece(2 + PadKeys(t.value_dim)); }
-static inline bool FlashValuesDirect(const FlashTask& t) {
-  return t.v_dim == 1 && t.value_dim % Lanes() == 0;
-}
+static size_t FlashStateFloats(int64_t value_dim) { return Piece(plan::Count(2 + PadKeys(value_dim))); }
 
 // One past the last key any row of the task may read.
 static inline int64_t FlashKeyLimit(const FlashTask& t) {
-  if (!t.mask.causal) return t.kv_len;
-  return plan::MaxI(0, plan::MinI(t.kv_len, t.mask.q_start + t.row_end));
+  return plan::KeyEnd(t.op.mask, t.op.mask.q_start + t.row_end, t.op.kv_len);
 }
 
 static inline void ResetState(float* st, int64_t rows, size_t stride, int64_t dvp) {
@@ -127,13 +123,13 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
   int64_t j0 = 0;
   for (; j0 + kFlashQkVecs * L <= tile.tpad; j0 += kFlashQkVecs * L)
-    QkTile<R, kFlashQkVecs>(q, t.q_dim, tile.kt, kKtStride, t.head_dim, j0, tile.t0, tile.t1,
-                            sp.kv_len, sp.mask, qpos, t.scale, s);
+    QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt, kKtStride, t.op.head_dim, j0, tile.t0, tile.t1,
+                            sp.kv_len, sp.mask, qpos, t.op.scale, s);
   for (; j0 < tile.tpad; j0 += L)
-    QkTile<R, 1>(q, t.q_dim, tile.kt, kKtStride, t.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                 sp.mask, qpos, t.scale, s);
+    QkTile<R, 1>(q, t.op.q_dim, tile.kt, kKtStride, t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                 sp.mask, qpos, t.op.scale, s);
 
-  const int64_t dvp = PadKeys(t.value_dim);
+  const int64_t dvp = PadKeys(t.op.value_dim);
   plan::RowKeys keys[R];
   const plan::RowKeys none{tile.t0, tile.t0, 0, tile.t0};
   for (int r = 0; r < R; ++r) {
@@ -210,61 +206,55 @@ struct FlashScratch {
 };
 
 static inline size_t FlashRowsFloats(const FlashTask& t) {
-  return Piece(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)) * FlashRows(t));
+  return Piece2(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)), FlashRows(t));
 }
 
 static size_t FlashScratchFloats(const FlashTask& t) {
-  const size_t state = FlashStateFloats(t) * static_cast<size_t>(FlashRows(t));
-  return 2 * state + Piece(t.head_dim * kKtStride) + Piece(kFlashRows * kTileKeys) +
-         Piece(kTileKeys * PadKeys(t.value_dim)) + FlashRowsFloats(t);
+  const size_t state = plan::SatMul(FlashStateFloats(t.op.value_dim), plan::Count(FlashRows(t)));
+  size_t n = plan::SatMul(2, state);
+  n = plan::SatAdd(n, Piece2(t.op.head_dim, kKtStride));
+  n = plan::SatAdd(n, Piece2(kFlashRows, kTileKeys));
+  n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  return plan::SatAdd(n, FlashRowsFloats(t));
 }
 
 static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
-  const size_t state = FlashStateFloats(t) * static_cast<size_t>(FlashRows(t));
+  const size_t state = FlashStateFloats(t.op.value_dim) * static_cast<size_t>(FlashRows(t));
   FlashScratch f;
   f.run = scratch;
   f.cur = f.run + state;
   f.kt = f.cur + state;
-  f.s_buf = f.kt + Piece(t.head_dim * kKtStride);
-  f.vpack = f.s_buf + Piece(kFlashRows * kTileKeys);
-  f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece(kTileKeys * PadKeys(t.value_dim)));
+  f.s_buf = f.kt + Piece2(t.op.head_dim, kKtStride);
+  f.vpack = f.s_buf + Piece2(kFlashRows, kTileKeys);
+  f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   return f;
 }
 
-// Packs keys [t0, t1) of a space whose key g is row g * step of k and v.
-static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int64_t t0, int64_t t1,
-                                 int64_t step) {
+// Packs keys [t0, t1) of a space whose key g is row g * step of k and v. Keys below
+// `load` other than the strided columns (stride, real keys only) are no row's: zeros in
+// the packed K tile, value rows not loaded.
+static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
+                                 int64_t load, int64_t t1, int64_t step, int64_t stride) {
   FlashTile tile;
   tile.t0 = t0;
   tile.t1 = t1;
   tile.tpad = PadKeys(t1 - t0);
-  PackKeysT(t.k, t.k_row * step, t.k_dim, t0, t1, tile.tpad, t.head_dim, f.kt, kKtStride);
+  load = plan::MinI(plan::MaxI(load, t0), t1);
+  PackKeysT(t.op.k, t.op.k_row * step, t.op.k_dim, t0, load, t1, stride, tile.tpad,
+            t.op.head_dim, f.kt, kKtStride);
   tile.kt = f.kt;
-  const int64_t dvp = PadKeys(t.value_dim);
-  if (FlashValuesDirect(t)) {
-    tile.v = t.v + t0 * step * t.v_row;
-    tile.v_row = step * t.v_row;
-  } else {
-    for (int64_t j = t0; j < t1; ++j) {
-      float* dst = f.vpack + (j - t0) * dvp;
-      const float* src = t.v + j * step * t.v_row;
-      int64_t d = 0;
-      for (; d < t.value_dim; ++d) dst[d] = src[d * t.v_dim];
-      for (; d < dvp; ++d) dst[d] = 0.0f;
-    }
-    tile.v = f.vpack;
-    tile.v_row = dvp;
-  }
+  tile.v = PrepareValues(t.op.v, t.op.v_row * step, t.op.v_dim, t.op.value_dim, t0, load, t1,
+                         stride, f.vpack, &tile.v_row);
   return tile;
 }
 
 // One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states `st`.
 static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, float* st) {
   const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
-  const size_t stride = FlashStateFloats(t);
-  ResetState(st, rows, stride, PadKeys(t.value_dim));
+  const size_t stride = FlashStateFloats(t.op.value_dim);
+  ResetState(st, rows, stride, PadKeys(t.op.value_dim));
   FlashSpace sp;
-  int64_t begin, end, step;
+  int64_t begin, end, step, load, below;
   if (chunk < 0) {  // gathered strided columns: plain causal in column space
     sp.mask = plan::Mask{1, 0, 0, 0};
     sp.kv_len = 0;
@@ -275,19 +265,23 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     }
     begin = 0;
     end = sp.kv_len;
-    step = t.mask.stride;
+    step = t.op.mask.stride;
+    load = 0;
+    below = 0;
   } else {
-    sp.mask = t.mask;
-    sp.kv_len = t.kv_len;
+    sp.mask = t.op.mask;
+    sp.kv_len = t.op.kv_len;
     sp.floors = true;
     int64_t floor = f.rows[0].floor;
     for (int64_t r = 0; r < rows; ++r) {
-      f.rows[r].qpos = t.mask.q_start + t.row_begin + r % nq;
+      f.rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
       floor = plan::MinI(floor, f.rows[r].floor);
     }
     begin = plan::MaxI(chunk * kChunkKeys, floor);
     end = plan::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
     step = 1;
+    load = plan::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
+    below = plan::StrideBelow(t.op.mask);
   }
   // Rows are in order of position, so the first and last rows bound what the task reads.
   const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
@@ -295,24 +289,24 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
     if (chunk >= 0 && plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
       continue;  // no row reads this tile: not even packed
-    const FlashTile tile = PackTile(t, f, t0, t1, step);
+    const FlashTile tile = PackTile(t, f, t0, load, t1, step, below);
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
     FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf);
   }
 }
 
 static void FlashTaskRun(const FlashTask& t, float* scratch) {
-  const int64_t rows = FlashRows(t), dvp = PadKeys(t.value_dim), nq = t.row_end - t.row_begin;
-  const size_t stride = FlashStateFloats(t);
+  const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
+  const size_t stride = FlashStateFloats(t.op.value_dim);
   const FlashScratch f = Carve(t, scratch);
-  const bool has_strided = t.mask.causal && t.mask.window > 0 && t.mask.stride > 0;
+  const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
-    row.q = t.q + h * t.q_head + i * t.q_row;
-    const plan::RowKeys k = plan::KeysOf(t.mask, t.mask.q_start + i, t.kv_len);
-    row.floor = t.mask.window > 0 ? k.lo / kTileKeys * kTileKeys : 0;
-    row.strided = has_strided ? plan::StridedCount(t.mask.stride, plan::MinI(row.floor, k.strided_end)) : 0;
+    row.q = t.op.q + h * t.op.q_head + i * t.op.q_row;
+    const plan::RowKeys k = plan::KeysOf(t.op.mask, t.op.mask.q_start + i, t.op.kv_len);
+    row.floor = t.op.mask.window > 0 ? k.lo / kTileKeys * kTileKeys : 0;
+    row.strided = has_strided ? plan::StridedCount(t.op.mask.stride, plan::MinI(row.floor, k.strided_end)) : 0;
   }
   bool first = true;
   auto unit = [&](int64_t chunk) {
@@ -332,16 +326,16 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
       continue;
     }
     const int64_t h = r / nq, i = t.row_begin + r % nq;
-    FinishRow(st, dvp, t.value_dim, t.o + h * t.o_head + i * t.o_row, t.o_dim,
-              t.lse ? t.lse + h * t.lse_head + i * t.lse_row : nullptr, f.cur);
+    FinishRow(st, dvp, t.op.value_dim, t.op.o + h * t.op.o_head + i * t.op.o_row, t.op.o_dim,
+              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, f.cur);
   }
 }
 
 // Merges the unit partials of a task's rows in unit order and writes o and lse.
 // `scratch`: FlashStateFloats + PadKeys(value_dim) floats.
 static void FlashMerge(const FlashTask& t, const float* partials, int64_t units, float* scratch) {
-  const int64_t rows = FlashRows(t), dvp = PadKeys(t.value_dim), nq = t.row_end - t.row_begin;
-  const size_t stride = FlashStateFloats(t);
+  const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
+  const size_t stride = FlashStateFloats(t.op.value_dim);
   // The first partial is copied, the next ones merged: as FlashTaskRun does in one task.
   float* run = scratch;
   float* tmp = run + stride;
@@ -350,14 +344,7 @@ static void FlashMerge(const FlashTask& t, const float* partials, int64_t units,
     for (int64_t c = 1; c < units; ++c)
       MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
     const int64_t h = r / nq, i = t.row_begin + r % nq;
-    FinishRow(run, dvp, t.value_dim, t.o + h * t.o_head + i * t.o_row, t.o_dim,
-              t.lse ? t.lse + h * t.lse_head + i * t.lse_row : nullptr, tmp);
+    FinishRow(run, dvp, t.op.value_dim, t.op.o + h * t.op.o_head + i * t.op.o_row, t.op.o_dim,
+              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, tmp);
   }
 }
-
-// The table of this target, filled by the including translation unit.
-#define OCTATTN_KERNEL_TABLE(BACKEND, TARGET)                                               \
-  {BACKEND,           TARGET,           S::kLanes,       NaiveScratchFloats, NaiveHead,      \
-   ScoresScratchFloats, ScoresHead,     ScaleRow,        SoftmaxRow,                         \
-   WeightedSumScratchFloats, WeightedSumHead, FlashScratchFloats, FlashStateFloats,          \
-   FlashTaskRun,      FlashMerge}

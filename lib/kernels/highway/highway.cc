@@ -4,7 +4,7 @@
 #define HWY_TARGET_INCLUDE "lib/kernels/highway/highway.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <immintrin.h>  // the AVX block transpose (transpose-inl.h)
+#include <immintrin.h>  // the AVX block transpose of the vocabulary (x86 only)
 
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
@@ -17,14 +17,31 @@ namespace kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// This target in the library's numbering; a target this file does not know is a build
+// error, never a silent scalar.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr Target kThisTarget = kAvx512;  // AVX3_DL (some compilers) is AVX-512 too
+#elif HWY_TARGET == HWY_AVX2
+constexpr Target kThisTarget = kAvx2;
+#elif HWY_TARGET == HWY_SSE4
+constexpr Target kThisTarget = kSse4;
+#elif HWY_TARGET == HWY_SSSE3
+constexpr Target kThisTarget = kSsse3;
+#elif HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+constexpr Target kThisTarget = kScalar;
+#else
+#error "octattn: a Highway target this library does not map (add it to highway.cc)"
+#endif
+
 // The SIMD vocabulary the kernel families are written against.
 struct S {
   using D = hn::ScalableTag<float>;
   using V = hn::Vec<D>;
   static constexpr size_t kLanes = hn::MaxLanes(D());
-  static constexpr int kRegs = (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) ? 32 : 16;
-  static constexpr bool kAvx =
-      HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2;
+  static constexpr int kRegs = kThisTarget == kAvx512 ? 32 : 16;
+  // Whether Transpose8x8 is a fast block operation here (else the families' plain loops
+  // are as good).
+  static constexpr bool kBlockTranspose = kThisTarget >= kAvx2;
   static HWY_INLINE V Zero() { return hn::Zero(D()); }
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }
@@ -53,25 +70,18 @@ struct S {
     for (size_t i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
     return m;
   }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+#define OCTATTN_AVX_TRANSPOSE 1
+#else
+#define OCTATTN_AVX_TRANSPOSE 0
+#endif
+#include "lib/kernels/common/transpose-inl.h"
+#undef OCTATTN_AVX_TRANSPOSE
 };
 
-#include "lib/kernels/transpose/transpose-inl.h"
-#include "lib/kernels/qk/qk-inl.h"
-#include "lib/kernels/softmax/softmax-inl.h"
-#include "lib/kernels/av/av-inl.h"
-#include "lib/kernels/naive/naive-inl.h"
-#include "lib/kernels/flash/flash-inl.h"
+#include "lib/kernels/table-inl.h"
 
-constexpr Target ThisTarget() {
-  // AVX3_DL (compiled by some compilers) is AVX-512 too.
-  return (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) ? kAvx512
-         : HWY_TARGET == HWY_AVX2 ? kAvx2
-         : HWY_TARGET == HWY_SSE4 ? kSse4
-         : HWY_TARGET == HWY_SSSE3 ? kSsse3
-                                   : kScalar;
-}
-
-const Table kTable = OCTATTN_KERNEL_TABLE(kHighway, ThisTarget());
+const Table kTable = MakeTable(kHighway, kThisTarget);
 
 const Table* GetTable() { return &kTable; }
 

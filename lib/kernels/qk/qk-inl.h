@@ -1,26 +1,33 @@
-// Q K^T for a block of query rows against packed keys. Included inside a per-target
-// namespace that defines the SIMD vocabulary S; no includes, no namespace of its own.
+// Q K^T: query rows against packed keys (register blocks, tiles with the mask applied),
+// and the scores stage. Included inside a per-target namespace that defines the SIMD
+// vocabulary S, after common-inl.h; no includes, no namespace of its own.
 //
 // Every score is one FMA chain over d = 0 .. head_dim-1 in one lane, so its bits do not
 // depend on which block shape, tile or call computed it.
 
-// kt[d * kt_stride + (j - j_begin)] = k[j][d] for j in [j_begin, j_end); lanes up to
-// `padded` keys are zero.
+// kt[d * kt_stride + (j - j_begin)] = k[j][d] for j in [j_load, j_end) and for the
+// strided columns below j_load (ReadableBelow); zero for the other keys below j_load (no
+// row of the task may read them: never loaded) and up to `padded` keys.
 static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64_t j_begin,
-                             int64_t j_end, int64_t padded, int64_t head_dim, float* kt,
-                             int64_t kt_stride) {
-  const int64_t n = j_end - j_begin;
-  int64_t j8 = 0, d8 = 0;  // the part done by 8x8 block transposes
-  if constexpr (S::kAvx) {
+                             int64_t j_load, int64_t j_end, int64_t stride, int64_t padded,
+                             int64_t head_dim, float* kt, int64_t kt_stride) {
+  const int64_t skip = j_load - j_begin, n = j_end - j_begin;
+  for (int64_t jj = 0; jj < skip; ++jj) {
+    const bool readable = ReadableBelow(j_begin + jj, stride);
+    const float* src = k + (j_begin + jj) * k_row;
+    for (int64_t d = 0; d < head_dim; ++d) kt[d * kt_stride + jj] = readable ? src[d * k_dim] : 0.0f;
+  }
+  int64_t j8 = skip, d8 = 0;  // the part done by 8x8 block transposes
+  if constexpr (S::kBlockTranspose) {
     if (k_dim == 1) {
-      j8 = n / 8 * 8;
+      j8 = skip + (n - skip) / 8 * 8;
       d8 = head_dim / 8 * 8;
-      for (int64_t jj = 0; jj < j8; jj += 8)
+      for (int64_t jj = skip; jj < j8; jj += 8)
         for (int64_t d = 0; d < d8; d += 8)
-          Transpose8x8(k + (j_begin + jj) * k_row + d, k_row, kt + d * kt_stride + jj, kt_stride);
+          S::Transpose8x8(k + (j_begin + jj) * k_row + d, k_row, kt + d * kt_stride + jj, kt_stride);
     }
   }
-  for (int64_t jj = 0; jj < n; ++jj) {
+  for (int64_t jj = skip; jj < n; ++jj) {
     const float* src = k + (j_begin + jj) * k_row;
     for (int64_t d = jj < j8 ? d8 : 0; d < head_dim; ++d) kt[d * kt_stride + jj] = src[d * k_dim];
   }
@@ -90,5 +97,62 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
         const int64_t j = a0 + jj;
         if (j >= a1 || !plan::Allowed(mask, qpos[r], j)) out[r][jj] = -__builtin_inff();
       }
+  }
+}
+
+constexpr int kRowBlock = 4;
+constexpr int kQkVecs = 2;
+
+// Scaled, masked scores of rows [i0, i0 + R) of q into dst rows, keys [0, padded) of kt.
+template <int R>
+static inline void QkRows(const float* q, int64_t q_row, int64_t q_dim, int64_t head_dim,
+                          int64_t i0, const float* kt, int64_t padded, int64_t key_end,
+                          int64_t kv_len, const plan::Mask& mask, float scale, float* const* dst) {
+  const int64_t kt_stride = KtStride(padded);
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const float* qr[R];
+  int64_t qpos[R];
+  for (int r = 0; r < R; ++r) {
+    qr[r] = q + (i0 + r) * q_row;
+    qpos[r] = mask.q_start + i0 + r;
+  }
+  int64_t j0 = 0;
+  for (; j0 + kQkVecs * L <= padded; j0 += kQkVecs * L)
+    QkTile<R, kQkVecs>(qr, q_dim, kt, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos,
+                       scale, dst);
+  for (; j0 < padded; j0 += L)
+    QkTile<R, 1>(qr, q_dim, kt, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos, scale,
+                 dst);
+}
+
+// Stage: unscaled, unmasked q k^T of one head, kRowBlock rows at a time.
+static size_t ScoresScratchFloats(int64_t kv_len, int64_t head_dim) {
+  const int64_t kpad = PadKeys(kv_len);
+  return plan::SatAdd(Piece2(head_dim, KtStride(kpad)), Piece2(kRowBlock, kpad));
+}
+
+static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len,
+                       int64_t kv_len, int64_t head_dim, float* scratch) {
+  const int64_t kpad = PadKeys(kv_len);
+  float* kt = scratch;
+  float* s = kt + Piece2(head_dim, KtStride(kpad));
+  PackKeysT(k.data, k.row, k.col, 0, 0, kv_len, 0, kpad, head_dim, kt, KtStride(kpad));
+  const plan::Mask full{0, 0, 0, 0};
+  for (int64_t i = 0; i < q_len; i += kRowBlock) {
+    const int64_t rows = plan::MinI(kRowBlock, q_len - i);
+    float* dst[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) dst[r] = s + r * kpad;
+    if (rows == kRowBlock) {
+      QkRows<kRowBlock>(q.data, q.row, q.col, head_dim, i, kt, kpad, kv_len, kv_len, full, 1.0f,
+                        dst);
+    } else {
+      for (int r = 0; r < rows; ++r)
+        QkRows<1>(q.data, q.row, q.col, head_dim, i + r, kt, kpad, kv_len, kv_len, full, 1.0f,
+                  &dst[r]);
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* w = scores.data + (i + r) * scores.row;
+      for (int64_t j = 0; j < kv_len; ++j) w[j * scores.col] = dst[r][j];
+    }
   }
 }

@@ -1,5 +1,6 @@
-// Stable row softmax and scaling. Included inside a per-target namespace that defines
-// the SIMD vocabulary S; no includes, no namespace of its own.
+// Row-wise score transforms: scaling and the stable softmax, on contiguous padded rows
+// and as stages on strided rows. Included inside a per-target namespace that defines
+// the SIMD vocabulary S, after common-inl.h; no includes, no namespace of its own.
 
 static inline void ScaleRow(float* row, int64_t n, float scale) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
@@ -33,4 +34,34 @@ static inline void SoftmaxRow(float* row, int64_t n, float* lse) {
   const typename S::V inv = S::Set(1.0f / sum);
   for (int64_t j = 0; j < n; j += L) S::Store(S::Mul(S::Load(row + j), inv), row + j);
   if (lse) *lse = m + __builtin_logf(sum);
+}
+
+// Stage: rows *= scale. Strided rows get one IEEE multiply per element: the same bits as
+// the vector path.
+static void ScaleRows(Matrix s, int64_t rows, int64_t cols, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s.data + i * s.row;
+    if (s.col == 1) {
+      ScaleRow(row, cols, scale);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) row[j * s.col] *= scale;
+    }
+  }
+}
+
+// Stage: softmax of each row through a padded copy in scratch (PadKeys(cols) floats).
+static size_t SoftmaxScratchFloats(int64_t cols) { return Piece(plan::Count(PadKeys(cols))); }
+
+static void SoftmaxRows(Matrix s, int64_t rows, int64_t cols, float* lse, int64_t lse_row,
+                        float* buf) {
+  const int64_t padded = PadKeys(cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s.data + i * s.row;
+    for (int64_t j = 0; j < cols; ++j) buf[j] = row[j * s.col];
+    for (int64_t j = cols; j < padded; ++j) buf[j] = -__builtin_inff();
+    float row_lse;
+    SoftmaxRow(buf, padded, &row_lse);
+    for (int64_t j = 0; j < cols; ++j) row[j * s.col] = buf[j];
+    if (lse) lse[i * lse_row] = row_lse;
+  }
 }

@@ -3,7 +3,7 @@
 // so that no inline function compiled with this TU's -m flags is shared with another.
 // The including file defines OCTATTN_XSIMD_ARCH, OCTATTN_XSIMD_NS, OCTATTN_XSIMD_TARGET
 // and OCTATTN_XSIMD_REGS.
-#include <immintrin.h>  // the AVX block transpose (transpose-inl.h)
+#include <immintrin.h>  // the AVX block transpose of the vocabulary (x86 only)
 
 #include <xsimd/xsimd.hpp>
 
@@ -19,9 +19,9 @@ struct S {
   static constexpr size_t kLanes = V::size;
   static constexpr int kRegs = OCTATTN_XSIMD_REGS;
 #if defined(__AVX__)
-  static constexpr bool kAvx = true;
+  static constexpr bool kBlockTranspose = true;  // Transpose8x8 is a fast block op here
 #else
-  static constexpr bool kAvx = false;
+  static constexpr bool kBlockTranspose = false;
 #endif
   static OCTATTN_INLINE V Zero() { return V(0.0f); }
   static OCTATTN_INLINE V Set(float x) { return V(x); }
@@ -53,16 +53,18 @@ struct S {
     for (size_t i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
     return m;
   }
+#if defined(__AVX__)
+#define OCTATTN_AVX_TRANSPOSE 1
+#else
+#define OCTATTN_AVX_TRANSPOSE 0
+#endif
+#include "lib/kernels/common/transpose-inl.h"
+#undef OCTATTN_AVX_TRANSPOSE
 };
 
-#include "lib/kernels/transpose/transpose-inl.h"
-#include "lib/kernels/qk/qk-inl.h"
-#include "lib/kernels/softmax/softmax-inl.h"
-#include "lib/kernels/av/av-inl.h"
-#include "lib/kernels/naive/naive-inl.h"
-#include "lib/kernels/flash/flash-inl.h"
+#include "lib/kernels/table-inl.h"
 
-const Table kTable = OCTATTN_KERNEL_TABLE(kXsimd, OCTATTN_XSIMD_TARGET);
+const Table kTable = MakeTable(kXsimd, OCTATTN_XSIMD_TARGET);
 
 }  // namespace OCTATTN_XSIMD_NS
 

@@ -1,11 +1,12 @@
-// An 8x8 float transpose with AVX shuffles, for packing keys. Included inside a
-// per-target namespace; a template, so it is only instantiated where the including
-// target has AVX (the adapters' kAvx).
+// The vocabulary's Transpose8x8: an 8x8 float block transpose, with AVX shuffles where
+// the including backend says its target has AVX (OCTATTN_AVX_TRANSPOSE), else a plain
+// loop (the families use it only where kBlockTranspose says it is fast). Included inside
+// each backend's vocabulary struct; <immintrin.h> comes first.
 
-// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8 (AVX).
-template <int kUnused = 0>
-OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,
-                                 int64_t dst_stride) {
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
+static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,
+                                        int64_t dst_stride) {
+#if OCTATTN_AVX_TRANSPOSE
   __m256 r[8], t[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
   for (int i = 0; i < 8; i += 2) {
@@ -24,4 +25,8 @@ OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* ds
     _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
     _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
   }
+#else
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+#endif
 }

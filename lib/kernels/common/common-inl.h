@@ -1,0 +1,56 @@
+// Helpers every kernel family shares: lane counts, padding, scratch pieces, and value
+// rows as full vectors. Included inside a per-target namespace that defines the SIMD
+// vocabulary S; no includes, no namespace of its own.
+
+constexpr size_t kLine = 16;  // floats per cache line: scratch pieces start on one
+
+static inline int64_t Lanes() { return static_cast<int64_t>(S::kLanes); }
+// n rounded up to whole vectors.
+static inline int64_t PadKeys(int64_t n) {
+  return static_cast<int64_t>(plan::RoundUp(plan::Count(n), S::kLanes));
+}
+// A scratch piece of `floats` floats, rounded to a cache line (saturating).
+static inline size_t Piece(size_t floats) { return plan::RoundUp(floats, kLine); }
+static inline size_t Piece2(int64_t a, int64_t b) {
+  return Piece(plan::SatMul(plan::Count(a), plan::Count(b)));
+}
+
+// Row stride of packed keys: one cache line more than the keys, so that the rows of the
+// transposing copy do not alias each other in the L1 (they are 4 KiB apart otherwise).
+static inline int64_t KtStride(int64_t kpad) { return kpad + static_cast<int64_t>(kLine); }
+
+// Value rows as full vectors: the caller's rows when they are, else packed copies.
+static inline bool ValuesDirect(int64_t v_dim, int64_t value_dim) {
+  return v_dim == 1 && value_dim % Lanes() == 0;
+}
+static inline size_t ValuesScratch(int64_t keys, int64_t value_dim, int64_t v_dim) {
+  return ValuesDirect(v_dim, value_dim) ? 0 : Piece2(keys, PadKeys(value_dim));
+}
+// True for key j below the loaded run [load, ...) that a row may still read: a strided
+// column. Every other key below `load` is never loaded.
+static inline bool ReadableBelow(int64_t j, int64_t stride) { return stride > 0 && j % stride == 0; }
+
+// Value rows of keys [base, end) as full vectors: returns the row of key `base` and sets
+// *row to the row stride. Packed copies (zero padded) go to scratch when the caller's
+// rows are not full vectors; rows below `load` are copied only if ReadableBelow.
+static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t v_dim,
+                                         int64_t value_dim, int64_t base, int64_t load,
+                                         int64_t end, int64_t stride, float* scratch,
+                                         int64_t* row) {
+  if (ValuesDirect(v_dim, value_dim)) {
+    *row = v_row;
+    return v + base * v_row;
+  }
+  const int64_t dvp = PadKeys(value_dim);
+  for (int64_t j = base; j < end; ++j) {
+    float* dst = scratch + (j - base) * dvp;
+    int64_t d = 0;
+    if (j >= load || ReadableBelow(j, stride)) {
+      const float* src = v + j * v_row;
+      for (; d < value_dim; ++d) dst[d] = src[d * v_dim];
+    }
+    for (; d < dvp; ++d) dst[d] = 0.0f;
+  }
+  *row = dvp;
+  return scratch;
+}

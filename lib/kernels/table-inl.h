@@ -1,0 +1,32 @@
+// Every kernel family of one target, and that target's table. Included once inside the
+// per-target namespace of a backend (highway/highway.cc, xsimd/xsimd-arch-inl.h) after it
+// defines the SIMD vocabulary S; no includes, no namespace of its own.
+#include "lib/kernels/common/common-inl.h"
+#include "lib/kernels/qk/qk-inl.h"
+#include "lib/kernels/softmax/softmax-inl.h"
+#include "lib/kernels/mask/mask-inl.h"
+#include "lib/kernels/av/av-inl.h"
+#include "lib/kernels/naive/naive-inl.h"
+#include "lib/kernels/flash/flash-inl.h"
+
+static constexpr Table MakeTable(Backend backend, Target target) {
+  Table t{};
+  t.backend = backend;
+  t.target = target;
+  t.lanes = S::kLanes;
+  t.naive_scratch_floats = NaiveScratchFloats;
+  t.naive_head = NaiveHead;
+  t.scores_scratch_floats = ScoresScratchFloats;
+  t.scores_head = ScoresHead;
+  t.scale_rows = ScaleRows;
+  t.softmax_scratch_floats = SoftmaxScratchFloats;
+  t.softmax_rows = SoftmaxRows;
+  t.mask_rows = MaskRows;
+  t.weighted_sum_scratch_floats = WeightedSumScratchFloats;
+  t.weighted_sum_head = WeightedSumHead;
+  t.flash_scratch_floats = FlashScratchFloats;
+  t.flash_state_floats = FlashStateFloats;
+  t.flash_task = FlashTaskRun;
+  t.flash_merge = FlashMerge;
+  return t;
+}

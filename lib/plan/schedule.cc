@@ -1,0 +1,104 @@
+// Planning of an attention call: pure functions, unit-tested in tests/plan_test.cc.
+#include "lib/plan/schedule.h"
+
+#include <algorithm>
+
+#include "lib/reference/reference.h"
+
+namespace octattn {
+namespace plan {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+size_t AlignBytes(size_t n) { return RoundUp(n, kAlign); }
+size_t FloatBytes(size_t floats) { return AlignBytes(SatMul(floats, sizeof(float))); }
+
+// The fused task of a call's first (batch, kv head) with every row and every chunk, for
+// the size functions (which read shapes only).
+kernels::FlashTask ProbeTask(const CallShape& c) {
+  kernels::FlashTask t{};
+  t.op.q_len = c.q_len;
+  t.op.kv_len = c.kv_len;
+  t.op.head_dim = c.head_dim;
+  t.op.value_dim = c.value_dim;
+  t.op.v_dim = c.v_dim;
+  t.op.mask = c.mask;
+  t.heads = c.q_heads / c.kv_heads;
+  t.row_begin = 0;
+  t.row_end = c.q_len;
+  return t;
+}
+
+}  // namespace
+
+int64_t CallKeyEnd(const CallShape& c) { return KeyEnd(c.mask, c.mask.q_start + c.q_len, c.kv_len); }
+
+Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table) {
+  Schedule s;
+  s.algorithm = algorithm;
+  kernels::FlashTask probe = ProbeTask(c);
+  if (algorithm == Algorithm::kReference || algorithm == Algorithm::kNaive) {
+    s.tasks = c.batch * c.q_heads;
+    if (algorithm == Algorithm::kReference) {
+      s.slot_bytes = AlignBytes(SatMul(reference::HeadScratchDoubles(probe.op), sizeof(double)));
+    } else {
+      s.slot_bytes = FloatBytes(table->naive_scratch_floats(probe.op));
+    }
+    return s;
+  }
+  const int64_t group = c.q_heads / c.kv_heads, pairs = c.batch * c.kv_heads;
+  const int64_t chunks = (CallKeyEnd(c) + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  s.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0;
+  s.units = chunks + (s.gathered ? 1 : 0);
+  s.decode = group * c.q_len <= kDecodeRows && s.units > 1;
+  if (s.decode) {
+    s.tasks = pairs * s.units;
+    s.state_floats = table->flash_state_floats(c.value_dim);
+    // A merge task's scratch: one state and one padded output row.
+    const size_t merge = SatAdd(s.state_floats, SatAdd(Count(c.value_dim), kAlign));
+    s.slot_bytes = FloatBytes(std::max(table->flash_scratch_floats(probe), merge));
+    size_t rows = SatMul(Count(pairs), Count(s.units));
+    rows = SatMul(rows, SatMul(Count(group), Count(c.q_len)));
+    s.shared_bytes = FloatBytes(SatMul(rows, s.state_floats));
+  } else {
+    s.q_tiles = (c.q_len + kernels::kQueryTile - 1) / kernels::kQueryTile;
+    s.tasks = pairs * s.q_tiles;
+    probe.row_end = std::min(c.q_len, kernels::kQueryTile);
+    s.slot_bytes = FloatBytes(table->flash_scratch_floats(probe));
+  }
+  return s;
+}
+
+size_t WorkspaceBytes(const Schedule& s, int threads) {
+  return SatAdd(SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes), kAlign);
+}
+
+HeadIndex HeadTaskAt(const CallShape& c, int64_t i) { return {i / c.q_heads, i % c.q_heads}; }
+
+PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
+  const int64_t pairs = c.batch * c.kv_heads;
+  const int64_t tile = s.q_tiles - 1 - i / pairs, pair = i % pairs;
+  const int64_t begin = tile * kernels::kQueryTile;
+  return {pair / c.kv_heads, pair % c.kv_heads, begin, std::min(c.q_len, begin + kernels::kQueryTile)};
+}
+
+DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
+  DecodeIndex d;
+  d.pair = i / s.units;
+  d.unit = i % s.units;
+  d.batch = d.pair / c.kv_heads;
+  d.kv_head = d.pair % c.kv_heads;
+  d.gathered = s.gathered && d.unit == 0;
+  d.chunk = d.unit - (s.gathered ? 1 : 0);
+  return d;
+}
+
+size_t PartialOffset(const Schedule& s, const CallShape& c, int64_t pair, int64_t unit) {
+  const size_t rows = Count((c.q_heads / c.kv_heads) * c.q_len);
+  return (Count(pair) * Count(s.units) + Count(unit)) * rows * s.state_floats;
+}
+
+}  // namespace plan
+}  // namespace octattn

@@ -1,0 +1,79 @@
+// How an attention call runs: the algorithm's tasks and their order, the scratch of one
+// thread's slot, the shared bytes and the layout of decode partials. Pure functions of a
+// validated call's shape and the target's table (whose size functions are pure too).
+#ifndef OCTATTN_LIB_PLAN_SCHEDULE_H_
+#define OCTATTN_LIB_PLAN_SCHEDULE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/kernels/kernels.h"
+#include "lib/plan/plan.h"
+
+namespace octattn {
+namespace plan {
+
+// The sizes of a validated call, with the mask's q_start resolved.
+struct CallShape {
+  int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+  int64_t v_dim;  // element stride of v along value_dim (packed copies when not 1)
+  Mask mask;
+};
+
+enum class Algorithm { kReference, kNaive, kFused };
+
+// Fused calls with at most this many query rows per kv head (the GQA group's heads
+// stacked) are decode-shaped: their keys are split into units run as parallel tasks and
+// merged in unit order, which changes no byte (kernels::kChunkKeys).
+constexpr int64_t kDecodeRows = 16;
+
+struct Schedule {
+  Algorithm algorithm = Algorithm::kFused;
+  size_t slot_bytes = 0;    // one thread's scratch (SIZE_MAX: does not fit in size_t)
+  size_t shared_bytes = 0;  // decode partials, after every slot
+  int64_t tasks = 0;        // tasks of the first phase (decode: a merge phase follows)
+  bool decode = false;
+  bool gathered = false;    // the mask has strided columns: unit 0 gathers them
+  int64_t units = 0;        // decode: key units per (batch, kv head)
+  int64_t q_tiles = 0;      // prefill: query tiles per (batch, kv head)
+  size_t state_floats = 0;  // decode: floats of one row's partial state
+};
+
+// One past the last key any row of the call may read.
+int64_t CallKeyEnd(const CallShape& c);
+
+Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table);
+
+// Bytes of workspace for `threads` slots plus the shared bytes and alignment slack;
+// SIZE_MAX if that does not fit in size_t.
+size_t WorkspaceBytes(const Schedule& s, int threads);
+
+// Reference and naive task i: one (batch, query head).
+struct HeadIndex {
+  int64_t batch, head;
+};
+HeadIndex HeadTaskAt(const CallShape& c, int64_t i);
+
+// Fused prefill task i: one (batch, kv head, query tile), the last query tiles first
+// (under a causal mask they read the most keys).
+struct PrefillIndex {
+  int64_t batch, kv_head, row_begin, row_end;
+};
+PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i);
+
+// Fused decode task i: one (batch, kv head) pair and one key unit; unit 0 is the
+// gathered strided columns when the mask has them, the others chunks in key order.
+struct DecodeIndex {
+  int64_t batch, kv_head, pair, unit;
+  bool gathered;
+  int64_t chunk;  // the chunk of a non-gathered unit
+};
+DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i);
+// Offset, in floats from the partials' base, of a pair's (and unit's) partial states:
+// [pair][unit][row] states of state_floats each.
+size_t PartialOffset(const Schedule& s, const CallShape& c, int64_t pair, int64_t unit);
+
+}  // namespace plan
+}  // namespace octattn
+
+#endif  // OCTATTN_LIB_PLAN_SCHEDULE_H_
