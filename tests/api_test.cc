@@ -480,3 +480,55 @@ TEST_CASE("options: an options struct of a newer header is read up to what this 
     ExpectUntouched(pristine, d);
   }
 }
+
+TEST_CASE("sizes that cannot be allocated are a status, fast, with nothing allocated or written",
+          "[api]") {
+  // Stride-0 (broadcast) inputs of 2^31 rows pass validation. Outputs may not broadcast
+  // (their elements would overlap): they get real strides, and with 2^31 rows a far
+  // address that the call never touches, since it must fail before writing.
+  float one = 1.0f;
+  const int64_t n = int64_t{1} << 31;
+  octattn_tensor q{}, k{}, v{};
+  for (octattn_tensor* t : {&q, &k, &v}) {
+    t->data = &one;
+    t->dtype = OCTATTN_DTYPE_F32;
+    t->shape[0] = t->shape[1] = 1;
+    t->shape[2] = n;
+    t->shape[3] = 64;  // every stride 0
+  }
+  std::vector<float> out(64, 7.0f), lse_out(1, 7.0f);
+  octattn_tensor o{}, lse{};
+  o.data = out.data();
+  o.dtype = lse.dtype = OCTATTN_DTYPE_F32;
+  lse.data = lse_out.data();
+  const int64_t o_shape[4] = {1, 1, 1, 64}, o_stride[4] = {64, 64, 64, 1};
+  for (int d = 0; d < 4; ++d) {
+    o.shape[d] = o_shape[d];
+    o.stride[d] = o_stride[d];
+    lse.shape[d] = d == 3 ? 1 : o_shape[d];
+    lse.stride[d] = 1;
+  }
+  Context ctx(1);
+  // One query row at position 2^31 - 1 against 2^31 keys: the reference needs 2^31 + 64
+  // doubles per slot (16 GiB), over the context's limit.
+  q.shape[2] = 1;
+  auto opt = Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE);
+  REQUIRE(octattn_context_set_memory_limit(ctx, uint64_t{1} << 30) == OCTATTN_OK);
+  CHECK(octattn_attention(ctx, &opt, &q, &k, &v, &o, &lse, nullptr, nullptr, 0) ==
+        OCTATTN_ERROR_OUT_OF_MEMORY);
+  // 2^31 query rows against 2^31 keys: the naive path's scores are 2^64 bytes.
+  q.shape[2] = o.shape[2] = n;
+  o.data = reinterpret_cast<float*>(uintptr_t{1} << 44);  // a far address, never touched
+  opt.algorithm = OCTATTN_ALGORITHM_NAIVE;
+  size_t bytes = 0;
+  CHECK(octattn_attention_workspace_size(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, &bytes) ==
+        OCTATTN_ERROR_OVERFLOW);
+  CHECK(ctx.Error().find("overflows") != std::string::npos);
+  CHECK(octattn_attention(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
+        OCTATTN_ERROR_OVERFLOW);
+  std::vector<char> ws(1024);
+  CHECK(octattn_attention(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, ws.data(), ws.size()) ==
+        OCTATTN_ERROR_OVERFLOW);
+  for (float x : out) CHECK(x == 7.0f);
+  CHECK(lse_out[0] == 7.0f);
+}

@@ -2,7 +2,11 @@
 // (with NaN and Inf edits), thread, layout and shard invariance, byte for byte.
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <limits>
+#include <random>
 
 #include "support.h"
 
@@ -191,4 +195,85 @@ TEST_CASE("a subset of batches or heads gives the same bytes", "[invariants]") {
         }
     }
   }
+}
+
+namespace {
+
+// A [1, 1, kv_len, dim] tensor whose rows below `first` (or, if first is 0, from `last`
+// on) lie on inaccessible pages: a call that loads any of them crashes the test.
+class GuardedRows {
+ public:
+  GuardedRows(int64_t kv_len, int64_t dim, int64_t first, int64_t last, uint32_t seed) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t row = static_cast<size_t>(dim) * sizeof(float);
+    // Row `first` starts on a page boundary; rows from `last` on start a PROT_NONE page.
+    const size_t before = (static_cast<size_t>(first) * row + page - 1) / page * page;
+    const size_t readable = (static_cast<size_t>(last - first) * row + page - 1) / page * page;
+    const size_t after = (static_cast<size_t>(kv_len - last) * row + page - 1) / page * page + page;
+    size_ = before + readable + after + page;
+    base_ = static_cast<char*>(mmap(nullptr, size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(base_ != MAP_FAILED);
+    // Row `first` starts the readable pages (rows below it are on the guard pages), or,
+    // when there are no such rows, row `last` starts the guard page after them.
+    char* first_row = base_ + before + page;
+    if (first == 0) first_row += readable - static_cast<size_t>(last - first) * row;
+    REQUIRE(mprotect(base_ + before + page, readable, PROT_READ | PROT_WRITE) == 0);
+    float* data = reinterpret_cast<float*>(first_row) - first * dim;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t i = first * dim; i < last * dim; ++i) data[i] = dist(rng);
+    t_.data = data;
+    t_.dtype = OCTATTN_DTYPE_F32;
+    const int64_t shape[4] = {1, 1, kv_len, dim}, stride[4] = {kv_len * dim, kv_len * dim, dim, 1};
+    for (int d = 0; d < 4; ++d) t_.shape[d] = shape[d], t_.stride[d] = stride[d];
+  }
+  ~GuardedRows() { munmap(base_, size_); }
+  const octattn_tensor* ptr() const { return &t_; }
+  const float* row(int64_t j) const { return static_cast<const float*>(t_.data) + j * t_.stride[2]; }
+
+ private:
+  char* base_ = nullptr;
+  size_t size_ = 0;
+  octattn_tensor t_{};
+};
+
+}  // namespace
+
+TEST_CASE("key and value rows no query of the call may read are never loaded", "[invariants]") {
+  // Rows outside [first, last) of k and v sit on inaccessible pages. Cases: a decode
+  // step and a chunked prefill under a sliding window (rows below the first query's
+  // window), and a causal call with an explicit q_start (rows past the last query).
+  struct GuardCase {
+    int64_t q_len, kv_len, window, q_start, first, last;
+  };
+  const GuardCase cases[] = {
+      {1, 5000, 100, 4999, 4900, 5000},  // decode: rows below 4900 unread
+      {300, 5000, 100, 4700, 4601, 5000},  // prefill rows at 4700..4999
+      {3, 5000, 0, 100, 0, 103},  // plain causal: rows past 102 unread
+  };
+  for (const GuardCase& g : cases)
+    for (int64_t dim : {64, 20}) {  // 20: value rows are packed copies, not direct
+      INFO("q_len " << g.q_len << " window " << g.window << " dim " << dim);
+      GuardedRows k(g.kv_len, dim, g.first, g.last, 1), v(g.kv_len, dim, g.first, g.last, 2);
+      Tensor q(1, 2, g.q_len, dim);
+      q.Fill(3);
+      const auto opt = Options(1, g.window, 0, OCTATTN_ALGORITHM_REFERENCE, g.q_start);
+      Tensor ref(1, 2, g.q_len, dim);
+      {
+        Context ctx;
+        REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), ref.ptr(), nullptr, nullptr,
+                                  nullptr, 0) == OCTATTN_OK);
+      }
+      for (const Target& t : AllTargets())
+        for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+          INFO(t.Name() << " " << octattn_algorithm_name(algo));
+          Context ctx(t);
+          auto o_opt = opt;
+          o_opt.algorithm = algo;
+          Tensor o(1, 2, g.q_len, dim);
+          REQUIRE(octattn_attention(ctx, &o_opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), nullptr,
+                                    nullptr, nullptr, 0) == OCTATTN_OK);
+          CHECK(MaxDiff(o, ref) <= 2 * kTolerance);
+        }
+    }
 }

@@ -1,0 +1,194 @@
+// The plan layer: schedules (tasks, order, scratch, partial layout) and tile
+// classification, as pure functions of a call's shape.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <tuple>
+
+#include "lib/plan/plan.h"
+#include "lib/plan/schedule.h"
+
+namespace plan = octattn::plan;
+namespace kernels = octattn::kernels;
+
+namespace {
+
+plan::CallShape Shape(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t q_len,
+                      int64_t kv_len, int64_t dim, plan::Mask mask) {
+  plan::CallShape c{};
+  c.batch = batch;
+  c.q_heads = q_heads;
+  c.kv_heads = kv_heads;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.head_dim = c.value_dim = dim;
+  c.v_dim = 1;
+  c.mask = mask;
+  return c;
+}
+
+// Brute force: does any pair of rows [q0, q1) x keys [j0, j1) pass the mask? all?
+void Pairs(const plan::Mask& m, int64_t q0, int64_t q1, int64_t j0, int64_t j1, bool* any,
+           bool* all) {
+  *any = false;
+  *all = true;
+  for (int64_t q = q0; q < q1; ++q)
+    for (int64_t j = j0; j < j1; ++j) {
+      const bool a = plan::Allowed(m, q, j);
+      *any |= a;
+      *all &= a;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("tile classification is exact for dense masks and skips every unread tile", "[plan]") {
+  // Without strided columns the allowed set of a tile is a band: Classify must say Empty
+  // exactly when no pair is allowed and Full exactly when all are. (A classifier that
+  // always answered Partial would fail here.)
+  int64_t empty = 0, full = 0;
+  for (int64_t window : {0, 1, 4, 9, 40})
+    for (int64_t q_start : {-5, 0, 6, 30}) {
+      const plan::Mask m{1, window, 0, q_start};
+      const int64_t kv_len = 61;
+      for (int64_t r0 = 0; r0 < 40; r0 += 5)
+        for (int64_t j0 = 0; j0 < kv_len; j0 += 8) {
+          const int64_t j1 = plan::MinI(j0 + 8, kv_len);
+          bool any, all;
+          Pairs(m, q_start + r0, q_start + r0 + 5, j0, j1, &any, &all);
+          const plan::TileKind kind = plan::Classify(m, q_start + r0, q_start + r0 + 5, j0, j1, kv_len);
+          INFO("window " << window << " q_start " << q_start << " rows " << r0 << " keys " << j0);
+          CHECK((kind == plan::kTileEmpty) == !any);
+          CHECK((kind == plan::kTileFull) == all);
+          empty += kind == plan::kTileEmpty;
+          full += kind == plan::kTileFull;
+        }
+    }
+  CHECK(empty > 100);
+  CHECK(full > 100);
+}
+
+TEST_CASE("tile classification with strided columns: conservative, and still skips", "[plan]") {
+  // Strided columns make the allowed set sparse: Empty and Full stay exact claims, and a
+  // tile between strided columns that no window reaches is still skipped.
+  const plan::Mask m{1, 4, 16, 0};
+  const int64_t kv_len = 200;
+  int64_t empty = 0;
+  for (int64_t r0 = 100; r0 < 200; r0 += 4)
+    for (int64_t j0 = 0; j0 < kv_len; j0 += 4) {
+      const int64_t j1 = j0 + 4;
+      bool any, all;
+      Pairs(m, r0, r0 + 4, j0, j1, &any, &all);
+      const plan::TileKind kind = plan::Classify(m, r0, r0 + 4, j0, j1, kv_len);
+      if (kind == plan::kTileEmpty) CHECK(!any);
+      if (kind == plan::kTileFull) CHECK(all);
+      // Keys [17, 31) hold no strided column and lie far below these rows' windows.
+      if (j0 >= 20 && j1 <= 32) CHECK(kind == plan::kTileEmpty);
+      empty += kind == plan::kTileEmpty;
+    }
+  CHECK(empty > 200);
+}
+
+TEST_CASE("key bounds: KeyBegin and KeyEnd bound what any row may read", "[plan]") {
+  for (int64_t window : {0, 3, 10})
+    for (int64_t stride : {0, 4})
+      for (int64_t q_start : {-4, 0, 7, 50}) {
+        const plan::Mask m{1, window, window ? stride : 0, q_start};
+        const int64_t kv_len = 60, q_len = 9;
+        const int64_t begin = plan::KeyBegin(m, q_start), end = plan::KeyEnd(m, q_start + q_len, kv_len);
+        const int64_t below = plan::StrideBelow(m);
+        bool begin_read = false;
+        for (int64_t i = 0; i < q_len; ++i)
+          for (int64_t j = 0; j < kv_len; ++j) {
+            const bool a = plan::Allowed(m, q_start + i, j);
+            if (j >= end) CHECK(!a);
+            if (j < begin) CHECK((!a || (below > 0 && j % below == 0)));
+            if (j == begin && a) begin_read = true;
+          }
+        // The bounds are tight: the first row reads key `begin` when it reads anything.
+        if (q_start >= 0 && begin < end) CHECK(begin_read);
+      }
+  const plan::Mask full{0, 0, 0, 0};
+  CHECK(plan::KeyBegin(full, 5) == 0);
+  CHECK(plan::KeyEnd(full, 5, 60) == 60);
+}
+
+TEST_CASE("saturating sizes: a product that does not fit is SIZE_MAX", "[plan]") {
+  CHECK(plan::SatMul(size_t{1} << 40, size_t{1} << 30) == SIZE_MAX);
+  CHECK(plan::SatMul(size_t{1} << 20, size_t{1} << 30) == size_t{1} << 50);
+  CHECK(plan::SatAdd(SIZE_MAX - 1, 2) == SIZE_MAX);
+  CHECK(plan::RoundUp(SIZE_MAX - 3, 64) == SIZE_MAX);
+  CHECK(plan::RoundUp(65, 64) == 128);
+  CHECK(plan::Count(-3) == 0);
+}
+
+TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[plan]") {
+  const kernels::Table* table = kernels::HighwayBest();
+  REQUIRE(table != nullptr);
+  SECTION("prefill: one task per (batch, kv head, query tile), last tiles first") {
+    const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, plan::Mask{1, 0, 0, 0});
+    const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
+    CHECK_FALSE(s.decode);
+    CHECK(s.q_tiles == 3);
+    REQUIRE(s.tasks == 2 * 2 * 3);
+    std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+    int64_t last_begin = 1 << 30;
+    for (int64_t i = 0; i < s.tasks; ++i) {
+      const plan::PrefillIndex x = plan::PrefillTaskAt(s, c, i);
+      CHECK(x.row_begin <= last_begin);  // tiles never get later
+      last_begin = x.row_begin;
+      CHECK(x.row_end - x.row_begin == (x.row_begin == 256 ? 44 : 128));
+      seen.insert({x.batch, x.kv_head, x.row_begin});
+    }
+    CHECK(seen.size() == static_cast<size_t>(s.tasks));  // each exactly once
+    CHECK(s.slot_bytes > 0);
+    CHECK(s.shared_bytes == 0);
+    // The scratch of a prefill slot does not grow with the sequence.
+    const plan::Schedule longer =
+        plan::MakeSchedule(Shape(2, 8, 2, 30000, 30000, 64, plan::Mask{1, 0, 0, 0}),
+                           plan::Algorithm::kFused, table);
+    CHECK(longer.slot_bytes == s.slot_bytes);
+  }
+  SECTION("decode: key units per (batch, kv head), gathered columns first, partials disjoint") {
+    const plan::CallShape c = Shape(2, 8, 2, 1, 3000, 64, plan::Mask{1, 500, 64, 2999});
+    const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
+    REQUIRE(s.decode);
+    CHECK(s.gathered);
+    CHECK(s.units == 3 + 1);  // 3000 keys: 3 chunks, and the gathered columns
+    REQUIRE(s.tasks == 2 * 2 * s.units);
+    const size_t rows = 4 * 1;  // GQA group of 4 heads, one row each
+    for (int64_t i = 0; i < s.tasks; ++i) {
+      const plan::DecodeIndex x = plan::DecodeTaskAt(s, c, i);
+      CHECK(x.gathered == (x.unit == 0));
+      if (!x.gathered) CHECK(x.chunk == x.unit - 1);
+      CHECK(plan::PartialOffset(s, c, x.pair, x.unit) == static_cast<size_t>(i) * rows * s.state_floats);
+    }
+    CHECK(s.shared_bytes >= static_cast<size_t>(s.tasks) * rows * s.state_floats * sizeof(float));
+    // Past the decode threshold (16 rows per kv head) the same keys run as prefill.
+    const plan::Schedule wide =
+        plan::MakeSchedule(Shape(2, 8, 2, 5, 3000, 64, plan::Mask{1, 0, 0, 2995}),
+                           plan::Algorithm::kFused, table);
+    CHECK_FALSE(wide.decode);
+    // A single unit is never split.
+    const plan::Schedule short_kv =
+        plan::MakeSchedule(Shape(1, 8, 2, 1, 900, 64, plan::Mask{1, 0, 0, 899}),
+                           plan::Algorithm::kFused, table);
+    CHECK_FALSE(short_kv.decode);
+  }
+  SECTION("naive and reference: one task per (batch, query head); sizes saturate") {
+    const plan::CallShape c = Shape(3, 4, 2, 50, 70, 16, plan::Mask{1, 0, 0, 20});
+    for (plan::Algorithm a : {plan::Algorithm::kNaive, plan::Algorithm::kReference}) {
+      const plan::Schedule s = plan::MakeSchedule(c, a, table);
+      CHECK(s.tasks == 12);
+      const plan::HeadIndex x = plan::HeadTaskAt(c, 7);
+      CHECK(x.batch == 1);
+      CHECK(x.head == 3);
+    }
+    // q_len = kv_len = 2^31: the naive scores alone are 2^64 bytes.
+    const plan::CallShape huge =
+        Shape(1, 1, 1, int64_t{1} << 31, int64_t{1} << 31, 64, plan::Mask{1, 0, 0, 0});
+    const plan::Schedule s = plan::MakeSchedule(huge, plan::Algorithm::kNaive, table);
+    CHECK(s.slot_bytes == SIZE_MAX);
+    CHECK(plan::WorkspaceBytes(s, 2) == SIZE_MAX);
+  }
+}
