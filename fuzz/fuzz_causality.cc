@@ -1,6 +1,7 @@
 // Causality: overwriting position p of q, k and v with any bits (NaN, infinities,
 // denormals, huge values) leaves every output row before p byte-identical, for every
-// mask, alignment, GQA ratio, layout, algorithm, backend, target and thread count.
+// mask, alignment, GQA ratio, layout, algorithm (AUTO too), backend, target and thread
+// count; the lse and weights rows too when the input requests them.
 #include "fuzz_support.h"
 
 using namespace fuzz;
@@ -33,6 +34,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i)
-        if (b != edit_batch || q_start + i < pos) FUZZ_CHECK(edited.o.RowEquals(base.o, b, h, i));
+        if (b != edit_batch || q_start + i < pos) FUZZ_CHECK(OutputRowsEqual(edited, base, b, h, i));
   return 0;
 }

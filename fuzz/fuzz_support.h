@@ -110,6 +110,7 @@ struct Problem {
   octattn_backend backend;
   octattn_target target;  // AUTO or one this CPU runs
   int32_t threads;
+  bool lse, weights;  // request the optional outputs (weights never with FUSED)
 
   static Problem Read(Input& in, int64_t max_len) {
     Problem p;
@@ -127,7 +128,9 @@ struct Problem {
       p.opt.stride = in.Bool() ? 0 : in.Range(1, 9);
       if (in.Range(0, 3) == 0) p.opt.q_start = in.Range(-8, max_len);
     }
-    p.opt.algorithm = static_cast<octattn_algorithm>(in.Range(1, 3));
+    const uint8_t algorithm = in.Byte();  // AUTO, or reference, naive, fused
+    p.opt.algorithm = (algorithm & 0x80) ? OCTATTN_ALGORITHM_AUTO
+                                         : static_cast<octattn_algorithm>(1 + algorithm % 3);
     p.layout = static_cast<int>(in.Range(0, 3));
     p.backend = in.Bool() ? OCTATTN_BACKEND_XSIMD : OCTATTN_BACKEND_HIGHWAY;
     octattn_target list[8];
@@ -135,7 +138,10 @@ struct Problem {
     octattn_available_targets(p.backend, list, 8, &n);
     const int64_t pick = in.Range(0, static_cast<int64_t>(n));
     p.target = pick == 0 ? OCTATTN_TARGET_AUTO : list[pick - 1];
-    p.threads = static_cast<int32_t>(in.Range(1, 2));
+    const uint8_t flags = in.Byte();
+    p.threads = 1 + (flags & 1);
+    p.lse = flags & 2;
+    p.weights = (flags & 4) && p.opt.algorithm != OCTATTN_ALGORITHM_FUSED;
     return p;
   }
   int64_t q_start() const {
@@ -145,12 +151,17 @@ struct Problem {
 };
 
 struct Tensors {
-  Tensor q, k, v, o;
+  Tensor q, k, v, o, lse, w;
+  bool has_lse, has_w;
   Tensors(const Problem& p, int layout)
       : q(p.batch, p.q_heads, p.q_len, p.head_dim, layout),
         k(p.batch, p.kv_heads, p.kv_len, p.head_dim, layout),
         v(p.batch, p.kv_heads, p.kv_len, p.value_dim, layout),
-        o(p.batch, p.q_heads, p.q_len, p.value_dim, layout) {}
+        o(p.batch, p.q_heads, p.q_len, p.value_dim, layout),
+        lse(p.batch, p.q_heads, p.q_len, 1, layout),
+        w(p.batch, p.q_heads, p.q_len, p.weights ? p.kv_len : 1, layout),
+        has_lse(p.lse),
+        has_w(p.weights) {}
   // Logical values from `from` (any layout).
   void CopyFrom(const Tensors& from) {
     Copy(from.q, q);
@@ -194,7 +205,14 @@ class Context {
 };
 
 inline octattn_status Attend(octattn_context* ctx, const octattn_attention_options& opt, Tensors& t) {
-  return octattn_attention(ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t, nullptr, nullptr, nullptr, 0);
+  return octattn_attention(ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t, t.has_lse ? &t.lse.t : nullptr,
+                           t.has_w ? &t.w.t : nullptr, nullptr, 0);
+}
+
+// Row (a, b, c) of every output the call wrote, byte for byte.
+inline bool OutputRowsEqual(const Tensors& x, const Tensors& y, int64_t a, int64_t b, int64_t c) {
+  return x.o.RowEquals(y.o, a, b, c) && (!x.has_lse || x.lse.RowEquals(y.lse, a, b, c)) &&
+         (!x.has_w || x.w.RowEquals(y.w, a, b, c));
 }
 
 inline bool SameBytes(const Tensor& x, const Tensor& y) {

@@ -39,12 +39,13 @@ struct Args {
   std::vector<octattn_backend> backends;
   std::vector<octattn_target> targets;
   int repeat = 5;
-  bool json = false, limits = false, rss = true;
+  bool json = false, limits = false, quick = false, rss = true;
 };
 
 const char* kHelp =
     "usage: octattn bench [options]          one line per case (lists: comma separated)\n"
-    "       octattn bench --limits [--json]  FMA peak, sgemm, read bandwidth of one core\n"
+    "       octattn bench --limits [--json] [--quick]  FMA peak, sgemm, read bandwidth of one\n"
+    "                                       core (--quick: a check that it runs, not a measurement)\n"
     "  --batch N --q-heads N --kv-heads N (default: q-heads)\n"
     "  --q-len LIST --kv-len LIST (default: q-len) --head-dim LIST\n"
     "  --full | --window N --stride N\n"
@@ -103,6 +104,7 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (f == "--repeat") a->repeat = std::max(1, std::atoi(next()));
     else if (f == "--json") a->json = true;
     else if (f == "--limits") a->limits = true;
+    else if (f == "--quick") a->quick = true;
     else if (f == "--no-rss") a->rss = false;
     else if (f == "--algo")
       a->algos = List<octattn_algorithm>(next(), [](const std::string& s) { return ByName(s, 0, 3, octattn_algorithm_name); });
@@ -288,7 +290,7 @@ int RunBench(int argc, char** argv) {
   Args a;
   Parse(argc, argv, &a);
   if (a.limits) {
-    const Limits l = MeasureLimits(true);
+    const Limits l = MeasureLimits(true, a.quick);
     if (a.json)
       std::printf("{\"limits\":true,\"fma_peak_gflops\":%.4g,\"fma_peak_avx2_gflops\":%.4g,"
                   "\"muladd_sse_gflops\":%.4g,\"sgemm_gflops\":%.4g,\"read_gbps\":%.4g}\n",

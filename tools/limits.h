@@ -10,7 +10,8 @@ struct Limits {
   double read_gbps = 0;  // one core streaming read
 };
 
-// The FMA peaks always; sgemm and read bandwidth only when `full`.
-Limits MeasureLimits(bool full);
+// The FMA peaks (of the instruction sets this CPU has) always; sgemm and read bandwidth
+// only when `full`. `quick`: a thousandth of the work, for tests (not a measurement).
+Limits MeasureLimits(bool full, bool quick = false);
 
 #endif  // OCTATTN_TOOLS_LIMITS_H_

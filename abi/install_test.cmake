@@ -1,0 +1,16 @@
+# Installs the build tree to a staging prefix, builds abi/install against it with
+# find_package(octattn), and runs both consumers. Arguments: BUILD, SOURCE, WORK.
+file(REMOVE_RECURSE ${WORK})
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix)
+run(${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G Ninja -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK}/build)
+set(ENV{LD_LIBRARY_PATH} "${WORK}/prefix/lib")
+run(${WORK}/build/consumer_shared)
+run(${WORK}/build/consumer_static)
