@@ -62,7 +62,12 @@
  * to the accuracy below, not to the byte.
  *
  * Accuracy. naive and fused agree with the reference (double accumulation) within
- * 5e-7 * max|v| * max(1, max|scaled score|) per element (tests/README.md).
+ * max|v| * (5e-7 * max(1, S) + 1e-8 * C) per element, S being the largest |scaled
+ * score| and C the largest |scale| * sum_d |q_d k_d| over the call's allowed pairs
+ * (tests/README.md). The C term is for dot products that cancel (products much larger
+ * than their sum): their f32 rounding follows the products, not the score. Scores sum
+ * the head dimension in blocks of 64 (one FMA chain each, the blocks added in order),
+ * the same order in every call.
  *
  * ------------------------------------------------------------------------------------
  * ERRORS AND THREADS

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <random>
 
 #include "support.h"
 
@@ -30,18 +31,7 @@ std::string Describe(const Case& c) {
 
 // The largest |scaled score| of the problem: errors of fp32 scores grow with it.
 double MaxScore(const Problem& p) {
-  double m = 0;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(p.q.shape[3]));
-  const int64_t group = p.q.shape[1] / p.k.shape[1];
-  for (int64_t b = 0; b < p.q.shape[0]; ++b)
-    for (int64_t h = 0; h < p.q.shape[1]; ++h)
-      for (int64_t i = 0; i < p.q.shape[2]; ++i)
-        for (int64_t j = 0; j < p.k.shape[2]; ++j) {
-          double s = 0;
-          for (int64_t d = 0; d < p.q.shape[3]; ++d) s += p.q.at(b, h, i, d) * p.k.at(b, h / group, j, d);
-          m = std::max(m, std::fabs(s * scale));
-        }
-  return m;
+  return Scores(p.q, p.k, 1.0 / std::sqrt(static_cast<double>(p.q.shape[3]))).s;
 }
 
 void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bool outputs = true) {
@@ -52,7 +42,7 @@ void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bo
   Context ref_ctx;
   Tensor ref_o = p.Out(), ref_lse = p.Lse(), ref_w = p.Weights();
   Attend(ref_ctx, opt, p.q, p.k, p.v, ref_o, &ref_lse, outputs ? &ref_w : nullptr);
-  const double bound = kTolerance * p.v.MaxAbs() * std::max(1.0, MaxScore(p));
+  const double bound = Bound(p.q, p.k, p.v);
   for (const Target& t : targets) {
     Tensor naive_o = p.Out();
     for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
@@ -160,4 +150,31 @@ TEST_CASE("scale option: 0 means 1/sqrt(D), other values are used as given", "[a
   opt.scale = 1.0f;
   Attend(ctx, opt, p.q, p.k, p.v, c);
   CHECK(MaxDiff(a, c) > 1e-3);
+}
+
+TEST_CASE("dot products that cancel stay within the bound's C term", "[attention]") {
+  // q = 1000 (+1, -1, +1, ...), k = 1 + 1e-3 N(0, 1), D = 256: scores of order 1 built
+  // from products of order 1000, whose f32 rounding the largest |score| does not bound.
+  const int64_t T = 48, D = 256;
+  Problem p(1, 2, 1, T, T, D, 32, 9);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  p.q.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+    p.q.at(a, b, c, d) = (d % 2 ? -1000.0f : 1000.0f) * (1.0f + 1e-3f * noise(rng));
+  });
+  p.k.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { p.k.at(a, b, c, d) = 1.0f + 1e-3f * noise(rng); });
+  const ScoreRange r = Scores(p.q, p.k, 1.0 / 16);
+  REQUIRE(r.c > 1000 * r.s);  // the case the C term is for
+  Context ref_ctx;
+  Tensor ref = p.Out();
+  Attend(ref_ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE), p.q, p.k, p.v, ref);
+  const double bound = Bound(p.q, p.k, p.v);
+  for (const Target& t : AllTargets())
+    for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+      INFO(t.Name() << " " << octattn_algorithm_name(algo));
+      Context ctx(t);
+      Tensor o = p.Out();
+      Attend(ctx, Options(1, 0, 0, algo), p.q, p.k, p.v, o);
+      CHECK(MaxDiff(o, ref) <= bound);
+    }
 }

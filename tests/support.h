@@ -228,6 +228,39 @@ struct Problem {
 
 // Accuracy bound against the fp64 reference, relative to max |v| (tests/README.md).
 constexpr double kTolerance = 5e-7;
+// The bound's term for dot products that cancel, per unit of C (below).
+constexpr double kCancelTolerance = 1e-8;
+
+// S: the largest |scaled score|; C: the largest scale * sum_d |q_d k_d|, over every
+// (query, key) pair of a GQA problem (at least the maxima over the allowed pairs).
+struct ScoreRange {
+  double s = 0, c = 0;
+};
+inline ScoreRange Scores(const Tensor& q, const Tensor& k, double scale) {
+  ScoreRange r;
+  const int64_t group = q.shape[1] / k.shape[1];
+  for (int64_t b = 0; b < q.shape[0]; ++b)
+    for (int64_t h = 0; h < q.shape[1]; ++h)
+      for (int64_t i = 0; i < q.shape[2]; ++i)
+        for (int64_t j = 0; j < k.shape[2]; ++j) {
+          double dot = 0, abs = 0;
+          for (int64_t d = 0; d < q.shape[3]; ++d) {
+            const double x = static_cast<double>(q.at(b, h, i, d)) * k.at(b, h / group, j, d);
+            dot += x;
+            abs += std::fabs(x);
+          }
+          r.s = std::fmax(r.s, std::fabs(dot * scale));
+          r.c = std::fmax(r.c, abs * std::fabs(scale));
+        }
+  return r;
+}
+// The header's bound on |o - reference| per element:
+// max|v| * (5e-7 * max(1, S) + 1e-8 * C).
+inline double Bound(const Tensor& q, const Tensor& k, const Tensor& v, double scale = 0) {
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(q.shape[3]));
+  const ScoreRange r = Scores(q, k, scale);
+  return v.MaxAbs() * (kTolerance * std::fmax(1.0, r.s) + kCancelTolerance * r.c);
+}
 
 }  // namespace octtest
 

@@ -2,8 +2,8 @@
 // and the scores stage. Included inside a per-target namespace that defines the SIMD
 // vocabulary S, after common-inl.h; no includes, no namespace of its own.
 //
-// Every score is one FMA chain over d = 0 .. head_dim-1 in one lane, so its bits do not
-// depend on which block shape, tile or call computed it.
+// Every score is the same sequence of FMA chains over blocks of the head dimension in
+// one lane, so its bits do not depend on which block shape, tile or call computed it.
 
 // kt[d * kt_stride + (j - j_begin)] = k[j][d] for j in [j_load, j_end) and for the
 // strided columns below j_load (ReadableBelow); zero for the other keys below j_load (no
@@ -35,14 +35,13 @@ static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64
     for (int64_t jj = n; jj < padded; ++jj) kt[d * kt_stride + jj] = 0.0f;
 }
 
-// acc[r][c] = sum_d q_r[d] * kt[d][c * lanes + lane], for R rows and C key vectors.
+// acc[r][c] += q_r[d] * kt[d][c * lanes + lane] for d in [d0, d1), one FMA chain per lane.
 template <int R, int C>
-OCTATTN_INLINE void QkBlock(const float* const* q, int64_t q_dim, const float* kt,
-                            int64_t kt_stride, int64_t head_dim, typename S::V (&acc)[R][C]) {
+OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* kt,
+                            int64_t kt_stride, int64_t d0, int64_t d1,
+                            typename S::V (&acc)[R][C]) {
   constexpr size_t L = S::kLanes;
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
-  for (int64_t d = 0; d < head_dim; ++d) {
+  for (int64_t d = d0; d < d1; ++d) {
     const float* kd = kt + d * kt_stride;
     typename S::V kv[C];
     for (int c = 0; c < C; ++c) kv[c] = S::Load(kd + c * L);
@@ -50,6 +49,29 @@ OCTATTN_INLINE void QkBlock(const float* const* q, int64_t q_dim, const float* k
       const typename S::V qb = S::Set(q[r][d * q_dim]);
       for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(qb, kv[c], acc[r][c]);
     }
+  }
+}
+
+// Dimensions per partial sum of a dot product: the error of one FMA chain grows with its
+// length, so a long head dimension is summed in blocks of this many.
+constexpr int64_t kDotBlock = 64;
+
+// acc[r][c] = sum_d q_r[d] * kt[d][c * lanes + lane], for R rows and C key vectors: one
+// FMA chain per block of kDotBlock dimensions, the blocks' sums added in block order.
+// The order is fixed by head_dim alone, so a score has the same bits in every call.
+template <int R, int C>
+OCTATTN_INLINE void QkBlock(const float* const* q, int64_t q_dim, const float* kt,
+                            int64_t kt_stride, int64_t head_dim, typename S::V (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
+  QkChain<R, C>(q, q_dim, kt, kt_stride, 0, plan::MinI(head_dim, kDotBlock), acc);
+  for (int64_t d0 = kDotBlock; d0 < head_dim; d0 += kDotBlock) {
+    typename S::V part[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) part[r][c] = S::Zero();
+    QkChain<R, C>(q, q_dim, kt, kt_stride, d0, plan::MinI(head_dim, d0 + kDotBlock), part);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Add(acc[r][c], part[r][c]);
   }
 }
 
