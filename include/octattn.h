@@ -259,7 +259,8 @@ typedef struct octattn_run_info {
 } octattn_run_info;
 
 /* Reports what the context's last successful kernel call ran: octattn_attention and the
- * stages (octattn_scores ... octattn_weighted_sum) record it; the head layout calls are
+ * stages (octattn_scores ... octattn_weighted_sum, which report algorithm NAIVE with the
+ * context's backend and target) record it; the head layout calls are
  * plain copies with no SIMD target and record nothing. Before any such call, info
  * reports algorithm, backend and target AUTO (0) and threads 0. Set info->struct_size
  * first (at least the 24 bytes of version 0.1's struct): only the bytes it covers are

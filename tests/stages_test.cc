@@ -161,3 +161,40 @@ TEST_CASE("head split, merge and packed-QKV split are exact inverses", "[stages]
   Tensor seq_bad(B, T, Hq * D, 2);
   CHECK(octattn_split_heads(ctx, seq_bad.ptr(), Hq, heads.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
 }
+
+TEST_CASE("the mask stage's kernel equals the formula pair by pair on every target", "[stages]") {
+  // The stage writes runs from each row's key ranges; the reference tests every pair.
+  struct M {
+    int32_t causal;
+    int64_t window, stride, q_start;
+  };
+  const M masks[] = {{1, 0, 0, OCTATTN_Q_START_DEFAULT}, {1, 5, 0, OCTATTN_Q_START_DEFAULT},
+                     {1, 6, 4, OCTATTN_Q_START_DEFAULT}, {1, 3, 1, 2},
+                     {1, 40, 7, 30},  {1, 1, 0, -3},
+                     {1, 0, 0, 100},  {0, 0, 0, OCTATTN_Q_START_DEFAULT}};
+  const int64_t B = 1, H = 2, Tq = 19, Tk = 53;
+  for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim}) {
+    Tensor scores(B, H, Tq, Tk, layout);
+    scores.Fill(8);
+    for (const M& m : masks) {
+      octattn_attention_options opt = Options(m.causal, m.window, m.stride);
+      opt.q_start = m.q_start;
+      const octattn::plan::Mask mask{
+          m.causal, m.window, m.stride,
+          !m.causal ? 0 : m.q_start == OCTATTN_Q_START_DEFAULT ? Tk - Tq : m.q_start};
+      Tensor want = scores;
+      for (int64_t h = 0; h < H; ++h) {
+        octattn::kernels::Matrix w = HeadOf(want, 0, h);
+        octattn::reference::MaskHead(w.data, w.row, w.col, Tq, Tk, mask);
+      }
+      for (const Target& t : AllTargets()) {
+        INFO(t.Name() << " window " << m.window << " stride " << m.stride << " q_start "
+                      << m.q_start << " causal " << m.causal);
+        Context ctx(t);
+        Tensor got = scores;
+        REQUIRE(octattn_mask(ctx, &opt, got.ptr()) == OCTATTN_OK);
+        CHECK(BytesEqual(got, want));
+      }
+    }
+  }
+}

@@ -9,34 +9,24 @@
 #include "lib/api/context.h"
 #include "lib/api/validate.h"
 #include "lib/kernels/kernels.h"
-#include "lib/kernels/layout/layout.h"
-#include "lib/plan/plan.h"
 #include "lib/plan/schedule.h"
 #include "lib/reference/reference.h"
 #include "octattn.h"
 
-using octattn::api::Check;
-using octattn::api::CheckDisjoint;
-using octattn::api::CheckSize;
-using octattn::api::Fail;
-using octattn::api::Guard;
-using octattn::api::Role;
-using octattn::api::RunTasks;
-using octattn::api::TensorInfo;
-using octattn::api::ValidateTensor;
+namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
 
 namespace {
 
-Check NeedContext(const octattn_context* ctx) {
-  if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
-  return Check();
+api::Check NeedContext(const octattn_context* ctx) {
+  if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+  return api::Check();
 }
 
 // An attention call that passed validation.
 struct AttentionCall {
-  TensorInfo q, k, v, o, lse, weights;
+  api::TensorInfo q, k, v, o, lse, weights;
   bool has_lse = false, has_weights = false;
   plan::CallShape shape{};
   float scale = 0;
@@ -45,21 +35,21 @@ struct AttentionCall {
   const kernels::Table* table = nullptr;  // null for the reference
 };
 
-Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
+api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
                         const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
                         const octattn_tensor* o, const octattn_tensor* lse,
                         const octattn_tensor* weights, AttentionCall* c) {
   OCTATTN_CHECK(NeedContext(ctx));
   octattn_attention_options opt;
   OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
-  OCTATTN_CHECK(ValidateTensor(q, "q", Role::kInput, false, &c->q));
-  OCTATTN_CHECK(ValidateTensor(k, "k", Role::kInput, false, &c->k));
-  OCTATTN_CHECK(ValidateTensor(v, "v", Role::kInput, false, &c->v));
-  OCTATTN_CHECK(ValidateTensor(o, "o", Role::kOutput, false, &c->o));
+  OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &c->q));
+  OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k));
+  OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v));
+  OCTATTN_CHECK(api::ValidateTensor(o, "o", api::Role::kOutput, false, &c->o));
   c->has_lse = lse != nullptr;
   c->has_weights = weights != nullptr;
-  if (lse) OCTATTN_CHECK(ValidateTensor(lse, "lse", Role::kOutput, false, &c->lse));
-  if (weights) OCTATTN_CHECK(ValidateTensor(weights, "weights", Role::kOutput, false, &c->weights));
+  if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &c->lse));
+  if (weights) OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
 
   plan::CallShape& sh = c->shape;
   sh.batch = c->q.shape[0];
@@ -70,33 +60,33 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
   sh.kv_len = c->k.shape[2];
   sh.value_dim = c->v.shape[3];
   sh.v_dim = c->v.stride[3];
-  OCTATTN_CHECK(CheckSize(c->k, "k", 0, sh.batch, "batch of q"));
-  OCTATTN_CHECK(CheckSize(c->k, "k", 3, sh.head_dim, "head_dim of q"));
-  OCTATTN_CHECK(CheckSize(c->v, "v", 0, sh.batch, "batch of q"));
-  OCTATTN_CHECK(CheckSize(c->v, "v", 1, sh.kv_heads, "kv_heads of k"));
-  OCTATTN_CHECK(CheckSize(c->v, "v", 2, sh.kv_len, "kv_len of k"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 0, sh.batch, "batch of q"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 1, sh.q_heads, "q_heads of q"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
-  OCTATTN_CHECK(CheckSize(c->o, "o", 3, sh.value_dim, "value_dim of v"));
+  OCTATTN_CHECK(api::CheckSize(c->k, "k", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(api::CheckSize(c->k, "k", 3, sh.head_dim, "head_dim of q"));
+  OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(api::CheckSize(c->v, "v", 1, sh.kv_heads, "kv_heads of k"));
+  OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, sh.kv_len, "kv_len of k"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 1, sh.q_heads, "q_heads of q"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 3, sh.value_dim, "value_dim of v"));
   if (sh.q_heads % sh.kv_heads != 0)
-    return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+    return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
                 "q_heads (" + std::to_string(sh.q_heads) + ") is not a multiple of kv_heads (" +
                     std::to_string(sh.kv_heads) + ")");
   if (c->has_lse) {
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 0, sh.batch, "batch of q"));
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 1, sh.q_heads, "q_heads of q"));
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 2, sh.q_len, "q_len of q"));
-    OCTATTN_CHECK(CheckSize(c->lse, "lse", 3, 1, "one value per row"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 1, sh.q_heads, "q_heads of q"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 2, sh.q_len, "q_len of q"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 3, 1, "one value per row"));
   }
   if (c->has_weights) {
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 0, sh.batch, "batch of q"));
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 1, sh.q_heads, "q_heads of q"));
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
-    OCTATTN_CHECK(CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 1, sh.q_heads, "q_heads of q"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
   }
   const struct {
-    const TensorInfo* t;
+    const api::TensorInfo* t;
     const char* name;
     bool present;
   } outs[] = {{&c->o, "o", true}, {&c->lse, "lse", c->has_lse},
@@ -104,10 +94,10 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
     ins[] = {{&c->q, "q", true}, {&c->k, "k", true}, {&c->v, "v", true}};
   for (const auto& out : outs) {
     if (!out.present) continue;
-    for (const auto& in : ins) OCTATTN_CHECK(CheckDisjoint(*out.t, out.name, *in.t, in.name));
+    for (const auto& in : ins) OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *in.t, in.name));
     for (const auto& other : outs)
       if (other.present && other.t < out.t)
-        OCTATTN_CHECK(CheckDisjoint(*out.t, out.name, *other.t, other.name));
+        OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *other.t, other.name));
   }
 
   c->algorithm = opt.algorithm;
@@ -117,12 +107,12 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
                       : c->algorithm == OCTATTN_ALGORITHM_NAIVE   ? plan::Algorithm::kNaive
                                                                   : plan::Algorithm::kFused;
   if (c->algorithm == OCTATTN_ALGORITHM_FUSED && c->has_weights)
-    return Fail(OCTATTN_ERROR_UNSUPPORTED,
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                 "the fused algorithm never holds the weights: use naive to get them");
   if (c->algorithm != OCTATTN_ALGORITHM_REFERENCE) {
     c->table = octattn::api::SelectTable(*ctx);
     if (!c->table)
-      return Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
   sh.mask.causal = opt.causal;
   sh.mask.window = opt.window;
@@ -133,7 +123,7 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
   c->scale = opt.scale != 0.0f
                  ? opt.scale
                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
-  return Check();
+  return api::Check();
 }
 
 // The operands of query head `h` of batch `b` (k and v those of its kv head).
@@ -192,7 +182,7 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule
               void* scratch) {
   const kernels::Table* table = c.table;
   if (!p.decode) {
-    RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+    api::RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
       const plan::PrefillIndex x = plan::PrefillTaskAt(p, c.shape, i);
       kernels::FlashTask t = GroupTask(c, x.batch, x.kv_head);
       t.row_begin = x.row_begin;
@@ -203,7 +193,7 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule
   }
   float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) +
                                              p.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
-  RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
+  api::RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
     const plan::DecodeIndex x = plan::DecodeTaskAt(p, c.shape, i);
     kernels::FlashTask t = GroupTask(c, x.batch, x.kv_head);
     t.gathered = x.gathered;
@@ -213,24 +203,24 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule
     table->flash_task(t, static_cast<float*>(s));
   });
   const int64_t pairs = c.shape.batch * c.shape.kv_heads;
-  RunTasks(ctx, pairs, scratch, p.slot_bytes, [&](int64_t pair, void* s) {
+  api::RunTasks(ctx, pairs, scratch, p.slot_bytes, [&](int64_t pair, void* s) {
     const kernels::FlashTask t = GroupTask(c, pair / c.shape.kv_heads, pair % c.shape.kv_heads);
     table->flash_merge(t, partials + plan::PartialOffset(p, c.shape, pair, 0), p.units,
                        static_cast<float*>(s));
   });
 }
 
-Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const AttentionCall& c) {
-  if (!workspace) return Check();
-  TensorInfo ws;
+api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const AttentionCall& c) {
+  if (!workspace) return api::Check();
+  api::TensorInfo ws;
   ws.lo = reinterpret_cast<uintptr_t>(workspace);
   ws.hi = ws.lo + size;
-  if (ws.hi < ws.lo) return Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
-  const TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights};
+  if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
+  const api::TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights};
   const char* names[] = {"q", "k", "v", "o", "lse", "weights"};
   for (int i = 0; i < 6; ++i)
-    if (all[i]->hi != 0) OCTATTN_CHECK(CheckDisjoint(ws, "workspace", *all[i], names[i]));
-  return Check();
+    if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
+  return api::Check();
 }
 
 }  // namespace
@@ -299,25 +289,25 @@ const char* octattn_algorithm_name(octattn_algorithm algorithm) {
 
 octattn_status octattn_tensor_init(octattn_tensor* tensor, void* data, const int64_t shape[4],
                                    octattn_layout layout) {
-  return Guard(nullptr, [&]() -> Check {
-    if (!tensor || !shape) return Fail(OCTATTN_ERROR_NULL_POINTER, "tensor or shape is NULL");
+  return api::Guard(nullptr, [&]() -> api::Check {
+    if (!tensor || !shape) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "tensor or shape is NULL");
     if (layout != OCTATTN_LAYOUT_BHTD && layout != OCTATTN_LAYOUT_BTHD)
-      return Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown layout");
+      return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown layout");
     for (int d = 0; d < 4; ++d) {
-      if (shape[d] < 1) return Fail(OCTATTN_ERROR_INVALID_SHAPE, "sizes must be positive");
-      if (shape[d] > octattn::api::kMaxSize) return Fail(OCTATTN_ERROR_OVERFLOW, "size too large");
+      if (shape[d] < 1) return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "sizes must be positive");
+      if (shape[d] > octattn::api::kMaxSize) return api::Fail(OCTATTN_ERROR_OVERFLOW, "size too large");
     }
     int64_t s3 = 1, s2, s1, s0;
     const int64_t d = shape[3];
     if (layout == OCTATTN_LAYOUT_BHTD) {
       if (__builtin_mul_overflow(d, shape[2], &s1) || __builtin_mul_overflow(s1, shape[1], &s0) ||
           __builtin_mul_overflow(s0, shape[0], &s3))
-        return Fail(OCTATTN_ERROR_OVERFLOW, "element count overflows");
+        return api::Fail(OCTATTN_ERROR_OVERFLOW, "element count overflows");
       s2 = d;
     } else {  // memory order [B, T, H, D]
       if (__builtin_mul_overflow(d, shape[1], &s2) || __builtin_mul_overflow(s2, shape[2], &s0) ||
           __builtin_mul_overflow(s0, shape[0], &s3))
-        return Fail(OCTATTN_ERROR_OVERFLOW, "element count overflows");
+        return api::Fail(OCTATTN_ERROR_OVERFLOW, "element count overflows");
       s1 = d;
     }
     tensor->data = data;
@@ -328,13 +318,13 @@ octattn_status octattn_tensor_init(octattn_tensor* tensor, void* data, const int
     tensor->stride[1] = s1;
     tensor->stride[2] = s2;
     tensor->stride[3] = 1;
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_context_create(octattn_context** out) {
-  return Guard(nullptr, [&]() -> Check {
-    if (!out) return Fail(OCTATTN_ERROR_NULL_POINTER, "out is NULL");
+  return api::Guard(nullptr, [&]() -> api::Check {
+    if (!out) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "out is NULL");
     auto ctx = std::make_unique<octattn_context>();
     ctx->pool = std::make_unique<octattn::parallel::Pool>(0);
     const char* backend = std::getenv("OCTATTN_BACKEND");
@@ -355,18 +345,18 @@ octattn_status octattn_context_create(octattn_context** out) {
       ctx->backend = b;
     }
     *out = ctx.release();
-    return Check();
+    return api::Check();
   });
 }
 
 void octattn_context_destroy(octattn_context* ctx) { delete ctx; }
 
 octattn_status octattn_context_set_threads(octattn_context* ctx, int32_t threads) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     OCTATTN_CHECK(NeedContext(ctx));
-    if (threads < 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "threads is negative");
+    if (threads < 0) return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "threads is negative");
     ctx->pool = std::make_unique<octattn::parallel::Pool>(threads);
-    return Check();
+    return api::Check();
   });
 }
 
@@ -378,13 +368,13 @@ octattn_status octattn_context_get_threads(const octattn_context* ctx, int32_t* 
 
 octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend backend,
                                           octattn_target target) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     OCTATTN_CHECK(NeedContext(ctx));
     const kernels::Table* table;
     OCTATTN_CHECK(octattn::api::ResolveTarget(backend, target, &table));
     ctx->backend = backend;
     ctx->target = target;
-    return Check();
+    return api::Check();
   });
 }
 
@@ -411,11 +401,11 @@ octattn_status octattn_context_last_run(const octattn_context* ctx, octattn_run_
 
 octattn_status octattn_available_targets(octattn_backend backend, octattn_target* targets,
                                          size_t capacity, size_t* count) {
-  return Guard(nullptr, [&]() -> Check {
-    if (!count) return Fail(OCTATTN_ERROR_NULL_POINTER, "count is NULL");
-    if (capacity > 0 && !targets) return Fail(OCTATTN_ERROR_NULL_POINTER, "targets is NULL");
+  return api::Guard(nullptr, [&]() -> api::Check {
+    if (!count) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "count is NULL");
+    if (capacity > 0 && !targets) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "targets is NULL");
     if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
-      return Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
+      return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
     size_t n = 0;
     for (octattn_target t = OCTATTN_TARGET_AVX512; t >= OCTATTN_TARGET_SCALAR; --t) {
       const kernels::Table* table;
@@ -424,7 +414,7 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
       ++n;
     }
     *count = n;
-    return Check();
+    return api::Check();
   });
 }
 
@@ -444,16 +434,16 @@ octattn_status octattn_attention_workspace_size(octattn_context* ctx,
                                                 const octattn_tensor* v, const octattn_tensor* o,
                                                 const octattn_tensor* lse,
                                                 const octattn_tensor* weights, size_t* bytes) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
-    if (!bytes) return Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
+    if (!bytes) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
     const size_t need = plan::WorkspaceBytes(
         plan::MakeSchedule(c.shape, c.plan_algorithm, c.table), ctx->pool->threads());
     if (need == SIZE_MAX)
-      return Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
+      return api::Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
     *bytes = need;
-    return Check();
+    return api::Check();
   });
 }
 
@@ -461,7 +451,7 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
                                  const octattn_tensor* q, const octattn_tensor* k,
                                  const octattn_tensor* v, octattn_tensor* o, octattn_tensor* lse,
                                  octattn_tensor* weights, void* workspace, size_t workspace_size) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
@@ -473,7 +463,7 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
       RunFused(ctx, c, plan, scratch);
     } else {
       const bool reference = c.algorithm == OCTATTN_ALGORITHM_REFERENCE;
-      RunTasks(ctx, plan.tasks, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
+      api::RunTasks(ctx, plan.tasks, scratch, plan.slot_bytes, [&](int64_t i, void* s) {
         const plan::HeadIndex x = plan::HeadTaskAt(c.shape, i);
         const kernels::Operands op = OperandsOf(c, x.batch, x.head);
         if (reference) {
@@ -484,7 +474,7 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
       });
     }
     octattn::api::RecordRun(ctx, c.algorithm, c.table);
-    return Check();
+    return api::Check();
   });
 }
 

@@ -10,14 +10,7 @@
 #include "lib/plan/plan.h"
 #include "octattn.h"
 
-using octattn::api::Check;
-using octattn::api::CheckDisjoint;
-using octattn::api::CheckSize;
-using octattn::api::Fail;
-using octattn::api::Guard;
-using octattn::api::Role;
-using octattn::api::TensorInfo;
-using octattn::api::ValidateTensor;
+namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
 
@@ -25,17 +18,17 @@ namespace {
 
 constexpr size_t kAlign = 64;
 
-Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** table) {
-  if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+api::Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** table) {
+  if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
   *table = octattn::api::SelectTable(*ctx);
-  if (!*table) return Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
-  return Check();
+  if (!*table) return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
+  return api::Check();
 }
 
 // Runs body(b, h, slot_scratch) for every (batch, head) of a [B, H, rows, cols] tensor,
 // with `slot_floats` of scratch each (the composed call's runner).
 template <class Body>
-Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
+api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
                  Body&& body) {
   const size_t slot = plan::RoundUp(plan::SatMul(slot_floats, sizeof(float)), kAlign);
   void* scratch = nullptr;
@@ -45,21 +38,21 @@ Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot
   octattn::api::RunTasks(ctx, batch * heads, scratch, slot, [&](int64_t task, void* s) {
     body(task / heads, task % heads, static_cast<float*>(s));
   });
-  return Check();
+  return api::Check();
 }
 
 void Record(octattn_context* ctx, const kernels::Table* table) {
   octattn::api::RecordRun(ctx, OCTATTN_ALGORITHM_NAIVE, table);
 }
 
-float* At(const TensorInfo& t, int64_t b, int64_t h) {
+float* At(const api::TensorInfo& t, int64_t b, int64_t h) {
   return t.data + b * t.stride[0] + h * t.stride[1];
 }
 // Head (b, h) of a [B, H, rows, cols] tensor as a matrix.
-kernels::Matrix HeadOf(const TensorInfo& t, int64_t b, int64_t h) {
+kernels::Matrix HeadOf(const api::TensorInfo& t, int64_t b, int64_t h) {
   return {At(t, b, h), t.stride[2], t.stride[3]};
 }
-kernels::ConstMatrix ConstHeadOf(const TensorInfo& t, int64_t b, int64_t h) {
+kernels::ConstMatrix ConstHeadOf(const api::TensorInfo& t, int64_t b, int64_t h) {
   return {At(t, b, h), t.stride[2], t.stride[3]};
 }
 
@@ -72,24 +65,24 @@ extern "C" {
 
 octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
                               const octattn_tensor* k, octattn_tensor* scores) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
-    TensorInfo tq, tk, ts;
-    OCTATTN_CHECK(ValidateTensor(q, "q", Role::kInput, false, &tq));
-    OCTATTN_CHECK(ValidateTensor(k, "k", Role::kInput, false, &tk));
-    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    api::TensorInfo tq, tk, ts;
+    OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &tq));
+    OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &tk));
+    OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t batch = tq.shape[0], q_heads = tq.shape[1], kv_heads = tk.shape[1];
-    OCTATTN_CHECK(CheckSize(tk, "k", 0, batch, "batch of q"));
-    OCTATTN_CHECK(CheckSize(tk, "k", 3, tq.shape[3], "head_dim of q"));
+    OCTATTN_CHECK(api::CheckSize(tk, "k", 0, batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(tk, "k", 3, tq.shape[3], "head_dim of q"));
     if (q_heads % kv_heads != 0)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
-    OCTATTN_CHECK(CheckSize(ts, "scores", 0, batch, "batch of q"));
-    OCTATTN_CHECK(CheckSize(ts, "scores", 1, q_heads, "q_heads of q"));
-    OCTATTN_CHECK(CheckSize(ts, "scores", 2, tq.shape[2], "q_len of q"));
-    OCTATTN_CHECK(CheckSize(ts, "scores", 3, tk.shape[2], "kv_len of k"));
-    OCTATTN_CHECK(CheckDisjoint(ts, "scores", tq, "q"));
-    OCTATTN_CHECK(CheckDisjoint(ts, "scores", tk, "k"));
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
+    OCTATTN_CHECK(api::CheckSize(ts, "scores", 0, batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(ts, "scores", 1, q_heads, "q_heads of q"));
+    OCTATTN_CHECK(api::CheckSize(ts, "scores", 2, tq.shape[2], "q_len of q"));
+    OCTATTN_CHECK(api::CheckSize(ts, "scores", 3, tk.shape[2], "kv_len of k"));
+    OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tq, "q"));
+    OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tk, "k"));
     const int64_t q_len = tq.shape[2], kv_len = tk.shape[2], head_dim = tq.shape[3];
     OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->scores_scratch_floats(kv_len, head_dim),
                              [&](int64_t b, int64_t h, float* scratch) {
@@ -99,34 +92,34 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
                                                   scratch);
                              }));
     Record(ctx, table);
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float scale) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
-    TensorInfo ts;
-    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
-    if (!std::isfinite(scale)) return Fail(OCTATTN_ERROR_INVALID_OPTION, "scale is not finite");
+    api::TensorInfo ts;
+    OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
+    if (!std::isfinite(scale)) return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "scale is not finite");
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
       table->scale_rows(HeadOf(ts, b, h), ts.shape[2], ts.shape[3], scale);
     }));
     Record(ctx, table);
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_options* options,
                             octattn_tensor* scores) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
     octattn_attention_options opt;
     OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
-    TensorInfo ts;
-    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    api::TensorInfo ts;
+    OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
     plan::Mask mask{opt.causal, opt.window, opt.stride,
                     opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start};
@@ -134,21 +127,21 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
       table->mask_rows(HeadOf(ts, b, h), q_len, kv_len, mask);
     }));
     Record(ctx, table);
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, octattn_tensor* lse) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
-    TensorInfo ts, tl;
-    OCTATTN_CHECK(ValidateTensor(scores, "scores", Role::kOutput, false, &ts));
+    api::TensorInfo ts, tl;
+    OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     if (lse) {
-      OCTATTN_CHECK(ValidateTensor(lse, "lse", Role::kOutput, false, &tl));
-      for (int d = 0; d < 3; ++d) OCTATTN_CHECK(CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
-      OCTATTN_CHECK(CheckSize(tl, "lse", 3, 1, "one value per row"));
-      OCTATTN_CHECK(CheckDisjoint(tl, "lse", ts, "scores"));
+      OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &tl));
+      for (int d = 0; d < 3; ++d) OCTATTN_CHECK(api::CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
+      OCTATTN_CHECK(api::CheckSize(tl, "lse", 3, 1, "one value per row"));
+      OCTATTN_CHECK(api::CheckDisjoint(tl, "lse", ts, "scores"));
     }
     const int64_t rows = ts.shape[2], cols = ts.shape[3];
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->softmax_scratch_floats(cols),
@@ -158,30 +151,30 @@ octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, oct
                                                    lse ? tl.stride[2] : 0, buf);
                              }));
     Record(ctx, table);
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* weights,
                                     const octattn_tensor* v, octattn_tensor* o) {
-  return Guard(ctx, [&]() -> Check {
+  return api::Guard(ctx, [&]() -> api::Check {
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
-    TensorInfo tw, tv, to;
-    OCTATTN_CHECK(ValidateTensor(weights, "weights", Role::kInput, false, &tw));
-    OCTATTN_CHECK(ValidateTensor(v, "v", Role::kInput, false, &tv));
-    OCTATTN_CHECK(ValidateTensor(o, "o", Role::kOutput, false, &to));
+    api::TensorInfo tw, tv, to;
+    OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kInput, false, &tw));
+    OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &tv));
+    OCTATTN_CHECK(api::ValidateTensor(o, "o", api::Role::kOutput, false, &to));
     const int64_t batch = tw.shape[0], q_heads = tw.shape[1], kv_heads = tv.shape[1];
-    OCTATTN_CHECK(CheckSize(tv, "v", 0, batch, "batch of weights"));
-    OCTATTN_CHECK(CheckSize(tv, "v", 2, tw.shape[3], "kv_len of weights"));
+    OCTATTN_CHECK(api::CheckSize(tv, "v", 0, batch, "batch of weights"));
+    OCTATTN_CHECK(api::CheckSize(tv, "v", 2, tw.shape[3], "kv_len of weights"));
     if (q_heads % kv_heads != 0)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
-    OCTATTN_CHECK(CheckSize(to, "o", 0, batch, "batch of weights"));
-    OCTATTN_CHECK(CheckSize(to, "o", 1, q_heads, "q_heads of weights"));
-    OCTATTN_CHECK(CheckSize(to, "o", 2, tw.shape[2], "q_len of weights"));
-    OCTATTN_CHECK(CheckSize(to, "o", 3, tv.shape[3], "value_dim of v"));
-    OCTATTN_CHECK(CheckDisjoint(to, "o", tw, "weights"));
-    OCTATTN_CHECK(CheckDisjoint(to, "o", tv, "v"));
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
+    OCTATTN_CHECK(api::CheckSize(to, "o", 0, batch, "batch of weights"));
+    OCTATTN_CHECK(api::CheckSize(to, "o", 1, q_heads, "q_heads of weights"));
+    OCTATTN_CHECK(api::CheckSize(to, "o", 2, tw.shape[2], "q_len of weights"));
+    OCTATTN_CHECK(api::CheckSize(to, "o", 3, tv.shape[3], "value_dim of v"));
+    OCTATTN_CHECK(api::CheckDisjoint(to, "o", tw, "weights"));
+    OCTATTN_CHECK(api::CheckDisjoint(to, "o", tv, "v"));
     const int64_t q_len = tw.shape[2], kv_len = tw.shape[3], value_dim = tv.shape[3];
     OCTATTN_CHECK(RunPerHead(
         ctx, batch, q_heads, table->weighted_sum_scratch_floats(kv_len, value_dim, tv.stride[3]),
@@ -191,7 +184,7 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
                                    HeadOf(to, b, h), q_len, kv_len, value_dim, scratch);
         }));
     Record(ctx, table);
-    return Check();
+    return api::Check();
   });
 }
 
@@ -200,22 +193,22 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
 namespace {
 
 // dst [B, H, T, D] <-> src [B, T, H*D] views for the head layout calls.
-kernels::View4 HeadsView(const TensorInfo& bhtd) {
+kernels::View4 HeadsView(const api::TensorInfo& bhtd) {
   return {bhtd.data, {bhtd.stride[0], bhtd.stride[1], bhtd.stride[2], bhtd.stride[3]}};
 }
 // [B, T, C] with channels [offset, offset + heads * dim) seen as [B, heads, T, dim].
-kernels::View4 SequenceAsHeads(const TensorInfo& btc, int64_t offset, int64_t dim) {
+kernels::View4 SequenceAsHeads(const api::TensorInfo& btc, int64_t offset, int64_t dim) {
   const int64_t c = btc.stride[2];
   return {btc.data + offset * c, {btc.stride[0], dim * c, btc.stride[1], c}};
 }
 
-Check CheckHeads(const TensorInfo& t, const char* name, int64_t batch, int64_t heads,
+api::Check CheckHeads(const api::TensorInfo& t, const char* name, int64_t batch, int64_t heads,
                  int64_t tokens, int64_t dim) {
-  OCTATTN_CHECK(CheckSize(t, name, 0, batch, "batch"));
-  OCTATTN_CHECK(CheckSize(t, name, 1, heads, "heads"));
-  OCTATTN_CHECK(CheckSize(t, name, 2, tokens, "tokens"));
-  OCTATTN_CHECK(CheckSize(t, name, 3, dim, "head_dim"));
-  return Check();
+  OCTATTN_CHECK(api::CheckSize(t, name, 0, batch, "batch"));
+  OCTATTN_CHECK(api::CheckSize(t, name, 1, heads, "heads"));
+  OCTATTN_CHECK(api::CheckSize(t, name, 2, tokens, "tokens"));
+  OCTATTN_CHECK(api::CheckSize(t, name, 3, dim, "head_dim"));
+  return api::Check();
 }
 
 void Copy(octattn_context* ctx, const kernels::View4& src, const kernels::View4& dst,
@@ -230,76 +223,76 @@ extern "C" {
 
 octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* src,
                                    int64_t heads, octattn_tensor* dst) {
-  return Guard(ctx, [&]() -> Check {
-    if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
-    TensorInfo ts, td;
-    OCTATTN_CHECK(ValidateTensor(src, "src", Role::kInput, true, &ts));
-    OCTATTN_CHECK(ValidateTensor(dst, "dst", Role::kOutput, false, &td));
+  return api::Guard(ctx, [&]() -> api::Check {
+    if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+    api::TensorInfo ts, td;
+    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts));
+    OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, false, &td));
     if (heads < 1 || ts.shape[2] % heads != 0)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "channels are not a positive multiple of heads");
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "channels are not a positive multiple of heads");
     const int64_t dim = ts.shape[2] / heads;
     OCTATTN_CHECK(CheckHeads(td, "dst", ts.shape[0], heads, ts.shape[1], dim));
-    OCTATTN_CHECK(CheckDisjoint(td, "dst", ts, "src"));
+    OCTATTN_CHECK(api::CheckDisjoint(td, "dst", ts, "src"));
     const int64_t shape[4] = {ts.shape[0], heads, ts.shape[1], dim};
     Copy(ctx, SequenceAsHeads(ts, 0, dim), HeadsView(td), shape);
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_merge_heads(octattn_context* ctx, const octattn_tensor* src,
                                    octattn_tensor* dst) {
-  return Guard(ctx, [&]() -> Check {
-    if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
-    TensorInfo ts, td;
-    OCTATTN_CHECK(ValidateTensor(src, "src", Role::kInput, false, &ts));
-    OCTATTN_CHECK(ValidateTensor(dst, "dst", Role::kOutput, true, &td));
+  return api::Guard(ctx, [&]() -> api::Check {
+    if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+    api::TensorInfo ts, td;
+    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, false, &ts));
+    OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, true, &td));
     const int64_t heads = ts.shape[1], dim = ts.shape[3];
-    OCTATTN_CHECK(CheckSize(td, "dst", 0, ts.shape[0], "batch of src"));
-    OCTATTN_CHECK(CheckSize(td, "dst", 1, ts.shape[2], "tokens of src"));
+    OCTATTN_CHECK(api::CheckSize(td, "dst", 0, ts.shape[0], "batch of src"));
+    OCTATTN_CHECK(api::CheckSize(td, "dst", 1, ts.shape[2], "tokens of src"));
     if (td.shape[2] != heads * dim)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "dst channels are not heads * head_dim of src");
-    OCTATTN_CHECK(CheckDisjoint(td, "dst", ts, "src"));
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "dst channels are not heads * head_dim of src");
+    OCTATTN_CHECK(api::CheckDisjoint(td, "dst", ts, "src"));
     const int64_t shape[4] = {ts.shape[0], heads, ts.shape[2], dim};
     Copy(ctx, HeadsView(ts), SequenceAsHeads(td, 0, dim), shape);
-    return Check();
+    return api::Check();
   });
 }
 
 octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src,
                                  int64_t q_heads, int64_t kv_heads, octattn_tensor* q,
                                  octattn_tensor* k, octattn_tensor* v) {
-  return Guard(ctx, [&]() -> Check {
-    if (!ctx) return Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
-    TensorInfo ts, tq, tk, tv;
-    OCTATTN_CHECK(ValidateTensor(src, "src", Role::kInput, true, &ts));
-    OCTATTN_CHECK(ValidateTensor(q, "q", Role::kOutput, false, &tq));
-    OCTATTN_CHECK(ValidateTensor(k, "k", Role::kOutput, false, &tk));
-    OCTATTN_CHECK(ValidateTensor(v, "v", Role::kOutput, false, &tv));
+  return api::Guard(ctx, [&]() -> api::Check {
+    if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+    api::TensorInfo ts, tq, tk, tv;
+    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts));
+    OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kOutput, false, &tq));
+    OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kOutput, false, &tk));
+    OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kOutput, false, &tv));
     if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize || kv_heads > octattn::api::kMaxSize)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");
     if (q_heads % kv_heads != 0)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
                   "q_heads (" + std::to_string(q_heads) + ") is not a multiple of kv_heads (" +
                       std::to_string(kv_heads) + ")");
     const int64_t heads = q_heads + 2 * kv_heads;
     if (ts.shape[2] % heads != 0)
-      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
                   "channels are not a multiple of q_heads + 2 * kv_heads");
     const int64_t dim = ts.shape[2] / heads, batch = ts.shape[0], tokens = ts.shape[1];
     OCTATTN_CHECK(CheckHeads(tq, "q", batch, q_heads, tokens, dim));
     OCTATTN_CHECK(CheckHeads(tk, "k", batch, kv_heads, tokens, dim));
     OCTATTN_CHECK(CheckHeads(tv, "v", batch, kv_heads, tokens, dim));
-    OCTATTN_CHECK(CheckDisjoint(tq, "q", ts, "src"));
-    OCTATTN_CHECK(CheckDisjoint(tk, "k", ts, "src"));
-    OCTATTN_CHECK(CheckDisjoint(tv, "v", ts, "src"));
-    OCTATTN_CHECK(CheckDisjoint(tq, "q", tk, "k"));
-    OCTATTN_CHECK(CheckDisjoint(tq, "q", tv, "v"));
-    OCTATTN_CHECK(CheckDisjoint(tk, "k", tv, "v"));
+    OCTATTN_CHECK(api::CheckDisjoint(tq, "q", ts, "src"));
+    OCTATTN_CHECK(api::CheckDisjoint(tk, "k", ts, "src"));
+    OCTATTN_CHECK(api::CheckDisjoint(tv, "v", ts, "src"));
+    OCTATTN_CHECK(api::CheckDisjoint(tq, "q", tk, "k"));
+    OCTATTN_CHECK(api::CheckDisjoint(tq, "q", tv, "v"));
+    OCTATTN_CHECK(api::CheckDisjoint(tk, "k", tv, "v"));
     const int64_t qs[4] = {batch, q_heads, tokens, dim}, ks[4] = {batch, kv_heads, tokens, dim};
     Copy(ctx, SequenceAsHeads(ts, 0, dim), HeadsView(tq), qs);
     Copy(ctx, SequenceAsHeads(ts, q_heads * dim, dim), HeadsView(tk), ks);
     Copy(ctx, SequenceAsHeads(ts, (q_heads + kv_heads) * dim, dim), HeadsView(tv), ks);
-    return Check();
+    return api::Check();
   });
 }
 

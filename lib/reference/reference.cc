@@ -66,15 +66,25 @@ void AttentionHead(const Operands& t, double* scratch) {
   }
 }
 
+namespace {
+
+// c[i][j] = sum_t a[i][t] * b[t][j] in double, i < m, j < n, t < inner.
+void Product(ConstMatrix a, ConstMatrix b, Matrix c, int64_t m, int64_t n, int64_t inner) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t t = 0; t < inner; ++t)
+        acc += static_cast<double>(a.data[i * a.row + t * a.col]) * b.data[t * b.row + j * b.col];
+      c.data[i * c.row + j * c.col] = static_cast<float>(acc);
+    }
+}
+
+}  // namespace
+
 void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len, int64_t kv_len,
                 int64_t head_dim) {
-  for (int64_t i = 0; i < q_len; ++i)
-    for (int64_t j = 0; j < kv_len; ++j) {
-      double dot = 0.0;
-      for (int64_t d = 0; d < head_dim; ++d)
-        dot += static_cast<double>(q.data[i * q.row + d * q.col]) * k.data[j * k.row + d * k.col];
-      scores.data[i * scores.row + j * scores.col] = static_cast<float>(dot);
-    }
+  // k as a [head_dim, kv_len] matrix: q k^T.
+  Product(q, ConstMatrix{k.data, k.col, k.row}, scores, q_len, kv_len, head_dim);
 }
 
 void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse) {
@@ -96,13 +106,7 @@ void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse) {
 
 void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int64_t kv_len,
                      int64_t value_dim) {
-  for (int64_t i = 0; i < q_len; ++i)
-    for (int64_t d = 0; d < value_dim; ++d) {
-      double acc = 0.0;
-      for (int64_t j = 0; j < kv_len; ++j)
-        acc += static_cast<double>(p.data[i * p.row + j * p.col]) * v.data[j * v.row + d * v.col];
-      o.data[i * o.row + d * o.col] = static_cast<float>(acc);
-    }
+  Product(p, v, o, q_len, value_dim, kv_len);
 }
 
 void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv_len,
