@@ -55,13 +55,15 @@ static void call_every_function(void) {
   const octattn_status null = OCTATTN_ERROR_NULL_POINTER;
   expect(octattn_version_number() == OCTATTN_VERSION_NUMBER, "octattn_version_number");
   expect(strcmp(octattn_version_string(), "0.1.0") >= 0, "octattn_version_string");
-  expect(strcmp(octattn_status_string(OCTATTN_ERROR_ALIASING), "output overlaps another tensor") == 0,
-         "octattn_status_string");
+  expect(
+      strcmp(octattn_status_string(OCTATTN_ERROR_ALIASING), "output overlaps another tensor") == 0,
+      "octattn_status_string");
   expect(strcmp(octattn_backend_name(OCTATTN_BACKEND_XSIMD), "xsimd") == 0, "octattn_backend_name");
   expect(strcmp(octattn_target_name(OCTATTN_TARGET_AVX2), "avx2") == 0, "octattn_target_name");
   expect(strcmp(octattn_algorithm_name(OCTATTN_ALGORITHM_FUSED), "fused") == 0,
          "octattn_algorithm_name");
-  expect(octattn_tensor_init(NULL, NULL, shape, OCTATTN_LAYOUT_BHTD) == null, "octattn_tensor_init");
+  expect(octattn_tensor_init(NULL, NULL, shape, OCTATTN_LAYOUT_BHTD) == null,
+         "octattn_tensor_init");
   expect(octattn_tensor_init(&t, &t, shape, 7) == OCTATTN_ERROR_INVALID_OPTION,
          "octattn_tensor_init layout");
   expect(octattn_context_create(NULL) == null, "octattn_context_create");

@@ -13,10 +13,42 @@ namespace {
 constexpr size_t kArenaFloats = 8192;
 constexpr uint32_t kCanary = 0x7fc0dead;  // a NaN no computation produces
 
-const int64_t kSizes[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 0, -1, -7, int64_t{1} << 60, (int64_t{1} << 60) + 1,
-                          INT64_MAX, INT64_MIN, 1000000, 33};
-const int64_t kStrides[] = {0, 1, 2, 3, 4, 8, 16, 17, 64, 256, 1000, -1, -64, INT64_MAX / 2, INT64_MAX,
-                            INT64_MIN, int64_t{1} << 40, 5};
+const int64_t kSizes[] = {1,
+                          2,
+                          3,
+                          4,
+                          5,
+                          7,
+                          8,
+                          16,
+                          17,
+                          0,
+                          -1,
+                          -7,
+                          int64_t{1} << 60,
+                          (int64_t{1} << 60) + 1,
+                          INT64_MAX,
+                          INT64_MIN,
+                          1000000,
+                          33};
+const int64_t kStrides[] = {0,
+                            1,
+                            2,
+                            3,
+                            4,
+                            8,
+                            16,
+                            17,
+                            64,
+                            256,
+                            1000,
+                            -1,
+                            -64,
+                            INT64_MAX / 2,
+                            INT64_MAX,
+                            INT64_MIN,
+                            int64_t{1} << 40,
+                            5};
 
 struct View {
   octattn_tensor t{};
@@ -43,7 +75,8 @@ View ReadView(Input& in, float* arena) {
   int64_t span = 0;
   for (int d = 0; d < 4; ++d) {
     int64_t part;
-    if (v.t.shape[d] < 1 || v.t.stride[d] < 0 || __builtin_mul_overflow(v.t.shape[d] - 1, v.t.stride[d], &part) ||
+    if (v.t.shape[d] < 1 || v.t.stride[d] < 0 ||
+        __builtin_mul_overflow(v.t.shape[d] - 1, v.t.stride[d], &part) ||
         __builtin_add_overflow(span, part, &span))
       v.valid_looking = false;
   }
@@ -88,7 +121,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   octattn_attention_options_init(opt);
   const uint8_t om = in.Byte();
   if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 128));
-  if (om & 2) opt_buf[sizeof(octattn_attention_options) + in.Range(0, 127 - sizeof(octattn_attention_options))] = in.Byte();
+  if (om & 2)
+    opt_buf[sizeof(octattn_attention_options) +
+            in.Range(0, 127 - sizeof(octattn_attention_options))] = in.Byte();
   if (om & 4) opt->causal = static_cast<int32_t>(in.Range(-1, 2));
   if (om & 8) opt->algorithm = static_cast<int32_t>(in.Range(-1, 4));
   if (om & 16) opt->window = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
@@ -131,7 +166,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (call) {
     case 0: {
       size_t bytes = 0;
-      st = octattn_attention_workspace_size(ctx, o, T(0), T(1), T(2), T(3), nullptr, nullptr, &bytes);
+      st = octattn_attention_workspace_size(ctx, o, T(0), T(1), T(2), T(3), nullptr, nullptr,
+                                            &bytes);
       break;
     }
     case 1:
@@ -176,12 +212,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (st != OCTATTN_OK) {
     FUZZ_CHECK(st > OCTATTN_OK && st <= OCTATTN_ERROR_INTERNAL && st != OCTATTN_ERROR_INTERNAL);
     FUZZ_CHECK(octattn_context_last_error(ctx)[0] != '\0');
-    for (size_t i = 0; i < arena_store.size(); ++i) FUZZ_CHECK(std::memcmp(&arena[i], &kCanary, 4) == 0);
+    for (size_t i = 0; i < arena_store.size(); ++i)
+      FUZZ_CHECK(std::memcmp(&arena[i], &kCanary, 4) == 0);
   } else {
     // Nothing outside the outputs' extents (and the workspace) changed.
     for (size_t i = 0; i < arena_store.size(); ++i) {
       const uint64_t addr = reinterpret_cast<uint64_t>(&arena[i]);
-      bool inside = ws && addr >= reinterpret_cast<uint64_t>(ws) && addr < reinterpret_cast<uint64_t>(ws) + ws_size;
+      bool inside = ws && addr >= reinterpret_cast<uint64_t>(ws) &&
+                    addr < reinterpret_cast<uint64_t>(ws) + ws_size;
       for (int v = 0; v < 4; ++v)
         inside |= outputs[v] && !views[v].null && addr >= views[v].lo && addr < views[v].hi;
       if (!inside) FUZZ_CHECK(std::memcmp(&arena[i], &kCanary, 4) == 0);

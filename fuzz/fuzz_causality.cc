@@ -34,6 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i)
-        if (b != edit_batch || q_start + i < pos) FUZZ_CHECK(OutputRowsEqual(edited, base, b, h, i));
+        if (b != edit_batch || q_start + i < pos)
+          FUZZ_CHECK(OutputRowsEqual(edited, base, b, h, i));
   return 0;
 }

@@ -36,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     q.shape[2] = rows;
     k.shape[2] = v.shape[2] = i + 1;
     Tensor o(p.batch, p.q_heads, rows, p.value_dim, kBHTD);
-    FUZZ_CHECK(octattn_attention(ctx, &p.opt, &q, &k, &v, &o.t, nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    FUZZ_CHECK(octattn_attention(ctx, &p.opt, &q, &k, &v, &o.t, nullptr, nullptr, nullptr, 0) ==
+               OCTATTN_OK);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)
         for (int64_t r = 0; r < rows; ++r)

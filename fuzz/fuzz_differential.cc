@@ -61,7 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(Attend(one, p.opt, laid) == OCTATTN_OK);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
-      for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(OutputRowsEqual(laid, t, b, h, i));  // layout
+      for (int64_t i = 0; i < p.q_len; ++i)
+        FUZZ_CHECK(OutputRowsEqual(laid, t, b, h, i));  // layout
 
   if (p.batch == 2) {  // batch 1 alone, as views of the same buffers
     Tensors shard = t;
@@ -70,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       x->data = static_cast<float*>(x->data) + x->stride[0];
       x->shape[0] = 1;
     }
-    FUZZ_CHECK(octattn_attention(one, &p.opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    FUZZ_CHECK(octattn_attention(one, &p.opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
+               OCTATTN_OK);
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(shard.o.RowEquals(t.o, 1, h, i));
   }
@@ -94,7 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         if (p.weights)
           for (int64_t j = 0; j < p.kv_len; ++j)
-            FUZZ_CHECK(std::fabs(double(t.w.at(b, h, i, j)) - ref.w.at(b, h, i, j)) <= 2e-6 * s_max);
+            FUZZ_CHECK(std::fabs(double(t.w.at(b, h, i, j)) - ref.w.at(b, h, i, j)) <=
+                       2e-6 * s_max);
       }
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
@@ -102,8 +105,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int64_t d = 0; d < p.value_dim; ++d) {
           const double diff = std::fabs(double(t.o.at(b, h, i, d)) - ref.o.at(b, h, i, d));
           if (!(diff <= bound)) {
-            std::fprintf(stderr, "row %lld dim %lld: %.9g vs reference %.9g (bound %.3g)\n", (long long)i,
-                         (long long)d, t.o.at(b, h, i, d), ref.o.at(b, h, i, d), bound);
+            std::fprintf(stderr, "row %lld dim %lld: %.9g vs reference %.9g (bound %.3g)\n",
+                         (long long)i, (long long)d, t.o.at(b, h, i, d), ref.o.at(b, h, i, d),
+                         bound);
             FUZZ_CHECK(diff <= bound);
           }
         }

@@ -14,12 +14,12 @@
 
 #include "octattn.h"
 
-#define FUZZ_CHECK(cond)                                                         \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
+#define FUZZ_CHECK(cond)                                                            \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                              \
-    }                                                                            \
+      std::abort();                                                                 \
+    }                                                                               \
   } while (0)
 
 namespace fuzz {
@@ -75,10 +75,18 @@ struct Tensor {
     const int64_t s[4] = {a, b, c, d};
     int64_t* st = t.stride;
     switch (layout) {
-      case kBTHD: st[3] = 1, st[1] = d, st[2] = b * d, st[0] = b * c * d; break;
-      case kPaddedRows: st[3] = 1, st[2] = d + 1, st[1] = c * (d + 1) + 2, st[0] = b * st[1]; break;
-      case kDimSlowest: st[2] = 1, st[3] = c, st[1] = c * d, st[0] = b * c * d; break;
-      default: st[3] = 1, st[2] = d, st[1] = c * d, st[0] = b * c * d; break;
+      case kBTHD:
+        st[3] = 1, st[1] = d, st[2] = b * d, st[0] = b * c * d;
+        break;
+      case kPaddedRows:
+        st[3] = 1, st[2] = d + 1, st[1] = c * (d + 1) + 2, st[0] = b * st[1];
+        break;
+      case kDimSlowest:
+        st[2] = 1, st[3] = c, st[1] = c * d, st[0] = b * c * d;
+        break;
+      default:
+        st[3] = 1, st[2] = d, st[1] = c * d, st[0] = b * c * d;
+        break;
     }
     int64_t span = 1;
     for (int i = 0; i < 4; ++i) span += (s[i] - 1) * st[i];
@@ -204,9 +212,10 @@ class Context {
   octattn_context* ctx_ = nullptr;
 };
 
-inline octattn_status Attend(octattn_context* ctx, const octattn_attention_options& opt, Tensors& t) {
-  return octattn_attention(ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t, t.has_lse ? &t.lse.t : nullptr,
-                           t.has_w ? &t.w.t : nullptr, nullptr, 0);
+inline octattn_status Attend(octattn_context* ctx, const octattn_attention_options& opt,
+                             Tensors& t) {
+  return octattn_attention(ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t,
+                           t.has_lse ? &t.lse.t : nullptr, t.has_w ? &t.w.t : nullptr, nullptr, 0);
 }
 
 // Row (a, b, c) of every output the call wrote, byte for byte.

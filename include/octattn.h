@@ -235,15 +235,13 @@ OCTATTN_API octattn_status octattn_context_get_threads(const octattn_context* ct
 /* Chooses the SIMD backend and target of later calls. AUTO target = the best one this
  * CPU supports; a named target must be compiled into the backend and supported by the
  * CPU. @return OCTATTN_OK, NULL_POINTER, INVALID_OPTION (unknown value), UNSUPPORTED. */
-OCTATTN_API octattn_status octattn_context_set_target(octattn_context* ctx,
-                                                      octattn_backend backend,
+OCTATTN_API octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend backend,
                                                       octattn_target target);
 
 /* Limits the scratch memory the library allocates for this context (0 = no limit).
  * Calls that would need more fail with OUT_OF_MEMORY; caller-provided workspaces are
  * not limited. @return OCTATTN_OK, NULL_POINTER. */
-OCTATTN_API octattn_status octattn_context_set_memory_limit(octattn_context* ctx,
-                                                            uint64_t bytes);
+OCTATTN_API octattn_status octattn_context_set_memory_limit(octattn_context* ctx, uint64_t bytes);
 
 /* @return the message of the context's last failed call ("" if none has failed); a
  * successful call leaves it as it was. Valid until the next failed call on the context
@@ -274,8 +272,8 @@ OCTATTN_API octattn_status octattn_context_last_run(const octattn_context* ctx,
  * *count = the number of such targets; at most `capacity` are written to `targets`
  * (which may be NULL when capacity is 0). */
 OCTATTN_API octattn_status octattn_available_targets(octattn_backend backend,
-                                                     octattn_target* targets,
-                                                     size_t capacity, size_t* count);
+                                                     octattn_target* targets, size_t capacity,
+                                                     size_t* count);
 
 /* ---------------------------------------------------------------------- attention */
 
@@ -332,8 +330,7 @@ OCTATTN_API octattn_status octattn_scores(octattn_context* ctx, const octattn_te
                                           const octattn_tensor* k, octattn_tensor* scores);
 /* scores *= scale, in place (scale 0 is a real zero here). Also INVALID_OPTION (scale
  * not finite). */
-OCTATTN_API octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores,
-                                         float scale);
+OCTATTN_API octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float scale);
 /* Sets masked entries of scores to -inf, in place, by the options' causal, window,
  * stride and q_start (kv_len = scores' last size). Also INVALID_OPTION, STRUCT_SIZE. */
 OCTATTN_API octattn_status octattn_mask(octattn_context* ctx,
@@ -345,8 +342,7 @@ OCTATTN_API octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor*
                                            octattn_tensor* lse);
 /* o = weights v, with the GQA rule. Entries of weights that are exactly 0 still
  * multiply their value rows (IEEE: 0 * Inf = NaN). */
-OCTATTN_API octattn_status octattn_weighted_sum(octattn_context* ctx,
-                                                const octattn_tensor* weights,
+OCTATTN_API octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* weights,
                                                 const octattn_tensor* v, octattn_tensor* o);
 
 /* ---------------------------------------------------------------------- head layout
@@ -363,9 +359,8 @@ OCTATTN_API octattn_status octattn_merge_heads(octattn_context* ctx, const octat
  * channels ordered q heads, then k heads, then v heads. q_heads % kv_heads == 0, as for
  * attention (INVALID_SHAPE otherwise). */
 OCTATTN_API octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src,
-                                             int64_t q_heads, int64_t kv_heads,
-                                             octattn_tensor* q, octattn_tensor* k,
-                                             octattn_tensor* v);
+                                             int64_t q_heads, int64_t kv_heads, octattn_tensor* q,
+                                             octattn_tensor* k, octattn_tensor* v);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -20,7 +20,8 @@ namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
 void Count() {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_counting.load(std::memory_order_relaxed))
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
 
@@ -66,8 +67,9 @@ TEST_CASE("a call with a caller's workspace performs no allocation", "[fused][ap
     octattn_algorithm algo;
   };
   for (int threads : {1, 2}) {
-    for (const Shape& s : {Shape{300, 300, OCTATTN_ALGORITHM_FUSED}, Shape{1, 3000, OCTATTN_ALGORITHM_FUSED},
-                           Shape{70, 70, OCTATTN_ALGORITHM_NAIVE}, Shape{40, 40, OCTATTN_ALGORITHM_REFERENCE}}) {
+    for (const Shape& s :
+         {Shape{300, 300, OCTATTN_ALGORITHM_FUSED}, Shape{1, 3000, OCTATTN_ALGORITHM_FUSED},
+          Shape{70, 70, OCTATTN_ALGORITHM_NAIVE}, Shape{40, 40, OCTATTN_ALGORITHM_REFERENCE}}) {
       INFO("threads " << threads << " q_len " << s.q_len << " kv_len " << s.kv_len << " "
                       << octattn_algorithm_name(s.algo));
       Context ctx(threads);
@@ -83,8 +85,8 @@ TEST_CASE("a call with a caller's workspace performs no allocation", "[fused][ap
                                 nullptr, ws.data(), bytes) == OCTATTN_OK);
       g_allocations = 0;
       g_counting = true;
-      const octattn_status st = octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
-                                                  lse.ptr(), nullptr, ws.data(), bytes);
+      const octattn_status st = octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(),
+                                                  o.ptr(), lse.ptr(), nullptr, ws.data(), bytes);
       g_counting = false;
       REQUIRE(st == OCTATTN_OK);
       CHECK(g_allocations.load() == 0);
@@ -97,8 +99,8 @@ TEST_CASE("a call with a caller's workspace performs no allocation", "[fused][ap
   Tensor o = p.Out();
   g_allocations = 0;
   g_counting = true;
-  const octattn_status st = octattn_attention(fresh, nullptr, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
-                                              nullptr, nullptr, nullptr, 0);
+  const octattn_status st = octattn_attention(fresh, nullptr, p.q.ptr(), p.k.ptr(), p.v.ptr(),
+                                              o.ptr(), nullptr, nullptr, nullptr, 0);
   g_counting = false;
   REQUIRE(st == OCTATTN_OK);
   CHECK(g_allocations.load() > 0);

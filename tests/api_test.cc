@@ -22,7 +22,8 @@ struct Call {
     lse.Fill(98, 7, 8);
     w.Fill(97, 7, 8);
   }
-  octattn_status Run(octattn_context* ctx, void* ws = nullptr, size_t ws_size = 0, bool with_w = true) {
+  octattn_status Run(octattn_context* ctx, void* ws = nullptr, size_t ws_size = 0,
+                     bool with_w = true) {
     return octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
                              with_w ? w.ptr() : nullptr, ws, ws_size);
   }
@@ -70,9 +71,9 @@ TEST_CASE("status strings are distinct and static", "[api]") {
 
 TEST_CASE("version macros and functions agree", "[api]") {
   CHECK(octattn_version_number() == OCTATTN_VERSION_NUMBER);
-  CHECK(std::string(octattn_version_string()) ==
-        std::to_string(OCTATTN_VERSION_MAJOR) + "." + std::to_string(OCTATTN_VERSION_MINOR) + "." +
-            std::to_string(OCTATTN_VERSION_PATCH));
+  CHECK(std::string(octattn_version_string()) == std::to_string(OCTATTN_VERSION_MAJOR) + "." +
+                                                     std::to_string(OCTATTN_VERSION_MINOR) + "." +
+                                                     std::to_string(OCTATTN_VERSION_PATCH));
 }
 
 TEST_CASE("a valid call succeeds", "[api]") {
@@ -88,8 +89,8 @@ TEST_CASE("NULL pointers", "[api]") {
   Context ctx;
   size_t bytes;
   CHECK(octattn_attention_workspace_size(ctx, nullptr, c.p.q.ptr(), c.p.k.ptr(), c.p.v.ptr(),
-                                         c.o.ptr(), nullptr, nullptr, nullptr) ==
-        OCTATTN_ERROR_NULL_POINTER);
+                                         c.o.ptr(), nullptr, nullptr,
+                                         nullptr) == OCTATTN_ERROR_NULL_POINTER);
   CHECK(octattn_attention_workspace_size(ctx, nullptr, c.p.q.ptr(), c.p.k.ptr(), c.p.v.ptr(),
                                          c.o.ptr(), nullptr, nullptr, &bytes) == OCTATTN_OK);
 }
@@ -219,7 +220,8 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
     Context ctx;
     CHECK(octattn_context_set_threads(ctx, -1) == OCTATTN_ERROR_INVALID_OPTION);
     CHECK(octattn_context_set_target(ctx, 7, OCTATTN_TARGET_AUTO) == OCTATTN_ERROR_INVALID_OPTION);
-    CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_XSIMD, 12) == OCTATTN_ERROR_INVALID_OPTION);
+    CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_XSIMD, 12) ==
+          OCTATTN_ERROR_INVALID_OPTION);
     octattn_tensor t;
     const int64_t shape[4] = {1, 1, 1, 1};
     float x;
@@ -240,8 +242,8 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
       bigger.known = c.opt;
       bigger.known.struct_size = sizeof(bigger);
       bigger.future = 1;  // a field this version does not know, set
-      return octattn_attention(ctx, &bigger.known, c.p.q.ptr(), c.p.k.ptr(), c.p.v.ptr(),
-                               c.o.ptr(), nullptr, nullptr, nullptr, 0);
+      return octattn_attention(ctx, &bigger.known, c.p.q.ptr(), c.p.k.ptr(), c.p.v.ptr(), c.o.ptr(),
+                               nullptr, nullptr, nullptr, 0);
     });
     Context ctx;
     octattn_run_info info{};
@@ -252,7 +254,8 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
     ExpectStatus(OCTATTN_ERROR_WORKSPACE_TOO_SMALL, [](Context& ctx, Call& c) {
       size_t bytes = 0;
       REQUIRE(octattn_attention_workspace_size(ctx, &c.opt, c.p.q.ptr(), c.p.k.ptr(), c.p.v.ptr(),
-                                               c.o.ptr(), c.lse.ptr(), c.w.ptr(), &bytes) == OCTATTN_OK);
+                                               c.o.ptr(), c.lse.ptr(), c.w.ptr(),
+                                               &bytes) == OCTATTN_OK);
       std::vector<char> ws(bytes);
       return c.Run(ctx, ws.data(), bytes - 1);
     });
@@ -268,8 +271,10 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
     });
     Context ctx;
     // Highway compiles no SSE2-only target; xsimd none for scalar.
-    CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_SSE2) == OCTATTN_ERROR_UNSUPPORTED);
-    CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_XSIMD, OCTATTN_TARGET_SCALAR) == OCTATTN_ERROR_UNSUPPORTED);
+    CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_SSE2) ==
+          OCTATTN_ERROR_UNSUPPORTED);
+    CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_XSIMD, OCTATTN_TARGET_SCALAR) ==
+          OCTATTN_ERROR_UNSUPPORTED);
     CHECK(!ctx.Error().empty());
   }
   SECTION("out of memory: the context's memory limit") {
@@ -287,9 +292,8 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
   }
   SECTION("internal: the guard maps unexpected exceptions") {
     Context ctx;
-    const octattn_status st = octattn::api::Guard(ctx, []() -> octattn::api::Check {
-      throw std::logic_error("broken invariant");
-    });
+    const octattn_status st = octattn::api::Guard(
+        ctx, []() -> octattn::api::Check { throw std::logic_error("broken invariant"); });
     CHECK(st == OCTATTN_ERROR_INTERNAL);
     CHECK(ctx.Error().find("broken invariant") != std::string::npos);
     CHECK(octattn::api::Guard(ctx, []() -> octattn::api::Check { throw std::bad_alloc(); }) ==
@@ -304,7 +308,8 @@ TEST_CASE("a caller's workspace: exact size works, gives the same bytes, is not 
     a.opt.algorithm = b.opt.algorithm = algo;
     size_t bytes = 0;
     REQUIRE(octattn_attention_workspace_size(ctx, &a.opt, a.p.q.ptr(), a.p.k.ptr(), a.p.v.ptr(),
-                                             a.o.ptr(), a.lse.ptr(), a.w.ptr(), &bytes) == OCTATTN_OK);
+                                             a.o.ptr(), a.lse.ptr(), a.w.ptr(),
+                                             &bytes) == OCTATTN_OK);
     REQUIRE(a.Run(ctx) == OCTATTN_OK);
     REQUIRE(octattn_context_set_memory_limit(ctx, 1) == OCTATTN_OK);
     std::vector<char> ws(bytes);
@@ -372,7 +377,8 @@ TEST_CASE("introspection: last run, targets, threads, environment", "[api][dispa
   size_t count = 0;
   REQUIRE(octattn_available_targets(OCTATTN_BACKEND_XSIMD, nullptr, 0, &count) == OCTATTN_OK);
   CHECK(count >= 1);  // sse2 at least on any x86-64
-  CHECK(octattn_available_targets(OCTATTN_BACKEND_XSIMD, nullptr, 0, nullptr) == OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_available_targets(OCTATTN_BACKEND_XSIMD, nullptr, 0, nullptr) ==
+        OCTATTN_ERROR_NULL_POINTER);
 
   // OCTATTN_BACKEND / OCTATTN_TARGET choose a new context's default.
   setenv("OCTATTN_BACKEND", "xsimd", 1);
@@ -407,7 +413,8 @@ TEST_CASE("tensor_init describes both layouts", "[api]") {
   CHECK(t.stride[3] == 1);
   const int64_t bad[4] = {2, 0, 4, 5};
   CHECK(octattn_tensor_init(&t, data, bad, OCTATTN_LAYOUT_BHTD) == OCTATTN_ERROR_INVALID_SHAPE);
-  CHECK(octattn_tensor_init(nullptr, data, shape, OCTATTN_LAYOUT_BHTD) == OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_tensor_init(nullptr, data, shape, OCTATTN_LAYOUT_BHTD) ==
+        OCTATTN_ERROR_NULL_POINTER);
   const int64_t huge[4] = {int64_t{1} << 40, int64_t{1} << 40, 1, 1};
   CHECK(octattn_tensor_init(&t, data, huge, OCTATTN_LAYOUT_BHTD) == OCTATTN_ERROR_OVERFLOW);
 }
@@ -421,7 +428,7 @@ TEST_CASE("last_run: defined before any call, written only as far as struct_size
   std::memset(&big, 0xA5, sizeof(big));
   big.info.struct_size = sizeof(big);
   REQUIRE(octattn_context_last_run(ctx, &big.info) == OCTATTN_OK);
-  CHECK(big.info.struct_size == sizeof(big));  // left as given
+  CHECK(big.info.struct_size == sizeof(big));           // left as given
   CHECK(big.info.algorithm == OCTATTN_ALGORITHM_AUTO);  // nothing has run yet
   CHECK(big.info.backend == OCTATTN_BACKEND_AUTO);
   CHECK(big.info.target == OCTATTN_TARGET_AUTO);
@@ -469,8 +476,8 @@ TEST_CASE("options: an options struct of a newer header is read up to what this 
     std::memcpy(buf.data(), &opt, sizeof(opt));
     auto* big = reinterpret_cast<octattn_attention_options*>(buf.data());
     Call b;
-    REQUIRE(octattn_attention(ctx, big, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(), b.lse.ptr(),
-                              nullptr, nullptr, 0) == OCTATTN_OK);
+    REQUIRE(octattn_attention(ctx, big, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(),
+                              b.lse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
     CHECK(BytesEqual(a.o, b.o));
     buf.back() = 1;
     Call d;

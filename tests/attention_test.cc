@@ -25,7 +25,8 @@ std::string Describe(const Case& c) {
          std::to_string(c.kv_len) + " D" + std::to_string(c.head_dim) + " Dv" +
          std::to_string(c.value_dim) + " causal" + std::to_string(c.causal) + " w" +
          std::to_string(c.window) + " s" + std::to_string(c.stride) + " q_start" +
-         (c.q_start == OCTATTN_Q_START_DEFAULT ? std::string("=default") : std::to_string(c.q_start)) +
+         (c.q_start == OCTATTN_Q_START_DEFAULT ? std::string("=default")
+                                               : std::to_string(c.q_start)) +
          " range" + std::to_string(c.range);
 }
 
@@ -38,7 +39,8 @@ void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bo
   INFO(Describe(c));
   Problem p(c.batch, c.q_heads, c.kv_heads, c.q_len, c.kv_len, c.head_dim, c.value_dim,
             static_cast<uint32_t>(c.q_len * 131 + c.head_dim * 7 + c.window), c.range);
-  octattn_attention_options opt = Options(c.causal, c.window, c.stride, OCTATTN_ALGORITHM_REFERENCE, c.q_start);
+  octattn_attention_options opt =
+      Options(c.causal, c.window, c.stride, OCTATTN_ALGORITHM_REFERENCE, c.q_start);
   Context ref_ctx;
   Tensor ref_o = p.Out(), ref_lse = p.Lse(), ref_w = p.Weights();
   Attend(ref_ctx, opt, p.q, p.k, p.v, ref_o, &ref_lse, outputs ? &ref_w : nullptr);
@@ -53,8 +55,10 @@ void CheckAgainstReference(const Case& c, const std::vector<Target>& targets, bo
       const bool with_w = outputs && algo == OCTATTN_ALGORITHM_NAIVE;
       Attend(ctx, opt, p.q, p.k, p.v, o, &lse, with_w ? &w : nullptr);
       CHECK(MaxDiff(o, ref_o) <= bound);
-      if (algo == OCTATTN_ALGORITHM_NAIVE) naive_o = o;
-      else CHECK(MaxDiff(o, naive_o) <= 2 * bound);  // fused against naive, same target
+      if (algo == OCTATTN_ALGORITHM_NAIVE)
+        naive_o = o;
+      else
+        CHECK(MaxDiff(o, naive_o) <= 2 * bound);  // fused against naive, same target
       CHECK(MaxDiff(lse, ref_lse) <= 4e-6 * std::max(1.0, MaxScore(p)));
       if (with_w) CHECK(MaxDiff(w, ref_w) <= 2e-6 * std::max(1.0, MaxScore(p)));
       octattn_run_info info{};
@@ -77,7 +81,8 @@ TEST_CASE("naive and fused match the reference: head dims", "[attention]") {
     CheckAgainstReference({1, 2, 1, 19, 19, d, d, 1, 0, 0, kDef, 1.0f}, targets);
 }
 
-TEST_CASE("naive and fused match the reference: lengths around vector and tile widths", "[attention]") {
+TEST_CASE("naive and fused match the reference: lengths around vector and tile widths",
+          "[attention]") {
   const auto targets = AllTargets();
   for (int64_t t : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 257})
     CheckAgainstReference({1, 1, 1, t, t, 16, 16, 1, 0, 0, kDef, 1.0f}, targets);
@@ -94,11 +99,11 @@ TEST_CASE("naive and fused match the reference: masks and alignments", "[attenti
       {1, 2, 2, 40, 40, 8, 8, 1, 3, 1, kDef, 1.0f},    // stride 1: every column global
       {1, 2, 1, 5, 300, 32, 32, 1, 0, 0, kDef, 1.0f},  // decode-shaped, bottom-right
       {1, 2, 1, 5, 300, 32, 32, 1, 17, 8, kDef, 1.0f},
-      {1, 1, 1, 12, 7, 8, 8, 1, 0, 0, kDef, 1.0f},     // q_len > kv_len: empty first rows
-      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, -4, 1.0f},       // explicit q_start, negative
-      {1, 1, 1, 9, 20, 8, 8, 1, 4, 2, 3, 1.0f},        // explicit q_start inside
-      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, 40, 1.0f},       // queries past the last key
-      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, -100, 1.0f},     // no row has a key
+      {1, 1, 1, 12, 7, 8, 8, 1, 0, 0, kDef, 1.0f},  // q_len > kv_len: empty first rows
+      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, -4, 1.0f},    // explicit q_start, negative
+      {1, 1, 1, 9, 20, 8, 8, 1, 4, 2, 3, 1.0f},     // explicit q_start inside
+      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, 40, 1.0f},    // queries past the last key
+      {1, 1, 1, 9, 20, 8, 8, 1, 0, 0, -100, 1.0f},  // no row has a key
   };
   for (const Case& c : cases) CheckAgainstReference(c, targets);
 }
@@ -109,7 +114,8 @@ TEST_CASE("naive and fused match the reference: GQA ratios", "[attention]") {
     CheckAgainstReference({2, 8, 8 / ratio, 21, 21, 16, 16, 1, 0, 0, kDef, 1.0f}, targets);
 }
 
-TEST_CASE("scores that overflow an unstable softmax stay finite and accurate", "[attention][dispatch]") {
+TEST_CASE("scores that overflow an unstable softmax stay finite and accurate",
+          "[attention][dispatch]") {
   const auto targets = AllTargets();
   CheckAgainstReference({1, 2, 2, 33, 33, 64, 64, 1, 0, 0, kDef, 12.0f}, targets);
   CheckAgainstReference({1, 1, 1, 17, 17, 128, 128, 1, 7, 3, kDef, 20.0f}, targets);
@@ -162,7 +168,9 @@ TEST_CASE("dot products that cancel stay within the bound's C term", "[attention
   p.q.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
     p.q.at(a, b, c, d) = (d % 2 ? -1000.0f : 1000.0f) * (1.0f + 1e-3f * noise(rng));
   });
-  p.k.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { p.k.at(a, b, c, d) = 1.0f + 1e-3f * noise(rng); });
+  p.k.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+    p.k.at(a, b, c, d) = 1.0f + 1e-3f * noise(rng);
+  });
   const ScoreRange r = Scores(p.q, p.k, 1.0 / 16);
   REQUIRE(r.c > 1000 * r.s);  // the case the C term is for
   Context ref_ctx;

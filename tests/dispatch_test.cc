@@ -15,18 +15,22 @@ namespace {
 
 octattn_target FromHighway(int64_t t) {
   switch (t) {
-    case HWY_AVX3: return OCTATTN_TARGET_AVX512;
-    case HWY_AVX2: return OCTATTN_TARGET_AVX2;
-    case HWY_SSE4: return OCTATTN_TARGET_SSE4;
-    case HWY_SSSE3: return OCTATTN_TARGET_SSSE3;
-    default: return OCTATTN_TARGET_SCALAR;
+    case HWY_AVX3:
+      return OCTATTN_TARGET_AVX512;
+    case HWY_AVX2:
+      return OCTATTN_TARGET_AVX2;
+    case HWY_SSE4:
+      return OCTATTN_TARGET_SSE4;
+    case HWY_SSSE3:
+      return OCTATTN_TARGET_SSSE3;
+    default:
+      return OCTATTN_TARGET_SCALAR;
   }
 }
 
 }  // namespace
 
-TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled target",
-          "[dispatch]") {
+TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled target", "[dispatch]") {
   Problem p(1, 2, 1, 29, 29, 24, 24, 31);
   Context ref_ctx;
   Tensor ref = p.Out();
@@ -52,7 +56,8 @@ TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled targ
 TEST_CASE("the best target of each backend is the expected one for this CPU", "[dispatch]") {
   // Set by the qemu tests, which know the emulated CPU; natively, the list's head.
   for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD}) {
-    const char* env = std::getenv(b == OCTATTN_BACKEND_HIGHWAY ? "OCTATTN_EXPECT_HIGHWAY" : "OCTATTN_EXPECT_XSIMD");
+    const char* env = std::getenv(b == OCTATTN_BACKEND_HIGHWAY ? "OCTATTN_EXPECT_HIGHWAY"
+                                                               : "OCTATTN_EXPECT_XSIMD");
     octattn_target list[8];
     size_t n = 0;
     REQUIRE(octattn_available_targets(b, list, 8, &n) == OCTATTN_OK);

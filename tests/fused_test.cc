@@ -32,7 +32,8 @@ void CheckFusedAgainstReference(const Problem& p, const octattn_attention_option
 // The best target of each backend (the sweeps of attention_test cover all of them).
 std::vector<Target> BestTargets() {
   std::vector<Target> out;
-  for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD}) out.push_back({b, OCTATTN_TARGET_AUTO});
+  for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD})
+    out.push_back({b, OCTATTN_TARGET_AUTO});
   return out;
 }
 
@@ -50,7 +51,8 @@ TEST_CASE("fused matches the reference around tile and chunk sizes", "[fused]") 
   }
 }
 
-TEST_CASE("fused: decode and chunked prefill shapes, windows, full attention", "[fused][dispatch]") {
+TEST_CASE("fused: decode and chunked prefill shapes, windows, full attention",
+          "[fused][dispatch]") {
   const auto targets = AllTargets();
   // Past one key chunk (1024) natively; under emulation just past it, with fewer heads.
   const int64_t kv = Sized(2500, 1100), heads = Sized(8, 4);
@@ -64,10 +66,11 @@ TEST_CASE("fused: decode and chunked prefill shapes, windows, full attention", "
   CheckFusedAgainstReference(Problem(1, 2, Sized(2, 1), Sized(t, 40), t, 16, 16, 7),
                              Options(1, 300, 97), targets);
   INFO("decode with a window");
-  CheckFusedAgainstReference(Problem(1, 4, 1, 2, Sized(3000, 1300), 16, 16, 8), Options(1, 100, 1000),
-                             targets);
+  CheckFusedAgainstReference(Problem(1, 4, 1, 2, Sized(3000, 1300), 16, 16, 8),
+                             Options(1, 100, 1000), targets);
   INFO("full attention, decode-shaped");
-  CheckFusedAgainstReference(Problem(1, 4, 4, 3, Sized(2100, 1100), 16, 16, 9), Options(0), targets);
+  CheckFusedAgainstReference(Problem(1, 4, 4, 3, Sized(2100, 1100), 16, 16, 9), Options(0),
+                             targets);
 }
 
 TEST_CASE("fused prefix invariance: rows of T = n equal rows of T = N > n", "[fused][invariants]") {
@@ -80,9 +83,15 @@ TEST_CASE("fused prefix invariance: rows of T = n equal rows of T = N > n", "[fu
     Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED), big.q, big.k, big.v, out_big);
     for (int64_t n : {1, 70, 1024, 1100}) {
       Problem small(1, 4, 2, n, n, 32, 32, 0);
-      small.q.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { small.q.at(a, b, c, d) = big.q.at(a, b, c, d); });
-      small.k.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { small.k.at(a, b, c, d) = big.k.at(a, b, c, d); });
-      small.v.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { small.v.at(a, b, c, d) = big.v.at(a, b, c, d); });
+      small.q.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+        small.q.at(a, b, c, d) = big.q.at(a, b, c, d);
+      });
+      small.k.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+        small.k.at(a, b, c, d) = big.k.at(a, b, c, d);
+      });
+      small.v.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+        small.v.at(a, b, c, d) = big.v.at(a, b, c, d);
+      });
       Tensor out = small.Out();
       Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED), small.q, small.k, small.v, out);
       for (int64_t h = 0; h < 4; ++h)
@@ -91,7 +100,8 @@ TEST_CASE("fused prefix invariance: rows of T = n equal rows of T = N > n", "[fu
   }
 }
 
-TEST_CASE("fused decode at position i equals prefill row i, byte for byte", "[fused][invariants][dispatch]") {
+TEST_CASE("fused decode at position i equals prefill row i, byte for byte",
+          "[fused][invariants][dispatch]") {
   for (const Target& t : AllTargets()) {
     for (int64_t window : {0, 200}) {
       INFO(t.Name() << " window " << window);
@@ -108,9 +118,9 @@ TEST_CASE("fused decode at position i equals prefill row i, byte for byte", "[fu
       Tensor prefill(1, Hq, N - first, 32);
       REQUIRE(octattn_attention(ctx, &opt, &pq, p.k.ptr(), p.v.ptr(), prefill.ptr(), nullptr,
                                 nullptr, nullptr, 0) == OCTATTN_OK);
-      const std::vector<int64_t> positions =
-          Emulated() ? std::vector<int64_t>{N - 9, N - 5, N - 1}
-                     : std::vector<int64_t>{0, 5, 1023, 1024, N - 1};
+      const std::vector<int64_t> positions = Emulated()
+                                                 ? std::vector<int64_t>{N - 9, N - 5, N - 1}
+                                                 : std::vector<int64_t>{0, 5, 1023, 1024, N - 1};
       for (int64_t i : positions) {
         for (int64_t rows : {1, 3}) {  // decode, and a short chunked prefill ending at i
           if (i + 1 - rows < first) continue;
@@ -122,7 +132,8 @@ TEST_CASE("fused decode at position i equals prefill row i, byte for byte", "[fu
           q.shape[2] = rows;
           k.shape[2] = v.shape[2] = i + 1;
           Tensor o(1, Hq, rows, 32);
-          REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+          REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) ==
+                  OCTATTN_OK);
           for (int64_t h = 0; h < Hq; ++h)
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t d = 0; d < 32; ++d) {

@@ -29,13 +29,16 @@ std::vector<Golden> Load() {
     s >> tag;
     if (tag == "case") {
       Golden g;
-      s >> g.name >> g.batch >> g.q_heads >> g.kv_heads >> g.q_len >> g.kv_len >> g.dim >> g.window >> g.stride;
+      s >> g.name >> g.batch >> g.q_heads >> g.kv_heads >> g.q_len >> g.kv_len >> g.dim >>
+          g.window >> g.stride;
       out.push_back(g);
       continue;
     }
     REQUIRE(!out.empty());
-    std::vector<float>* dst = tag == "q" ? &out.back().q : tag == "k" ? &out.back().k
-                            : tag == "v" ? &out.back().v : &out.back().o;
+    std::vector<float>* dst = tag == "q"   ? &out.back().q
+                              : tag == "k" ? &out.back().k
+                              : tag == "v" ? &out.back().v
+                                           : &out.back().o;
     float x;
     while (s >> x) dst->push_back(x);
   }

@@ -17,11 +17,14 @@ namespace {
 struct Path {
   octattn_algorithm algorithm;
   Target target;
-  std::string Name() const { return std::string(octattn_algorithm_name(algorithm)) + " " + target.Name(); }
+  std::string Name() const {
+    return std::string(octattn_algorithm_name(algorithm)) + " " + target.Name();
+  }
 };
 
 std::vector<Path> AllPaths() {
-  std::vector<Path> out{{OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
+  std::vector<Path> out{
+      {OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
   for (const Target& t : AllTargets()) {
     out.push_back({OCTATTN_ALGORITHM_NAIVE, t});
     out.push_back({OCTATTN_ALGORITHM_FUSED, t});
@@ -34,8 +37,8 @@ struct MaskCase {
 };
 const MaskCase kMasks[] = {{0, 0}, {5, 0}, {6, 4}, {1, 0}};
 
-const float kEdits[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 1e30f,
-                        -3.5f, 0.0f};
+const float kEdits[] = {
+    std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 1e30f, -3.5f, 0.0f};
 
 }  // namespace
 
@@ -186,7 +189,8 @@ TEST_CASE("a subset of batches or heads gives the same bytes", "[invariants]") {
         q.shape[1] = o.shape[1] = 2;
         k.shape[1] = v.shape[1] = 1;
       }
-      REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+      REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
+              OCTATTN_OK);
       for (int64_t b = 0; b < 3; ++b)
         for (int64_t h = 0; h < 4; ++h) {
           const bool inside = shard == 0 ? b == 1 : h >= 2;
@@ -229,7 +233,9 @@ class GuardedRows {
   }
   ~GuardedRows() { munmap(base_, size_); }
   const octattn_tensor* ptr() const { return &t_; }
-  const float* row(int64_t j) const { return static_cast<const float*>(t_.data) + j * t_.stride[2]; }
+  const float* row(int64_t j) const {
+    return static_cast<const float*>(t_.data) + j * t_.stride[2];
+  }
 
  private:
   char* base_ = nullptr;
@@ -247,9 +253,9 @@ TEST_CASE("key and value rows no query of the call may read are never loaded", "
     int64_t q_len, kv_len, window, q_start, first, last;
   };
   const GuardCase cases[] = {
-      {1, 5000, 100, 4999, 4900, 5000},  // decode: rows below 4900 unread
+      {1, 5000, 100, 4999, 4900, 5000},    // decode: rows below 4900 unread
       {300, 5000, 100, 4700, 4601, 5000},  // prefill rows at 4700..4999
-      {3, 5000, 0, 100, 0, 103},  // plain causal: rows past 102 unread
+      {3, 5000, 0, 100, 0, 103},           // plain causal: rows past 102 unread
   };
   for (const GuardCase& g : cases)
     for (int64_t dim : {64, 20}) {  // 20: value rows are packed copies, not direct

@@ -17,15 +17,42 @@ struct Table8 {
 
 // Printed by the reference model's attention_mask(8, window, stride); 'x' = allowed.
 const Table8 kTables[] = {
-    {0, 0, {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "xxxxxx..", "xxxxxxx.", "xxxxxxxx"}},
-    {0, 3, {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "xxxxxx..", "xxxxxxx.", "xxxxxxxx"}},
-    {3, 0, {"x.......", "xx......", "xxx.....", ".xxx....", "..xxx...", "...xxx..", "....xxx.", ".....xxx"}},
-    {3, 2, {"x.......", "xx......", "xxx.....", "xxxx....", "x.xxx...", "x.xxxx..", "x.x.xxx.", "x.x.xxxx"}},
-    {2, 3, {"x.......", "xx......", "xxx.....", "x.xx....", "x..xx...", "x..xxx..", "x..x.xx.", "x..x..xx"}},
-    {1, 0, {"x.......", ".x......", "..x.....", "...x....", "....x...", ".....x..", "......x.", ".......x"}},
-    {1, 4, {"x.......", "xx......", "x.x.....", "x..x....", "x...x...", "x...xx..", "x...x.x.", "x...x..x"}},
-    {8, 0, {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "xxxxxx..", "xxxxxxx.", "xxxxxxxx"}},
-    {4, 4, {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "x.xxxx..", "x..xxxx.", "x...xxxx"}},
+    {0,
+     0,
+     {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "xxxxxx..", "xxxxxxx.",
+      "xxxxxxxx"}},
+    {0,
+     3,
+     {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "xxxxxx..", "xxxxxxx.",
+      "xxxxxxxx"}},
+    {3,
+     0,
+     {"x.......", "xx......", "xxx.....", ".xxx....", "..xxx...", "...xxx..", "....xxx.",
+      ".....xxx"}},
+    {3,
+     2,
+     {"x.......", "xx......", "xxx.....", "xxxx....", "x.xxx...", "x.xxxx..", "x.x.xxx.",
+      "x.x.xxxx"}},
+    {2,
+     3,
+     {"x.......", "xx......", "xxx.....", "x.xx....", "x..xx...", "x..xxx..", "x..x.xx.",
+      "x..x..xx"}},
+    {1,
+     0,
+     {"x.......", ".x......", "..x.....", "...x....", "....x...", ".....x..", "......x.",
+      ".......x"}},
+    {1,
+     4,
+     {"x.......", "xx......", "x.x.....", "x..x....", "x...x...", "x...xx..", "x...x.x.",
+      "x...x..x"}},
+    {8,
+     0,
+     {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "xxxxxx..", "xxxxxxx.",
+      "xxxxxxxx"}},
+    {4,
+     4,
+     {"x.......", "xx......", "xxx.....", "xxxx....", "xxxxx...", "x.xxxx..", "x..xxxx.",
+      "x...xxxx"}},
 };
 
 bool InKeys(const plan::RowKeys& r, int64_t j) {
@@ -40,7 +67,8 @@ TEST_CASE("mask formula matches the reference model's tables", "[mask][dispatch]
     const plan::Mask m{1, table.window, table.stride, 0};
     for (int64_t i = 0; i < 8; ++i) {
       for (int64_t j = 0; j < 8; ++j) {
-        INFO("window " << table.window << " stride " << table.stride << " row " << i << " col " << j);
+        INFO("window " << table.window << " stride " << table.stride << " row " << i << " col "
+                       << j);
         const bool want = table.rows[i][j] == 'x';
         CHECK(plan::Allowed(m, i, j) == want);
         CHECK(InKeys(plan::KeysOf(m, i, 8), j) == want);
@@ -77,7 +105,8 @@ TEST_CASE("tile classification never lies", "[mask]") {
         for (int64_t r0 = 0; r0 < 24; r0 += 3)
           for (int64_t j0 = 0; j0 < kv_len; j0 += 4) {
             const int64_t j1 = plan::MinI(j0 + 4, kv_len);
-            const plan::TileKind kind = plan::Classify(m, q_start + r0, q_start + r0 + 3, j0, j1, kv_len);
+            const plan::TileKind kind =
+                plan::Classify(m, q_start + r0, q_start + r0 + 3, j0, j1, kv_len);
             bool any = false, all = true;
             for (int64_t i = r0; i < r0 + 3; ++i)
               for (int64_t j = j0; j < j1; ++j) {
@@ -106,8 +135,10 @@ TEST_CASE("weights show the mask: row 0 reads itself, nothing above the diagonal
           for (int64_t j = 0; j < 8; ++j) {
             const float x = w.at(0, h, i, j);
             sum += x;
-            if (table.rows[i][j] == '.') CHECK(x == 0.0f);
-            else CHECK(x > 0.0f);
+            if (table.rows[i][j] == '.')
+              CHECK(x == 0.0f);
+            else
+              CHECK(x > 0.0f);
           }
           CHECK(sum == Approx(1.0).epsilon(1e-6));
         }

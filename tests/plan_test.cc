@@ -56,7 +56,8 @@ TEST_CASE("tile classification is exact for dense masks and skips every unread t
           const int64_t j1 = plan::MinI(j0 + 8, kv_len);
           bool any, all;
           Pairs(m, q_start + r0, q_start + r0 + 5, j0, j1, &any, &all);
-          const plan::TileKind kind = plan::Classify(m, q_start + r0, q_start + r0 + 5, j0, j1, kv_len);
+          const plan::TileKind kind =
+              plan::Classify(m, q_start + r0, q_start + r0 + 5, j0, j1, kv_len);
           INFO("window " << window << " q_start " << q_start << " rows " << r0 << " keys " << j0);
           CHECK((kind == plan::kTileEmpty) == !any);
           CHECK((kind == plan::kTileFull) == all);
@@ -95,7 +96,8 @@ TEST_CASE("key bounds: KeyBegin and KeyEnd bound what any row may read", "[plan]
       for (int64_t q_start : {-4, 0, 7, 50}) {
         const plan::Mask m{1, window, window ? stride : 0, q_start};
         const int64_t kv_len = 60, q_len = 9;
-        const int64_t begin = plan::KeyBegin(m, q_start), end = plan::KeyEnd(m, q_start + q_len, kv_len);
+        const int64_t begin = plan::KeyBegin(m, q_start),
+                      end = plan::KeyEnd(m, q_start + q_len, kv_len);
         const int64_t below = plan::StrideBelow(m);
         bool begin_read = false;
         for (int64_t i = 0; i < q_len; ++i)
@@ -144,9 +146,8 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.slot_bytes > 0);
     CHECK(s.shared_bytes == 0);
     // The scratch of a prefill slot does not grow with the sequence.
-    const plan::Schedule longer =
-        plan::MakeSchedule(Shape(2, 8, 2, 30000, 30000, 64, plan::Mask{1, 0, 0, 0}),
-                           plan::Algorithm::kFused, table);
+    const plan::Schedule longer = plan::MakeSchedule(
+        Shape(2, 8, 2, 30000, 30000, 64, plan::Mask{1, 0, 0, 0}), plan::Algorithm::kFused, table);
     CHECK(longer.slot_bytes == s.slot_bytes);
   }
   SECTION("decode: key units per (batch, kv head), gathered columns first, partials disjoint") {
@@ -161,18 +162,17 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
       const plan::DecodeIndex x = plan::DecodeTaskAt(s, c, i);
       CHECK(x.gathered == (x.unit == 0));
       if (!x.gathered) CHECK(x.chunk == x.unit - 1);
-      CHECK(plan::PartialOffset(s, c, x.pair, x.unit) == static_cast<size_t>(i) * rows * s.state_floats);
+      CHECK(plan::PartialOffset(s, c, x.pair, x.unit) ==
+            static_cast<size_t>(i) * rows * s.state_floats);
     }
     CHECK(s.shared_bytes >= static_cast<size_t>(s.tasks) * rows * s.state_floats * sizeof(float));
     // Past the decode threshold (16 rows per kv head) the same keys run as prefill.
-    const plan::Schedule wide =
-        plan::MakeSchedule(Shape(2, 8, 2, 5, 3000, 64, plan::Mask{1, 0, 0, 2995}),
-                           plan::Algorithm::kFused, table);
+    const plan::Schedule wide = plan::MakeSchedule(
+        Shape(2, 8, 2, 5, 3000, 64, plan::Mask{1, 0, 0, 2995}), plan::Algorithm::kFused, table);
     CHECK_FALSE(wide.decode);
     // A single unit is never split.
-    const plan::Schedule short_kv =
-        plan::MakeSchedule(Shape(1, 8, 2, 1, 900, 64, plan::Mask{1, 0, 0, 899}),
-                           plan::Algorithm::kFused, table);
+    const plan::Schedule short_kv = plan::MakeSchedule(
+        Shape(1, 8, 2, 1, 900, 64, plan::Mask{1, 0, 0, 899}), plan::Algorithm::kFused, table);
     CHECK_FALSE(short_kv.decode);
   }
   SECTION("naive and reference: one task per (batch, query head); sizes saturate") {

@@ -23,14 +23,16 @@ TEST_CASE("scores, scale, mask, softmax and weighted sum match the reference on 
           "[stages][dispatch]") {
   const int64_t B = 2, Hq = 4, Hkv = 2, Tq = 13, Tk = 21, D = 24, Dv = 20;
   Problem p(B, Hq, Hkv, Tq, Tk, D, Dv, 21);
-  Tensor want_s(B, Hq, Tq, Tk), want_p(B, Hq, Tq, Tk), want_o(B, Hq, Tq, Dv), want_lse(B, Hq, Tq, 1);
+  Tensor want_s(B, Hq, Tq, Tk), want_p(B, Hq, Tq, Tk), want_o(B, Hq, Tq, Dv),
+      want_lse(B, Hq, Tq, 1);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h)
       octattn::reference::ScoresHead(ConstHeadOf(p.q, b, h), ConstHeadOf(p.k, b, h / 2),
                                      HeadOf(want_s, b, h), Tq, Tk, D);
   const float scale = 0.37f;
   Tensor scaled = want_s;
-  scaled.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { scaled.at(a, b, c, d) *= scale; });
+  scaled.ForEach(
+      [&](int64_t a, int64_t b, int64_t c, int64_t d) { scaled.at(a, b, c, d) *= scale; });
   const auto opt = Options(1, 6, 4);
   octattn::plan::Mask mask{1, 6, 4, Tk - Tq};
   Tensor masked = scaled;
@@ -76,7 +78,8 @@ TEST_CASE("scores, scale, mask, softmax and weighted sum match the reference on 
   }
 }
 
-TEST_CASE("softmax of a row of -inf is zeros with lse -inf, and NaN spreads over its row", "[stages]") {
+TEST_CASE("softmax of a row of -inf is zeros with lse -inf, and NaN spreads over its row",
+          "[stages]") {
   for (const Target& t : AllTargets()) {
     INFO(t.Name());
     Context ctx(t);
@@ -153,11 +156,14 @@ TEST_CASE("head split, merge and packed-QKV split are exact inverses", "[stages]
         }
       }
   CHECK(octattn_split_heads(ctx, x.ptr(), 3, heads.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
-  CHECK(octattn_split_qkv(ctx, packed.ptr(), Hq, 3, q.ptr(), k.ptr(), v.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
-  CHECK(octattn_split_qkv(ctx, packed.ptr(), Hq, Hkv, q.ptr(), q.ptr(), v.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
+  CHECK(octattn_split_qkv(ctx, packed.ptr(), Hq, 3, q.ptr(), k.ptr(), v.ptr()) ==
+        OCTATTN_ERROR_INVALID_SHAPE);
+  CHECK(octattn_split_qkv(ctx, packed.ptr(), Hq, Hkv, q.ptr(), q.ptr(), v.ptr()) ==
+        OCTATTN_ERROR_INVALID_SHAPE);
   octattn_tensor kq = k.t;
   kq.data = q.buf.data();
-  CHECK(octattn_split_qkv(ctx, packed.ptr(), Hq, Hkv, q.ptr(), &kq, v.ptr()) == OCTATTN_ERROR_ALIASING);
+  CHECK(octattn_split_qkv(ctx, packed.ptr(), Hq, Hkv, q.ptr(), &kq, v.ptr()) ==
+        OCTATTN_ERROR_ALIASING);
   Tensor seq_bad(B, T, Hq * D, 2);
   CHECK(octattn_split_heads(ctx, seq_bad.ptr(), Hq, heads.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
 }
@@ -168,10 +174,14 @@ TEST_CASE("the mask stage's kernel equals the formula pair by pair on every targ
     int32_t causal;
     int64_t window, stride, q_start;
   };
-  const M masks[] = {{1, 0, 0, OCTATTN_Q_START_DEFAULT}, {1, 5, 0, OCTATTN_Q_START_DEFAULT},
-                     {1, 6, 4, OCTATTN_Q_START_DEFAULT}, {1, 3, 1, 2},
-                     {1, 40, 7, 30},  {1, 1, 0, -3},
-                     {1, 0, 0, 100},  {0, 0, 0, OCTATTN_Q_START_DEFAULT}};
+  const M masks[] = {{1, 0, 0, OCTATTN_Q_START_DEFAULT},
+                     {1, 5, 0, OCTATTN_Q_START_DEFAULT},
+                     {1, 6, 4, OCTATTN_Q_START_DEFAULT},
+                     {1, 3, 1, 2},
+                     {1, 40, 7, 30},
+                     {1, 1, 0, -3},
+                     {1, 0, 0, 100},
+                     {0, 0, 0, OCTATTN_Q_START_DEFAULT}};
   const int64_t B = 1, H = 2, Tq = 19, Tk = 53;
   for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim}) {
     Tensor scores(B, H, Tq, Tk, layout);
@@ -179,9 +189,10 @@ TEST_CASE("the mask stage's kernel equals the formula pair by pair on every targ
     for (const M& m : masks) {
       octattn_attention_options opt = Options(m.causal, m.window, m.stride);
       opt.q_start = m.q_start;
-      const octattn::plan::Mask mask{
-          m.causal, m.window, m.stride,
-          !m.causal ? 0 : m.q_start == OCTATTN_Q_START_DEFAULT ? Tk - Tq : m.q_start};
+      const octattn::plan::Mask mask{m.causal, m.window, m.stride,
+                                     !m.causal                              ? 0
+                                     : m.q_start == OCTATTN_Q_START_DEFAULT ? Tk - Tq
+                                                                            : m.q_start};
       Tensor want = scores;
       for (int64_t h = 0; h < H; ++h) {
         octattn::kernels::Matrix w = HeadOf(want, 0, h);

@@ -104,7 +104,9 @@ struct Tensor {
   }
   float MaxAbs() const {
     float m = 0;
-    ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { m = std::fmax(m, std::fabs(at(a, b, c, d))); });
+    ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+      m = std::fmax(m, std::fabs(at(a, b, c, d)));
+    });
     return m;
   }
 };

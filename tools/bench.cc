@@ -45,7 +45,8 @@ struct Args {
 const char* kHelp =
     "usage: octattn bench [options]          one line per case (lists: comma separated)\n"
     "       octattn bench --limits [--json] [--quick]  FMA peak, sgemm, read bandwidth of one\n"
-    "                                       core (--quick: a check that it runs, not a measurement)\n"
+    "                                       core (--quick: a check that it runs, not a "
+    "measurement)\n"
     "  --batch N --q-heads N --kv-heads N (default: q-heads)\n"
     "  --q-len LIST --kv-len LIST (default: q-len) --head-dim LIST\n"
     "  --full | --window N --stride N\n"
@@ -65,7 +66,8 @@ std::vector<T> List(const char* s, Parse parse) {
   size_t start = 0;
   while (start <= all.size()) {
     const size_t comma = all.find(',', start);
-    out.push_back(parse(all.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    out.push_back(
+        parse(all.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -91,27 +93,45 @@ bool Parse(int argc, char** argv, Args* a) {
       }
       return argv[++i];
     };
-    if (f == "--batch") a->base.batch = i64(next());
-    else if (f == "--q-heads") a->base.q_heads = i64(next());
-    else if (f == "--kv-heads") a->base.kv_heads = i64(next());
-    else if (f == "--q-len") a->q_lens = List<int64_t>(next(), i64);
-    else if (f == "--kv-len") a->kv_lens = List<int64_t>(next(), i64);
-    else if (f == "--head-dim") a->head_dims = List<int64_t>(next(), i64);
-    else if (f == "--full") a->base.causal = 0;
-    else if (f == "--window") a->base.window = i64(next());
-    else if (f == "--stride") a->base.stride = i64(next());
-    else if (f == "--threads") a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
-    else if (f == "--repeat") a->repeat = std::max(1, std::atoi(next()));
-    else if (f == "--json") a->json = true;
-    else if (f == "--limits") a->limits = true;
-    else if (f == "--quick") a->quick = true;
-    else if (f == "--no-rss") a->rss = false;
+    if (f == "--batch")
+      a->base.batch = i64(next());
+    else if (f == "--q-heads")
+      a->base.q_heads = i64(next());
+    else if (f == "--kv-heads")
+      a->base.kv_heads = i64(next());
+    else if (f == "--q-len")
+      a->q_lens = List<int64_t>(next(), i64);
+    else if (f == "--kv-len")
+      a->kv_lens = List<int64_t>(next(), i64);
+    else if (f == "--head-dim")
+      a->head_dims = List<int64_t>(next(), i64);
+    else if (f == "--full")
+      a->base.causal = 0;
+    else if (f == "--window")
+      a->base.window = i64(next());
+    else if (f == "--stride")
+      a->base.stride = i64(next());
+    else if (f == "--threads")
+      a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
+    else if (f == "--repeat")
+      a->repeat = std::max(1, std::atoi(next()));
+    else if (f == "--json")
+      a->json = true;
+    else if (f == "--limits")
+      a->limits = true;
+    else if (f == "--quick")
+      a->quick = true;
+    else if (f == "--no-rss")
+      a->rss = false;
     else if (f == "--algo")
-      a->algos = List<octattn_algorithm>(next(), [](const std::string& s) { return ByName(s, 0, 3, octattn_algorithm_name); });
+      a->algos = List<octattn_algorithm>(
+          next(), [](const std::string& s) { return ByName(s, 0, 3, octattn_algorithm_name); });
     else if (f == "--backend")
-      a->backends = List<octattn_backend>(next(), [](const std::string& s) { return ByName(s, 0, 2, octattn_backend_name); });
+      a->backends = List<octattn_backend>(
+          next(), [](const std::string& s) { return ByName(s, 0, 2, octattn_backend_name); });
     else if (f == "--target")
-      a->targets = List<octattn_target>(next(), [](const std::string& s) { return ByName(s, 0, 6, octattn_target_name); });
+      a->targets = List<octattn_target>(
+          next(), [](const std::string& s) { return ByName(s, 0, 6, octattn_target_name); });
     else {
       std::fputs(kHelp, f == "--help" || f == "-h" ? stdout : stderr);
       std::exit(f == "--help" || f == "-h" ? 0 : 2);
@@ -204,7 +224,8 @@ double ExtraRssMib(const Case& c) {
     if (ctx) {
       const octattn_attention_options opt = OptionsOf(c);
       const long before = MaxRssKib();
-      if (octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0) == OCTATTN_OK)
+      if (octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0) ==
+          OCTATTN_OK)
         mib = (MaxRssKib() - before) / 1024.0;
     }
     if (write(fds[1], &mib, sizeof(mib)) != sizeof(mib)) _exit(1);
@@ -231,13 +252,15 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   octattn_context* ctx = MakeContext(c, &err);
   const octattn_attention_options opt = OptionsOf(c);
   Buffers b(c);
-  octattn_status st = ctx ? octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0)
-                          : OCTATTN_ERROR_UNSUPPORTED;
+  octattn_status st =
+      ctx ? octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0)
+          : OCTATTN_ERROR_UNSUPPORTED;
   if (ctx && st != OCTATTN_OK) err = octattn_context_last_error(ctx);
   if (st != OCTATTN_OK) {
     std::printf(a.json ? "{\"error\":\"%s\",\"algo\":\"%s\",\"q_len\":%lld,\"head_dim\":%lld}\n"
                        : "error: %s (algo %s, q_len %lld, head_dim %lld)\n",
-                err.c_str(), octattn_algorithm_name(c.algo), (long long)c.q_len, (long long)c.head_dim);
+                err.c_str(), octattn_algorithm_name(c.algo), (long long)c.q_len,
+                (long long)c.head_dim);
     octattn_context_destroy(ctx);
     return;
   }
@@ -255,31 +278,38 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   octattn_context_destroy(ctx);
   const double flops = 2.0 * (2 * c.head_dim) * AllowedPairs(c) * c.batch * c.q_heads;
   const double gflops = flops / median / 1e9;
-  const double peak = PeakFor(limits, info.algorithm == OCTATTN_ALGORITHM_REFERENCE
-                                          ? (limits.fma512 > 0 ? OCTATTN_TARGET_AVX512 : OCTATTN_TARGET_AVX2)
-                                          : info.target);
-  const double kv_gbps = 2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * sizeof(float) / median / 1e9;
+  const double peak =
+      PeakFor(limits, info.algorithm == OCTATTN_ALGORITHM_REFERENCE
+                          ? (limits.fma512 > 0 ? OCTATTN_TARGET_AVX512 : OCTATTN_TARGET_AVX2)
+                          : info.target);
+  const double kv_gbps =
+      2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * sizeof(float) / median / 1e9;
   const double rss = a.rss ? ExtraRssMib(c) : -1;
-  const char* target = info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "scalar" : octattn_target_name(info.target);
-  const char* backend = info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "none" : octattn_backend_name(info.backend);
+  const char* target =
+      info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "scalar" : octattn_target_name(info.target);
+  const char* backend =
+      info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "none" : octattn_backend_name(info.backend);
   if (a.json) {
     std::printf(
         "{\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"batch\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
-        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%.6g,"
+        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%."
+        "6g,"
         "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
         "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f}\n",
         octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
         (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
-        (long long)c.head_dim, c.causal, (long long)c.window, (long long)c.stride, median, times.front(),
-        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, rss);
+        (long long)c.head_dim, c.causal, (long long)c.window, (long long)c.stride, median,
+        times.front(), times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, rss);
   } else {
-    std::printf("%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld  "
-                "%9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
-                octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
-                (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
-                (long long)c.head_dim, c.causal ? "causal" : "full", (long long)c.window,
-                (long long)c.stride, median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, rss);
+    std::printf(
+        "%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld  "
+        "%9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
+        octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
+        (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
+        (long long)c.head_dim, c.causal ? "causal" : "full", (long long)c.window,
+        (long long)c.stride, median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps,
+        rss);
   }
   std::fflush(stdout);
 }
@@ -292,13 +322,15 @@ int RunBench(int argc, char** argv) {
   if (a.limits) {
     const Limits l = MeasureLimits(true, a.quick);
     if (a.json)
-      std::printf("{\"limits\":true,\"fma_peak_gflops\":%.4g,\"fma_peak_avx2_gflops\":%.4g,"
-                  "\"muladd_sse_gflops\":%.4g,\"sgemm_gflops\":%.4g,\"read_gbps\":%.4g}\n",
-                  l.fma512 > 0 ? l.fma512 : l.fma256, l.fma256, l.muladd128, l.sgemm, l.read_gbps);
+      std::printf(
+          "{\"limits\":true,\"fma_peak_gflops\":%.4g,\"fma_peak_avx2_gflops\":%.4g,"
+          "\"muladd_sse_gflops\":%.4g,\"sgemm_gflops\":%.4g,\"read_gbps\":%.4g}\n",
+          l.fma512 > 0 ? l.fma512 : l.fma256, l.fma256, l.muladd128, l.sgemm, l.read_gbps);
     else
-      std::printf("one core: FMA peak %.1f GFLOP/s (zmm), %.1f (ymm), SSE mul+add %.1f; "
-                  "OpenBLAS sgemm %.1f GFLOP/s; read %.1f GB/s\n",
-                  l.fma512, l.fma256, l.muladd128, l.sgemm, l.read_gbps);
+      std::printf(
+          "one core: FMA peak %.1f GFLOP/s (zmm), %.1f (ymm), SSE mul+add %.1f; "
+          "OpenBLAS sgemm %.1f GFLOP/s; read %.1f GB/s\n",
+          l.fma512, l.fma256, l.muladd128, l.sgemm, l.read_gbps);
     return 0;
   }
   const Limits limits = MeasureLimits(false);
@@ -311,7 +343,8 @@ int RunBench(int argc, char** argv) {
   // With both lists, each q_len pairs with each kv_len.
   std::vector<std::pair<int64_t, int64_t>> lens;
   for (int64_t q : a.q_lens)
-    if (a.kv_lens.empty()) lens.push_back({q, q});
+    if (a.kv_lens.empty())
+      lens.push_back({q, q});
     else
       for (int64_t kv : a.kv_lens) lens.push_back({q, kv});
   for (const auto& len : lens)

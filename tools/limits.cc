@@ -139,7 +139,8 @@ Limits MeasureLimits(bool full, bool quick) {
   // Each measurement runs only on a CPU that has its instructions.
   const long iters = quick ? 20'000 : 20'000'000;
   if (__builtin_cpu_supports("avx512f")) l.fma512 = Best(Fma512, iters);
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) l.fma256 = Best(Fma256, iters);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    l.fma256 = Best(Fma256, iters);
   l.muladd128 = Best(MulAdd128, iters);
   if (full) {
     l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20);

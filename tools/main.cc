@@ -24,14 +24,16 @@ int RunInfo(int, char**) {
   octattn_tensor q, o;
   octattn_tensor_init(&q, &one, shape, OCTATTN_LAYOUT_BHTD);
   octattn_tensor_init(&o, &out, shape, OCTATTN_LAYOUT_BHTD);
-  if (octattn_attention(ctx, nullptr, &q, &q, &q, &o, nullptr, nullptr, nullptr, 0) != OCTATTN_OK) return 1;
+  if (octattn_attention(ctx, nullptr, &q, &q, &q, &o, nullptr, nullptr, nullptr, 0) != OCTATTN_OK)
+    return 1;
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
   int32_t threads = 0;
   octattn_context_get_threads(ctx, &threads);
-  std::printf("auto picks: algorithm %s, backend %s, target %s\n", octattn_algorithm_name(info.algorithm),
-              octattn_backend_name(info.backend), octattn_target_name(info.target));
+  std::printf("auto picks: algorithm %s, backend %s, target %s\n",
+              octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
+              octattn_target_name(info.target));
   std::printf("threads: %d\n", threads);
   octattn_context_destroy(ctx);
   return 0;

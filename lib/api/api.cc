@@ -36,9 +36,10 @@ struct AttentionCall {
 };
 
 api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
-                        const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
-                        const octattn_tensor* o, const octattn_tensor* lse,
-                        const octattn_tensor* weights, AttentionCall* c) {
+                             const octattn_tensor* q, const octattn_tensor* k,
+                             const octattn_tensor* v, const octattn_tensor* o,
+                             const octattn_tensor* lse, const octattn_tensor* weights,
+                             AttentionCall* c) {
   OCTATTN_CHECK(NeedContext(ctx));
   octattn_attention_options opt;
   OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
@@ -49,7 +50,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   c->has_lse = lse != nullptr;
   c->has_weights = weights != nullptr;
   if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &c->lse));
-  if (weights) OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
+  if (weights)
+    OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
 
   plan::CallShape& sh = c->shape;
   sh.batch = c->q.shape[0];
@@ -70,9 +72,9 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 3, sh.value_dim, "value_dim of v"));
   if (sh.q_heads % sh.kv_heads != 0)
-    return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
-                "q_heads (" + std::to_string(sh.q_heads) + ") is not a multiple of kv_heads (" +
-                    std::to_string(sh.kv_heads) + ")");
+    return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads (" + std::to_string(sh.q_heads) +
+                                                      ") is not a multiple of kv_heads (" +
+                                                      std::to_string(sh.kv_heads) + ")");
   if (c->has_lse) {
     OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 0, sh.batch, "batch of q"));
     OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 1, sh.q_heads, "q_heads of q"));
@@ -89,7 +91,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
     const api::TensorInfo* t;
     const char* name;
     bool present;
-  } outs[] = {{&c->o, "o", true}, {&c->lse, "lse", c->has_lse},
+  } outs[] = {{&c->o, "o", true},
+              {&c->lse, "lse", c->has_lse},
               {&c->weights, "weights", c->has_weights}},
     ins[] = {{&c->q, "q", true}, {&c->k, "k", true}, {&c->v, "v", true}};
   for (const auto& out : outs) {
@@ -108,7 +111,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
                                                                   : plan::Algorithm::kFused;
   if (c->algorithm == OCTATTN_ALGORITHM_FUSED && c->has_weights)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
-                "the fused algorithm never holds the weights: use naive to get them");
+                     "the fused algorithm never holds the weights: use naive to get them");
   if (c->algorithm != OCTATTN_ALGORITHM_REFERENCE) {
     c->table = octattn::api::SelectTable(*ctx);
     if (!c->table)
@@ -117,7 +120,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   sh.mask.causal = opt.causal;
   sh.mask.window = opt.window;
   sh.mask.stride = opt.stride;
-  sh.mask.q_start = !opt.causal ? 0
+  sh.mask.q_start = !opt.causal                              ? 0
                     : opt.q_start == OCTATTN_Q_START_DEFAULT ? sh.kv_len - sh.q_len
                                                              : opt.q_start;
   c->scale = opt.scale != 0.0f
@@ -191,8 +194,8 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule
     });
     return;
   }
-  float* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) +
-                                             p.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
+  float* partials = reinterpret_cast<float*>(
+      static_cast<char*>(scratch) + p.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
   api::RunTasks(ctx, p.tasks, scratch, p.slot_bytes, [&](int64_t i, void* s) {
     const plan::DecodeIndex x = plan::DecodeTaskAt(p, c.shape, i);
     kernels::FlashTask t = GroupTask(c, x.batch, x.kv_head);
@@ -238,52 +241,83 @@ const char* octattn_version_string(void) {
 
 const char* octattn_status_string(octattn_status status) {
   switch (status) {
-    case OCTATTN_OK: return "ok";
-    case OCTATTN_ERROR_NULL_POINTER: return "null pointer";
-    case OCTATTN_ERROR_INVALID_SHAPE: return "invalid shape";
-    case OCTATTN_ERROR_INVALID_STRIDE: return "invalid stride";
-    case OCTATTN_ERROR_OVERFLOW: return "size overflow";
-    case OCTATTN_ERROR_ALIASING: return "output overlaps another tensor";
-    case OCTATTN_ERROR_INVALID_OPTION: return "invalid option";
-    case OCTATTN_ERROR_STRUCT_SIZE: return "invalid struct_size";
-    case OCTATTN_ERROR_WORKSPACE_TOO_SMALL: return "workspace too small";
-    case OCTATTN_ERROR_UNSUPPORTED: return "unsupported";
-    case OCTATTN_ERROR_OUT_OF_MEMORY: return "out of memory";
-    case OCTATTN_ERROR_MISALIGNED: return "misaligned data";
-    case OCTATTN_ERROR_INTERNAL: return "internal error";
-    default: return "unknown status";
+    case OCTATTN_OK:
+      return "ok";
+    case OCTATTN_ERROR_NULL_POINTER:
+      return "null pointer";
+    case OCTATTN_ERROR_INVALID_SHAPE:
+      return "invalid shape";
+    case OCTATTN_ERROR_INVALID_STRIDE:
+      return "invalid stride";
+    case OCTATTN_ERROR_OVERFLOW:
+      return "size overflow";
+    case OCTATTN_ERROR_ALIASING:
+      return "output overlaps another tensor";
+    case OCTATTN_ERROR_INVALID_OPTION:
+      return "invalid option";
+    case OCTATTN_ERROR_STRUCT_SIZE:
+      return "invalid struct_size";
+    case OCTATTN_ERROR_WORKSPACE_TOO_SMALL:
+      return "workspace too small";
+    case OCTATTN_ERROR_UNSUPPORTED:
+      return "unsupported";
+    case OCTATTN_ERROR_OUT_OF_MEMORY:
+      return "out of memory";
+    case OCTATTN_ERROR_MISALIGNED:
+      return "misaligned data";
+    case OCTATTN_ERROR_INTERNAL:
+      return "internal error";
+    default:
+      return "unknown status";
   }
 }
 
 const char* octattn_backend_name(octattn_backend backend) {
   switch (backend) {
-    case OCTATTN_BACKEND_AUTO: return "auto";
-    case OCTATTN_BACKEND_HIGHWAY: return "highway";
-    case OCTATTN_BACKEND_XSIMD: return "xsimd";
-    default: return "unknown";
+    case OCTATTN_BACKEND_AUTO:
+      return "auto";
+    case OCTATTN_BACKEND_HIGHWAY:
+      return "highway";
+    case OCTATTN_BACKEND_XSIMD:
+      return "xsimd";
+    default:
+      return "unknown";
   }
 }
 
 const char* octattn_target_name(octattn_target target) {
   switch (target) {
-    case OCTATTN_TARGET_AUTO: return "auto";
-    case OCTATTN_TARGET_SCALAR: return "scalar";
-    case OCTATTN_TARGET_SSE2: return "sse2";
-    case OCTATTN_TARGET_SSSE3: return "ssse3";
-    case OCTATTN_TARGET_SSE4: return "sse4";
-    case OCTATTN_TARGET_AVX2: return "avx2";
-    case OCTATTN_TARGET_AVX512: return "avx512";
-    default: return "unknown";
+    case OCTATTN_TARGET_AUTO:
+      return "auto";
+    case OCTATTN_TARGET_SCALAR:
+      return "scalar";
+    case OCTATTN_TARGET_SSE2:
+      return "sse2";
+    case OCTATTN_TARGET_SSSE3:
+      return "ssse3";
+    case OCTATTN_TARGET_SSE4:
+      return "sse4";
+    case OCTATTN_TARGET_AVX2:
+      return "avx2";
+    case OCTATTN_TARGET_AVX512:
+      return "avx512";
+    default:
+      return "unknown";
   }
 }
 
 const char* octattn_algorithm_name(octattn_algorithm algorithm) {
   switch (algorithm) {
-    case OCTATTN_ALGORITHM_AUTO: return "auto";
-    case OCTATTN_ALGORITHM_REFERENCE: return "reference";
-    case OCTATTN_ALGORITHM_NAIVE: return "naive";
-    case OCTATTN_ALGORITHM_FUSED: return "fused";
-    default: return "unknown";
+    case OCTATTN_ALGORITHM_AUTO:
+      return "auto";
+    case OCTATTN_ALGORITHM_REFERENCE:
+      return "reference";
+    case OCTATTN_ALGORITHM_NAIVE:
+      return "naive";
+    case OCTATTN_ALGORITHM_FUSED:
+      return "fused";
+    default:
+      return "unknown";
   }
 }
 
@@ -295,7 +329,8 @@ octattn_status octattn_tensor_init(octattn_tensor* tensor, void* data, const int
       return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown layout");
     for (int d = 0; d < 4; ++d) {
       if (shape[d] < 1) return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "sizes must be positive");
-      if (shape[d] > octattn::api::kMaxSize) return api::Fail(OCTATTN_ERROR_OVERFLOW, "size too large");
+      if (shape[d] > octattn::api::kMaxSize)
+        return api::Fail(OCTATTN_ERROR_OVERFLOW, "size too large");
     }
     int64_t s3 = 1, s2, s1, s0;
     const int64_t d = shape[3];
@@ -438,8 +473,8 @@ octattn_status octattn_attention_workspace_size(octattn_context* ctx,
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     if (!bytes) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
-    const size_t need = plan::WorkspaceBytes(
-        plan::MakeSchedule(c.shape, c.plan_algorithm, c.table), ctx->pool->threads());
+    const size_t need = plan::WorkspaceBytes(plan::MakeSchedule(c.shape, c.plan_algorithm, c.table),
+                                             ctx->pool->threads());
     if (need == SIZE_MAX)
       return api::Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
     *bytes = need;
@@ -457,8 +492,9 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
     OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
     const plan::Schedule plan = plan::MakeSchedule(c.shape, c.plan_algorithm, c.table);
     void* scratch = nullptr;
-    OCTATTN_CHECK(octattn::api::AcquireScratch(
-        ctx, plan::WorkspaceBytes(plan, ctx->pool->threads()), workspace, workspace_size, &scratch));
+    OCTATTN_CHECK(octattn::api::AcquireScratch(ctx,
+                                               plan::WorkspaceBytes(plan, ctx->pool->threads()),
+                                               workspace, workspace_size, &scratch));
     if (c.algorithm == OCTATTN_ALGORITHM_FUSED) {
       RunFused(ctx, c, plan, scratch);
     } else {

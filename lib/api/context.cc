@@ -53,9 +53,9 @@ Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t
     return Check();
   }
   if (ctx->memory_limit != 0 && bytes > ctx->memory_limit)
-    return Fail(OCTATTN_ERROR_OUT_OF_MEMORY,
-                "the call needs " + std::to_string(bytes) + " bytes of scratch, the limit is " +
-                    std::to_string(ctx->memory_limit));
+    return Fail(OCTATTN_ERROR_OUT_OF_MEMORY, "the call needs " + std::to_string(bytes) +
+                                                 " bytes of scratch, the limit is " +
+                                                 std::to_string(ctx->memory_limit));
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* fresh = std::aligned_alloc(kAlign, rounded);
   if (!fresh)

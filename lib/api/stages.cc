@@ -21,7 +21,8 @@ constexpr size_t kAlign = 64;
 api::Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** table) {
   if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
   *table = octattn::api::SelectTable(*ctx);
-  if (!*table) return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
+  if (!*table)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   return api::Check();
 }
 
@@ -29,12 +30,12 @@ api::Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** tabl
 // with `slot_floats` of scratch each (the composed call's runner).
 template <class Body>
 api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
-                 Body&& body) {
+                      Body&& body) {
   const size_t slot = plan::RoundUp(plan::SatMul(slot_floats, sizeof(float)), kAlign);
   void* scratch = nullptr;
   OCTATTN_CHECK(octattn::api::AcquireScratch(
-      ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), kAlign), nullptr,
-      0, &scratch));
+      ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), kAlign), nullptr, 0,
+      &scratch));
   octattn::api::RunTasks(ctx, batch * heads, scratch, slot, [&](int64_t task, void* s) {
     body(task / heads, task % heads, static_cast<float*>(s));
   });
@@ -102,7 +103,8 @@ octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
     api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
-    if (!std::isfinite(scale)) return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "scale is not finite");
+    if (!std::isfinite(scale))
+      return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "scale is not finite");
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
       table->scale_rows(HeadOf(ts, b, h), ts.shape[2], ts.shape[3], scale);
     }));
@@ -139,7 +141,8 @@ octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, oct
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     if (lse) {
       OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &tl));
-      for (int d = 0; d < 3; ++d) OCTATTN_CHECK(api::CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
+      for (int d = 0; d < 3; ++d)
+        OCTATTN_CHECK(api::CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
       OCTATTN_CHECK(api::CheckSize(tl, "lse", 3, 1, "one value per row"));
       OCTATTN_CHECK(api::CheckDisjoint(tl, "lse", ts, "scores"));
     }
@@ -203,7 +206,7 @@ kernels::View4 SequenceAsHeads(const api::TensorInfo& btc, int64_t offset, int64
 }
 
 api::Check CheckHeads(const api::TensorInfo& t, const char* name, int64_t batch, int64_t heads,
-                 int64_t tokens, int64_t dim) {
+                      int64_t tokens, int64_t dim) {
   OCTATTN_CHECK(api::CheckSize(t, name, 0, batch, "batch"));
   OCTATTN_CHECK(api::CheckSize(t, name, 1, heads, "heads"));
   OCTATTN_CHECK(api::CheckSize(t, name, 2, tokens, "tokens"));
@@ -221,15 +224,16 @@ void Copy(octattn_context* ctx, const kernels::View4& src, const kernels::View4&
 
 extern "C" {
 
-octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* src,
-                                   int64_t heads, octattn_tensor* dst) {
+octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* src, int64_t heads,
+                                   octattn_tensor* dst) {
   return api::Guard(ctx, [&]() -> api::Check {
     if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
     api::TensorInfo ts, td;
     OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts));
     OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, false, &td));
     if (heads < 1 || ts.shape[2] % heads != 0)
-      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "channels are not a positive multiple of heads");
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                       "channels are not a positive multiple of heads");
     const int64_t dim = ts.shape[2] / heads;
     OCTATTN_CHECK(CheckHeads(td, "dst", ts.shape[0], heads, ts.shape[1], dim));
     OCTATTN_CHECK(api::CheckDisjoint(td, "dst", ts, "src"));
@@ -258,9 +262,9 @@ octattn_status octattn_merge_heads(octattn_context* ctx, const octattn_tensor* s
   });
 }
 
-octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src,
-                                 int64_t q_heads, int64_t kv_heads, octattn_tensor* q,
-                                 octattn_tensor* k, octattn_tensor* v) {
+octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src, int64_t q_heads,
+                                 int64_t kv_heads, octattn_tensor* q, octattn_tensor* k,
+                                 octattn_tensor* v) {
   return api::Guard(ctx, [&]() -> api::Check {
     if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
     api::TensorInfo ts, tq, tk, tv;
@@ -268,16 +272,17 @@ octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src
     OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kOutput, false, &tq));
     OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kOutput, false, &tk));
     OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kOutput, false, &tv));
-    if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize || kv_heads > octattn::api::kMaxSize)
+    if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize ||
+        kv_heads > octattn::api::kMaxSize)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");
     if (q_heads % kv_heads != 0)
-      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
-                  "q_heads (" + std::to_string(q_heads) + ") is not a multiple of kv_heads (" +
-                      std::to_string(kv_heads) + ")");
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads (" + std::to_string(q_heads) +
+                                                        ") is not a multiple of kv_heads (" +
+                                                        std::to_string(kv_heads) + ")");
     const int64_t heads = q_heads + 2 * kv_heads;
     if (ts.shape[2] % heads != 0)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
-                  "channels are not a multiple of q_heads + 2 * kv_heads");
+                       "channels are not a multiple of q_heads + 2 * kv_heads");
     const int64_t dim = ts.shape[2] / heads, batch = ts.shape[0], tokens = ts.shape[1];
     OCTATTN_CHECK(CheckHeads(tq, "q", batch, q_heads, tokens, dim));
     OCTATTN_CHECK(CheckHeads(tk, "k", batch, kv_heads, tokens, dim));

@@ -98,17 +98,16 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
 Check CheckDisjoint(const TensorInfo& a, const char* a_name, const TensorInfo& b,
                     const char* b_name) {
   if (a.lo < b.hi && b.lo < a.hi)
-    return Fail(OCTATTN_ERROR_ALIASING,
-                std::string(a_name) + " overlaps " + b_name + " in memory");
+    return Fail(OCTATTN_ERROR_ALIASING, std::string(a_name) + " overlaps " + b_name + " in memory");
   return Check();
 }
 
 Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, const char* what) {
   if (t.shape[dim] != want)
-    return Fail(OCTATTN_ERROR_INVALID_SHAPE,
-                std::string(name) + ": shape[" + std::to_string(dim) + "] is " +
-                    std::to_string(t.shape[dim]) + ", expected " + std::to_string(want) + " (" +
-                    what + ")");
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE, std::string(name) + ": shape[" + std::to_string(dim) +
+                                                 "] is " + std::to_string(t.shape[dim]) +
+                                                 ", expected " + std::to_string(want) + " (" +
+                                                 what + ")");
   return Check();
 }
 
@@ -155,7 +154,8 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
 }
 
 static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
-                  offsetof(octattn_attention_options, reserved) + sizeof(int32_t) == kOptionsSize_0_1,
+                  offsetof(octattn_attention_options, reserved) + sizeof(int32_t) ==
+                      kOptionsSize_0_1,
               "octattn_attention_options grows only by appending");
 static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
                   offsetof(octattn_run_info, threads) + sizeof(int32_t) == kRunInfoSize_0_1,

@@ -94,8 +94,8 @@ struct Table {
   void (*naive_head)(const Operands& op, float* scratch);
   // qk/: scores = q k^T (unscaled, unmasked) of one head.
   size_t (*scores_scratch_floats)(int64_t kv_len, int64_t head_dim);
-  void (*scores_head)(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len,
-                      int64_t kv_len, int64_t head_dim, float* scratch);
+  void (*scores_head)(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len, int64_t kv_len,
+                      int64_t head_dim, float* scratch);
   // softmax/: rows *= scale; row-wise stable softmax, lse[i * lse_row] (lse optional).
   void (*scale_rows)(Matrix scores, int64_t rows, int64_t cols, float scale);
   size_t (*softmax_scratch_floats)(int64_t cols);
@@ -113,8 +113,7 @@ struct Table {
   size_t (*flash_scratch_floats)(const FlashTask& task);
   size_t (*flash_state_floats)(int64_t value_dim);
   void (*flash_task)(const FlashTask& task, float* scratch);
-  void (*flash_merge)(const FlashTask& task, const float* partials, int64_t units,
-                      float* scratch);
+  void (*flash_merge)(const FlashTask& task, const float* partials, int64_t units, float* scratch);
 };
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.

@@ -1,6 +1,8 @@
 // Every kernel family of one target, and that target's table. Included once inside the
 // per-target namespace of a backend (highway/highway.cc, xsimd/xsimd-arch-inl.h) after it
 // defines the SIMD vocabulary S; no includes, no namespace of its own.
+// Each family builds on the ones before it: the order matters.
+// clang-format off
 #include "lib/kernels/common/common-inl.h"
 #include "lib/kernels/qk/qk-inl.h"
 #include "lib/kernels/softmax/softmax-inl.h"
@@ -8,6 +10,7 @@
 #include "lib/kernels/av/av-inl.h"
 #include "lib/kernels/naive/naive-inl.h"
 #include "lib/kernels/flash/flash-inl.h"
+// clang-format on
 
 static constexpr Table MakeTable(Backend backend, Target target) {
   Table t{};

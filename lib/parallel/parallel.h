@@ -30,8 +30,9 @@ class Pool {
   template <class F>
   void Run(int64_t tasks, F&& fn) {
     using Fn = std::remove_reference_t<F>;
-    RunRaw(tasks, [](void* f, int64_t task, int slot) { (*static_cast<Fn*>(f))(task, slot); },
-           const_cast<void*>(static_cast<const void*>(&fn)));
+    RunRaw(
+        tasks, [](void* f, int64_t task, int slot) { (*static_cast<Fn*>(f))(task, slot); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:

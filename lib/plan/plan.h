@@ -78,8 +78,8 @@ inline int64_t AllowedPairs(const Mask& m, int64_t q_len, int64_t kv_len) {
 
 // Rows [qpos0, qpos1) against keys [j0, j1) (all < kv_len), in O(1). Conservative:
 // Full and Empty are exact claims; Partial means "check each pair".
-inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0,
-                         int64_t j1, int64_t kv_len) {
+inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0, int64_t j1,
+                         int64_t kv_len) {
   if (!m.causal) return kTileFull;
   const RowKeys first = KeysOf(m, qpos0, kv_len);
   const RowKeys last = KeysOf(m, qpos1 - 1, kv_len);
@@ -110,9 +110,7 @@ inline int64_t KeyBegin(const Mask& m, int64_t qpos_first) {
   return MaxI(0, qpos_first - m.window + 1);
 }
 // The stride of the columns below KeyBegin that stay readable (0: none).
-inline int64_t StrideBelow(const Mask& m) {
-  return m.causal && m.window > 0 ? m.stride : 0;
-}
+inline int64_t StrideBelow(const Mask& m) { return m.causal && m.window > 0 ? m.stride : 0; }
 
 // Sizes of scratch, in size_t with saturating arithmetic: a size that does not fit
 // becomes SIZE_MAX, which no allocation satisfies and validation reports as OVERFLOW.

@@ -33,7 +33,9 @@ kernels::FlashTask ProbeTask(const CallShape& c) {
 
 }  // namespace
 
-int64_t CallKeyEnd(const CallShape& c) { return KeyEnd(c.mask, c.mask.q_start + c.q_len, c.kv_len); }
+int64_t CallKeyEnd(const CallShape& c) {
+  return KeyEnd(c.mask, c.mask.q_start + c.q_len, c.kv_len);
+}
 
 Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table) {
   Schedule s;
@@ -81,7 +83,8 @@ PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
   const int64_t pairs = c.batch * c.kv_heads;
   const int64_t tile = s.q_tiles - 1 - i / pairs, pair = i % pairs;
   const int64_t begin = tile * kernels::kQueryTile;
-  return {pair / c.kv_heads, pair % c.kv_heads, begin, std::min(c.q_len, begin + kernels::kQueryTile)};
+  return {pair / c.kv_heads, pair % c.kv_heads, begin,
+          std::min(c.q_len, begin + kernels::kQueryTile)};
 }
 
 DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i) {

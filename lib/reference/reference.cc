@@ -100,7 +100,8 @@ void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse) {
   }
   double sum = 0.0;
   for (int64_t j = 0; j < n; ++j) sum += std::exp(row[j * col] - m);
-  for (int64_t j = 0; j < n; ++j) row[j * col] = static_cast<float>(std::exp(row[j * col] - m) / sum);
+  for (int64_t j = 0; j < n; ++j)
+    row[j * col] = static_cast<float>(std::exp(row[j * col] - m) / sum);
   if (lse) *lse = static_cast<float>(m + std::log(sum));
 }
 

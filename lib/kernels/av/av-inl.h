@@ -115,11 +115,12 @@ static inline void AvStoreRows(float* o, int64_t o_row, int64_t o_dim, int64_t v
 
 // Stage: o = p v over every key of one head.
 static size_t WeightedSumScratchFloats(int64_t kv_len, int64_t value_dim, int64_t v_dim) {
-  return plan::SatAdd(ValuesScratch(kv_len, value_dim, v_dim), Piece2(kRowBlock, PadKeys(value_dim)));
+  return plan::SatAdd(ValuesScratch(kv_len, value_dim, v_dim),
+                      Piece2(kRowBlock, PadKeys(value_dim)));
 }
 
-static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len,
-                            int64_t kv_len, int64_t value_dim, float* scratch) {
+static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int64_t kv_len,
+                            int64_t value_dim, float* scratch) {
   int64_t v_row = 0;
   const float* vv =
       PrepareValues(v.data, v.row, v.col, value_dim, 0, 0, kv_len, 0, scratch, &v_row);
@@ -133,8 +134,8 @@ static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_le
       pr[r] = p.data + (i + r) * p.row;
       keys[r] = all;
     }
-    AvStoreRows<kRowBlock>(o.data, o.row, o.col, value_dim, i, KeyData{pr, p.col, vv, v_row, 0}, keys,
-                       otmp);
+    AvStoreRows<kRowBlock>(o.data, o.row, o.col, value_dim, i, KeyData{pr, p.col, vv, v_row, 0},
+                           keys, otmp);
   }
   for (; i < q_len; ++i) {
     const float* pr[1] = {p.data + i * p.row};

@@ -28,15 +28,16 @@ static inline size_t ValuesScratch(int64_t keys, int64_t value_dim, int64_t v_di
 }
 // True for key j below the loaded run [load, ...) that a row may still read: a strided
 // column. Every other key below `load` is never loaded.
-static inline bool ReadableBelow(int64_t j, int64_t stride) { return stride > 0 && j % stride == 0; }
+static inline bool ReadableBelow(int64_t j, int64_t stride) {
+  return stride > 0 && j % stride == 0;
+}
 
 // Value rows of keys [base, end) as full vectors: returns the row of key `base` and sets
 // *row to the row stride. Packed copies (zero padded) go to scratch when the caller's
 // rows are not full vectors; rows below `load` are copied only if ReadableBelow.
 static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t v_dim,
-                                         int64_t value_dim, int64_t base, int64_t load,
-                                         int64_t end, int64_t stride, float* scratch,
-                                         int64_t* row) {
+                                         int64_t value_dim, int64_t base, int64_t load, int64_t end,
+                                         int64_t stride, float* scratch, int64_t* row) {
   if (ValuesDirect(v_dim, value_dim)) {
     *row = v_row;
     return v + base * v_row;

@@ -13,7 +13,9 @@ constexpr int64_t kKtStride = kTileKeys + 16;
 constexpr int kFlashQkVecs = S::kRegs >= 32 ? 4 : 2;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
-static size_t FlashStateFloats(int64_t value_dim) { return Piece(plan::Count(2 + PadKeys(value_dim))); }
+static size_t FlashStateFloats(int64_t value_dim) {
+  return Piece(plan::Count(2 + PadKeys(value_dim)));
+}
 
 // One past the last key any row of the task may read.
 static inline int64_t FlashKeyLimit(const FlashTask& t) {
@@ -79,8 +81,8 @@ static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
 // count - 1).
 struct FlashSpace {
   plan::Mask mask;
-  int64_t kv_len;     // keys of the space
-  bool floors;        // the rows' floors apply (real keys)
+  int64_t kv_len;  // keys of the space
+  bool floors;     // the rows' floors apply (real keys)
 };
 
 // The packed tile a block of rows works on.
@@ -117,7 +119,8 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     qmin = plan::MinI(qmin, qpos[r]);
     qmax = plan::MaxI(qmax, qpos[r]);
   }
-  if (!any || plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) == plan::kTileEmpty)
+  if (!any ||
+      plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) == plan::kTileEmpty)
     return;
   float* s[R];
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
@@ -150,7 +153,8 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     if (m_new > m_old) {
       const typename S::V alpha = S::Exp(S::Set(m_old - m_new));
       st[r][1] *= S::ReduceMax(alpha);
-      for (int64_t d = 0; d < dvp; d += L) S::Store(S::Mul(S::Load(st[r] + 2 + d), alpha), st[r] + 2 + d);
+      for (int64_t d = 0; d < dvp; d += L)
+        S::Store(S::Mul(S::Load(st[r] + 2 + d), alpha), st[r] + 2 + d);
       st[r][0] = m_new;
     }
     const typename S::V vm = S::Set(m_new);
@@ -240,8 +244,8 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
   tile.t1 = t1;
   tile.tpad = PadKeys(t1 - t0);
   load = plan::MinI(plan::MaxI(load, t0), t1);
-  PackKeysT(t.op.k, t.op.k_row * step, t.op.k_dim, t0, load, t1, stride, tile.tpad,
-            t.op.head_dim, f.kt, kKtStride);
+  PackKeysT(t.op.k, t.op.k_row * step, t.op.k_dim, t0, load, t1, stride, tile.tpad, t.op.head_dim,
+            f.kt, kKtStride);
   tile.kt = f.kt;
   tile.v = PrepareValues(t.op.v, t.op.v_row * step, t.op.v_dim, t.op.value_dim, t0, load, t1,
                          stride, f.vpack, &tile.v_row);
@@ -287,7 +291,8 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
   const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
   for (int64_t t0 = begin; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
     const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-    if (chunk >= 0 && plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
+    if (chunk >= 0 &&
+        plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
       continue;  // no row reads this tile: not even packed
     const FlashTile tile = PackTile(t, f, t0, load, t1, step, below);
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
@@ -306,7 +311,9 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
     row.q = t.op.q + h * t.op.q_head + i * t.op.q_row;
     const plan::RowKeys k = plan::KeysOf(t.op.mask, t.op.mask.q_start + i, t.op.kv_len);
     row.floor = t.op.mask.window > 0 ? k.lo / kTileKeys * kTileKeys : 0;
-    row.strided = has_strided ? plan::StridedCount(t.op.mask.stride, plan::MinI(row.floor, k.strided_end)) : 0;
+    row.strided = has_strided
+                      ? plan::StridedCount(t.op.mask.stride, plan::MinI(row.floor, k.strided_end))
+                      : 0;
   }
   bool first = true;
   auto unit = [&](int64_t chunk) {

@@ -35,8 +35,7 @@ static void NaiveHead(const Operands& t, float* scratch) {
   }
   for (; i < t.q_len; ++i) {
     float* dst[1] = {s + i * kpad};
-    QkRows<1>(t.q, t.q_row, t.q_dim, t.head_dim, i, kt, kpad, kend, t.kv_len, t.mask, t.scale,
-              dst);
+    QkRows<1>(t.q, t.q_row, t.q_dim, t.head_dim, i, kt, kpad, kend, t.kv_len, t.mask, t.scale, dst);
   }
 
   for (i = 0; i < t.q_len; ++i) {
@@ -54,9 +53,8 @@ static void NaiveHead(const Operands& t, float* scratch) {
       PrepareValues(t.v, t.v_row, t.v_dim, t.value_dim, 0, kbegin, kend, stride, vpack, &v_row);
   const plan::RowKeys none{0, 0, 0, 0};
   auto keys_of = [&](int64_t row) {
-    return row_lse[row] == -__builtin_inff()
-               ? none
-               : plan::KeysOf(t.mask, t.mask.q_start + row, t.kv_len);
+    return row_lse[row] == -__builtin_inff() ? none
+                                             : plan::KeysOf(t.mask, t.mask.q_start + row, t.kv_len);
   };
   i = 0;
   for (; i + kRowBlock <= t.q_len; i += kRowBlock) {
@@ -66,13 +64,12 @@ static void NaiveHead(const Operands& t, float* scratch) {
       p[r] = s + (i + r) * kpad;
       keys[r] = keys_of(i + r);
     }
-    AvStoreRows<kRowBlock>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0},
-                           keys, otmp);
+    AvStoreRows<kRowBlock>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys,
+                           otmp);
   }
   for (; i < t.q_len; ++i) {
     const float* p[1] = {s + i * kpad};
     plan::RowKeys keys[1] = {keys_of(i)};
-    AvStoreRows<1>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys,
-                   otmp);
+    AvStoreRows<1>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys, otmp);
   }
 }

@@ -15,7 +15,8 @@ static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64
   for (int64_t jj = 0; jj < skip; ++jj) {
     const bool readable = ReadableBelow(j_begin + jj, stride);
     const float* src = k + (j_begin + jj) * k_row;
-    for (int64_t d = 0; d < head_dim; ++d) kt[d * kt_stride + jj] = readable ? src[d * k_dim] : 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d)
+      kt[d * kt_stride + jj] = readable ? src[d * k_dim] : 0.0f;
   }
   int64_t j8 = skip, d8 = 0;  // the part done by 8x8 block transposes
   if constexpr (S::kBlockTranspose) {
@@ -24,7 +25,8 @@ static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64
       d8 = head_dim / 8 * 8;
       for (int64_t jj = skip; jj < j8; jj += 8)
         for (int64_t d = 0; d < d8; d += 8)
-          S::Transpose8x8(k + (j_begin + jj) * k_row + d, k_row, kt + d * kt_stride + jj, kt_stride);
+          S::Transpose8x8(k + (j_begin + jj) * k_row + d, k_row, kt + d * kt_stride + jj,
+                          kt_stride);
     }
   }
   for (int64_t jj = skip; jj < n; ++jj) {
@@ -38,8 +40,7 @@ static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64
 // acc[r][c] += q_r[d] * kt[d][c * lanes + lane] for d in [d0, d1), one FMA chain per lane.
 template <int R, int C>
 OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* kt,
-                            int64_t kt_stride, int64_t d0, int64_t d1,
-                            typename S::V (&acc)[R][C]) {
+                            int64_t kt_stride, int64_t d0, int64_t d1, typename S::V (&acc)[R][C]) {
   constexpr size_t L = S::kLanes;
   for (int64_t d = d0; d < d1; ++d) {
     const float* kd = kt + d * kt_stride;
@@ -88,10 +89,10 @@ OCTATTN_INLINE void StoreScaled(typename S::V (&acc)[R][C], float scale, float* 
 // j0, scaled and masked. `dst[r]` points at row r's score for pack column 0; pack
 // column c holds key key_base + c; keys at or past `key_end` are masked.
 template <int R, int C>
-OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt,
-                           int64_t kt_stride, int64_t head_dim, int64_t j0, int64_t key_base,
-                           int64_t key_end, int64_t kv_len, const plan::Mask& mask,
-                           const int64_t* qpos, float scale, float* const* dst) {
+OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
+                           int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
+                           int64_t kv_len, const plan::Mask& mask, const int64_t* qpos, float scale,
+                           float* const* dst) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
   const int64_t a1 = plan::MinI(a0 + C * L, key_end);
@@ -153,8 +154,8 @@ static size_t ScoresScratchFloats(int64_t kv_len, int64_t head_dim) {
   return plan::SatAdd(Piece2(head_dim, KtStride(kpad)), Piece2(kRowBlock, kpad));
 }
 
-static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len,
-                       int64_t kv_len, int64_t head_dim, float* scratch) {
+static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len, int64_t kv_len,
+                       int64_t head_dim, float* scratch) {
   const int64_t kpad = PadKeys(kv_len);
   float* kt = scratch;
   float* s = kt + Piece2(head_dim, KtStride(kpad));

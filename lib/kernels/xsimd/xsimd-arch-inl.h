@@ -42,7 +42,8 @@ struct S {
   // exp of x <= 0, NaN passed through (as the Highway adapter: same clamp to [-200, 0]).
   static OCTATTN_INLINE V Exp(V x) {
     const auto is_num = x == x;
-    const V clamped = xsimd::min(xsimd::max(xsimd::select(is_num, x, V(0.0f)), V(-200.0f)), V(0.0f));
+    const V clamped =
+        xsimd::min(xsimd::max(xsimd::select(is_num, x, V(0.0f)), V(-200.0f)), V(0.0f));
     return xsimd::select(is_num, xsimd::exp(clamped), x);
   }
   static OCTATTN_INLINE float ReduceSum(V v) { return xsimd::hadd(v); }
@@ -68,9 +69,7 @@ const Table kTable = MakeTable(kXsimd, OCTATTN_XSIMD_TARGET);
 
 }  // namespace OCTATTN_XSIMD_NS
 
-const Table* XsimdTables::operator()(OCTATTN_XSIMD_ARCH) const {
-  return &OCTATTN_XSIMD_NS::kTable;
-}
+const Table* XsimdTables::operator()(OCTATTN_XSIMD_ARCH) const { return &OCTATTN_XSIMD_NS::kTable; }
 
 }  // namespace kernels
 }  // namespace octattn
