@@ -10,15 +10,16 @@
 /* C99 has no _Static_assert: a negative array size fails the build instead. */
 #define PIN(name, cond) typedef char pin_##name[(cond) ? 1 : -1]
 
-/* The layouts of version 0.1 (the same numbers are checked by the Python, Rust and Go
- * consumers). Structs may only grow at their end, so these never change. */
+/* The layouts (the same numbers are checked by the Python, Rust and Go consumers).
+ * Structs only grow at their end, so an offset never changes once published; 0.2
+ * appended k_start to the options (48 -> 56 bytes). */
 PIN(tensor_size, sizeof(octattn_tensor) == 80);
 PIN(tensor_data, offsetof(octattn_tensor, data) == 0);
 PIN(tensor_dtype, offsetof(octattn_tensor, dtype) == 8);
 PIN(tensor_reserved, offsetof(octattn_tensor, reserved) == 12);
 PIN(tensor_shape, offsetof(octattn_tensor, shape) == 16);
 PIN(tensor_stride, offsetof(octattn_tensor, stride) == 48);
-PIN(options_size, sizeof(octattn_attention_options) >= 48);
+PIN(options_size, sizeof(octattn_attention_options) == 56);
 PIN(options_struct_size, offsetof(octattn_attention_options, struct_size) == 0);
 PIN(options_causal, offsetof(octattn_attention_options, causal) == 8);
 PIN(options_algorithm, offsetof(octattn_attention_options, algorithm) == 12);
@@ -27,7 +28,8 @@ PIN(options_stride, offsetof(octattn_attention_options, stride) == 24);
 PIN(options_q_start, offsetof(octattn_attention_options, q_start) == 32);
 PIN(options_scale, offsetof(octattn_attention_options, scale) == 40);
 PIN(options_reserved, offsetof(octattn_attention_options, reserved) == 44);
-PIN(run_info_size, sizeof(octattn_run_info) >= 24);
+PIN(options_k_start, offsetof(octattn_attention_options, k_start) == 48);
+PIN(run_info_size, sizeof(octattn_run_info) == 24);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);
 PIN(run_info_backend, offsetof(octattn_run_info, backend) == 12);
@@ -54,7 +56,7 @@ static void call_every_function(void) {
   octattn_run_info info;
   const octattn_status null = OCTATTN_ERROR_NULL_POINTER;
   expect(octattn_version_number() == OCTATTN_VERSION_NUMBER, "octattn_version_number");
-  expect(strcmp(octattn_version_string(), "0.1.0") >= 0, "octattn_version_string");
+  expect(strcmp(octattn_version_string(), "0.2.0") >= 0, "octattn_version_string");
   expect(
       strcmp(octattn_status_string(OCTATTN_ERROR_ALIASING), "output overlaps another tensor") == 0,
       "octattn_status_string");
@@ -93,6 +95,7 @@ static void call_every_function(void) {
   expect(octattn_split_heads(NULL, &t, 1, &t) == null, "octattn_split_heads");
   expect(octattn_merge_heads(NULL, &t, &t) == null, "octattn_merge_heads");
   expect(octattn_split_qkv(NULL, &t, 1, 1, &t, &t, &t) == null, "octattn_split_qkv");
+  expect(octattn_merge(NULL, 1, &t, &t, &t, NULL) == null, "octattn_merge");
 }
 
 int main(void) {

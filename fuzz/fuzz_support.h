@@ -150,11 +150,13 @@ struct Problem {
     p.threads = 1 + (flags & 1);
     p.lse = flags & 2;
     p.weights = (flags & 4) && p.opt.algorithm != OCTATTN_ALGORITHM_FUSED;
+    if (flags & 8) p.opt.k_start = (flags >> 4) * 7 - 30;  // keys at other positions
     return p;
   }
+  // The first query's position relative to key row 0 (k_start subtracted).
   int64_t q_start() const {
     if (!opt.causal) return 0;
-    return opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start;
+    return opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start - opt.k_start;
   }
 };
 

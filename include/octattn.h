@@ -28,14 +28,18 @@
  * Grouped queries. q_heads % kv_heads == 0; query head h reads kv head
  * h / (q_heads / kv_heads) (repeat-interleave order), without copying k or v.
  *
- * Positions. Key j sits at position j. Query row i sits at q_pos(i) = q_start + i.
- * By default q_start = kv_len - q_len: the queries are the newest tokens (bottom-right
- * alignment, what a KV cache needs). With q_len == kv_len it is the square case.
+ * Positions. Key row j sits at k_pos(j) = k_start + j (k_start defaults to 0; a call
+ * over a shard of the keys gives the shard's first position). Query row i sits at
+ * q_pos(i) = q_start + i. By default q_start = k_start + kv_len - q_len: the queries are
+ * the newest tokens (bottom-right alignment, what a KV cache needs). With q_len ==
+ * kv_len and k_start 0 it is the square case.
  *
- * Mask. With d = q_pos(i) - j, causal attention allows (i, j) iff d >= 0 and, when
- * window > 0, also d < window || (stride > 0 && j % stride == 0). window == 0 is plain
- * causal; stride only matters with a window. Full (non-causal) attention allows every
- * pair and requires window == stride == 0; it ignores q_start.
+ * Mask. With d = q_pos(i) - k_pos(j), causal attention allows (i, j) iff d >= 0 and,
+ * when window > 0, also d < window || (stride > 0 && k_pos(j) % stride == 0). window
+ * == 0 is plain causal; stride only matters with a window. The mask depends on
+ * positions only, so a call over a shard of the keys (k_start) masks exactly as one call
+ * over all of them. Full (non-causal) attention allows every pair and requires window
+ * == stride == 0; it ignores q_start and k_start.
  *
  * Softmax. o = softmax(scale * q k^T + M) v, M being 0 (allowed) or -inf (masked),
  * computed stably (the row maximum is subtracted first). scale == 0 selects the default
@@ -100,7 +104,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 1
+#define OCTATTN_VERSION_MINOR 2
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -129,7 +133,8 @@ typedef int32_t octattn_status;
  * stages excepted). */
 #define OCTATTN_ERROR_ALIASING 5
 /* An option is out of range: unknown enum value, negative window or stride, window or
- * stride with full attention, q_start beyond +-2^62, non-finite scale, negative thread
+ * stride with full attention, q_start, k_start or q_start - k_start beyond +-2^62,
+ * non-finite scale, negative thread
  * count. */
 #define OCTATTN_ERROR_INVALID_OPTION 6
 /* An option struct's struct_size is smaller than its size in version 0.1, or bytes past
@@ -258,8 +263,8 @@ typedef struct octattn_run_info {
 
 /* Reports what the context's last successful kernel call ran: octattn_attention and the
  * stages (octattn_scores ... octattn_weighted_sum, which report algorithm NAIVE with the
- * context's backend and target) record it; the head layout calls are
- * plain copies with no SIMD target and record nothing. Before any such call, info
+ * context's backend and target) record it; octattn_merge and the head layout calls are
+ * scalar loops with no SIMD target and record nothing. Before any such call, info
  * reports algorithm, backend and target AUTO (0) and threads 0. Set info->struct_size
  * first (at least the 24 bytes of version 0.1's struct): only the bytes it covers are
  * written, struct_size is left as given.
@@ -277,7 +282,7 @@ OCTATTN_API octattn_status octattn_available_targets(octattn_backend backend,
 
 /* ---------------------------------------------------------------------- attention */
 
-#define OCTATTN_Q_START_DEFAULT INT64_MIN /* kv_len - q_len */
+#define OCTATTN_Q_START_DEFAULT INT64_MIN /* k_start + kv_len - q_len */
 
 typedef struct octattn_attention_options {
   size_t struct_size;          /* sizeof(octattn_attention_options); 48 in version 0.1 */
@@ -288,6 +293,8 @@ typedef struct octattn_attention_options {
   int64_t q_start;             /* default OCTATTN_Q_START_DEFAULT */
   float scale;                 /* default 0: 1/sqrt(head_dim) */
   int32_t reserved;            /* must be 0 */
+  /* Since 0.2 (struct_size 56): */
+  int64_t k_start; /* default 0: the position of key row 0 */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header
@@ -317,6 +324,35 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
                                              const octattn_tensor* v, octattn_tensor* o,
                                              octattn_tensor* lse, octattn_tensor* weights,
                                              void* workspace, size_t workspace_size);
+
+/* ---------------------------------------------------------------------- partials
+ * A sequence split over processes (context parallelism, ring attention) attends each
+ * query block to one shard of the keys at a time (k_start gives a shard its positions)
+ * and combines the partial results (o_p, lse_p) by their natural-log LSE:
+ *     m = max_p lse_p,  lse = m + log(sum_p exp(lse_p - m)),  o = sum_p exp(lse_p - lse) o_p
+ * per row, in double, over the partials in the order given, rounded once. A partial
+ * whose lse is -inf (no key of its shard is allowed, or all scores were -inf)
+ * contributes nothing: its o is not read, so whatever it holds (NaN included) cannot
+ * reach the result. A row whose every partial is -inf gives zeros and lse -inf, as one
+ * call does; NaN in an lse makes its row NaN. Over disjoint key shards whose union is
+ * one call's keys, the result agrees with that call within twice the accuracy bound;
+ * byte for byte when at most one partial of a row is not -inf (then the result is that
+ * partial's bytes), and not in general otherwise (one call merges its internal,
+ * unnormalized partials). Merging is associative within the same bound.
+ *
+ * o_parts and lse_parts: arrays of `parts` >= 1 tensors of shapes [B, H, T, Dv] and
+ * [B, H, T, 1], any strides. o gets the result, [B, H, T, Dv]; lse (optional) its LSE.
+ * In place: o may be the very view o_parts[p] (same data, shape and strides) and lse
+ * the view lse_parts[p] of the same p (how a running result absorbs the next shard);
+ * apart from that, outputs must not overlap any input or each other. Runs on the
+ * context's thread pool.
+ * @return OCTATTN_OK, NULL_POINTER, INVALID_SHAPE (parts == 0, sizes that differ),
+ *   INVALID_STRIDE, OVERFLOW, ALIASING, INVALID_OPTION (dtype), UNSUPPORTED (dtype),
+ *   OUT_OF_MEMORY, MISALIGNED, INTERNAL. Since 0.2. */
+OCTATTN_API octattn_status octattn_merge(octattn_context* ctx, size_t parts,
+                                         const octattn_tensor* o_parts,
+                                         const octattn_tensor* lse_parts, octattn_tensor* o,
+                                         octattn_tensor* lse);
 
 /* ---------------------------------------------------------------------- stages
  * The naive path as separate kernels, so callers can compose variants (a bias between

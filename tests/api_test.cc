@@ -539,3 +539,29 @@ TEST_CASE("sizes that cannot be allocated are a status, fast, with nothing alloc
   for (float x : out) CHECK(x == 7.0f);
   CHECK(lse_out[0] == 7.0f);
 }
+
+TEST_CASE("options of version 0.1's size: k_start keeps its default, whatever follows", "[api]") {
+  // A 0.1 caller's struct is 48 bytes: the library must not read k_start from beyond it.
+  Context ctx;
+  Call a, b;
+  a.opt.window = 3;
+  REQUIRE(a.Run(ctx, nullptr, 0, false) == OCTATTN_OK);
+  std::vector<unsigned char> buf(sizeof(octattn_attention_options), 0xA5);
+  octattn_attention_options opt = a.opt;
+  opt.struct_size = 48;
+  std::memcpy(buf.data(), &opt, 48);  // bytes 48.. (k_start) stay garbage
+  auto* old = reinterpret_cast<octattn_attention_options*>(buf.data());
+  REQUIRE(octattn_attention(ctx, old, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(), b.lse.ptr(),
+                            nullptr, nullptr, 0) == OCTATTN_OK);
+  CHECK(BytesEqual(a.o, b.o));
+  // The options' positions stay within +-2^62, their difference too.
+  ExpectStatus(OCTATTN_ERROR_INVALID_OPTION, [](Context& c, Call& x) {
+    x.opt.k_start = (int64_t{1} << 62) + 1;
+    return x.Run(c);
+  });
+  ExpectStatus(OCTATTN_ERROR_INVALID_OPTION, [](Context& c, Call& x) {
+    x.opt.k_start = -(int64_t{1} << 62);
+    x.opt.q_start = int64_t{1} << 62;
+    return x.Run(c);
+  });
+}

@@ -186,3 +186,79 @@ TEST_CASE("dot products that cancel stay within the bound's C term", "[attention
       CHECK(MaxDiff(o, ref) <= bound);
     }
 }
+
+TEST_CASE("k_start: keys at positions k_start + j, masked by position on every path",
+          "[attention]") {
+  // The reference's weights show the mask: checked against the formula in positions,
+  // written here independently of the library's key coordinates.
+  struct KCase {
+    int64_t q_len, kv_len, window, stride, q_start, k_start;
+  };
+  const KCase cases[] = {
+      {7, 30, 0, 0, OCTATTN_Q_START_DEFAULT, 100},  // default q_start: k_start + kv_len - q_len
+      {9, 40, 6, 4, 120, 101},                      // strided columns at odd phase
+      {9, 40, 6, 5, 60, 37},                        // queries inside the shard
+      {5, 25, 3, 7, 10, 50},                        // every key after every query: empty
+      {6, 33, 0, 0, -5, -20},                       // negative positions
+  };
+  const auto targets = AllTargets();
+  for (const KCase& k : cases) {
+    INFO("q_len " << k.q_len << " kv_len " << k.kv_len << " window " << k.window << " stride "
+                  << k.stride << " q_start " << k.q_start << " k_start " << k.k_start);
+    Problem p(1, 2, 1, k.q_len, k.kv_len, 16, 16, 41);
+    auto opt = Options(1, k.window, k.stride, OCTATTN_ALGORITHM_REFERENCE, k.q_start);
+    opt.k_start = k.k_start;
+    Context ref_ctx;
+    Tensor ref = p.Out(), w = p.Weights();
+    Attend(ref_ctx, opt, p.q, p.k, p.v, ref, nullptr, &w);
+    const int64_t q0 =
+        k.q_start == OCTATTN_Q_START_DEFAULT ? k.k_start + k.kv_len - k.q_len : k.q_start;
+    for (int64_t i = 0; i < k.q_len; ++i)
+      for (int64_t j = 0; j < k.kv_len; ++j) {
+        const int64_t qpos = q0 + i, kpos = k.k_start + j, d = qpos - kpos;
+        const bool allowed =
+            d >= 0 && (k.window == 0 || d < k.window ||
+                       (k.stride > 0 && ((kpos % k.stride) + k.stride) % k.stride == 0));
+        CHECK((w.at(0, 0, i, j) != 0.0f) == allowed);
+      }
+    const double bound = Bound(p.q, p.k, p.v);
+    for (const Target& t : targets)
+      for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+        INFO(t.Name() << " " << octattn_algorithm_name(algo));
+        Context ctx(t);
+        Tensor o = p.Out();
+        opt.algorithm = algo;
+        Attend(ctx, opt, p.q, p.k, p.v, o);
+        CHECK(MaxDiff(o, ref) <= bound);
+      }
+  }
+}
+
+TEST_CASE("k_start: a shard's call masks as the whole call does", "[attention]") {
+  // One call over keys [0, 300) against one over the shard [120, 300) with k_start 120
+  // and the rows whose keys all lie in the shard: the same bytes (fused: the shard's
+  // keys are its own units, so only rows whose window lies inside compare).
+  Problem p(1, 2, 2, 300, 300, 16, 16, 43);
+  const auto opt = Options(1, 50, 0, OCTATTN_ALGORITHM_REFERENCE);
+  Context ctx;
+  Tensor whole = p.Out();
+  Attend(ctx, opt, p.q, p.k, p.v, whole);
+  octattn_tensor k = p.k.t, v = p.v.t, q = p.q.t;
+  k.data = static_cast<float*>(k.data) + 120 * k.stride[2];
+  v.data = static_cast<float*>(v.data) + 120 * v.stride[2];
+  k.shape[2] = v.shape[2] = 180;
+  q.data = static_cast<float*>(q.data) + 200 * q.stride[2];
+  q.shape[2] = 100;  // rows 200..299: windows [151, 299] inside the shard
+  auto shard_opt = opt;
+  shard_opt.k_start = 120;
+  shard_opt.q_start = 200;
+  Tensor o(1, 2, 100, 16);
+  REQUIRE(octattn_attention(ctx, &shard_opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) ==
+          OCTATTN_OK);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 100; ++i)
+      for (int64_t d = 0; d < 16; ++d) {
+        const float a = o.at(0, h, i, d), b = whole.at(0, h, 200 + i, d);
+        CHECK(std::memcmp(&a, &b, sizeof(float)) == 0);
+      }
+}

@@ -64,7 +64,7 @@ bool InKeys(const plan::RowKeys& r, int64_t j) {
 
 TEST_CASE("mask formula matches the reference model's tables", "[mask][dispatch]") {
   for (const Table8& table : kTables) {
-    const plan::Mask m{1, table.window, table.stride, 0};
+    const plan::Mask m{1, table.window, table.stride, 0, 0};
     for (int64_t i = 0; i < 8; ++i) {
       for (int64_t j = 0; j < 8; ++j) {
         INFO("window " << table.window << " stride " << table.stride << " row " << i << " col "
@@ -81,7 +81,7 @@ TEST_CASE("key ranges and counts agree with the formula everywhere", "[mask]") {
   for (int64_t window : {0, 1, 2, 5, 16, 100})
     for (int64_t stride : {0, 1, 3, 7})
       for (int64_t q_start : {-5, 0, 3, 40}) {
-        const plan::Mask m{1, window, stride, q_start};
+        const plan::Mask m{1, window, stride, q_start, 0};
         const int64_t kv_len = 37;
         for (int64_t i = 0; i < 30; ++i) {
           const plan::RowKeys r = plan::KeysOf(m, q_start + i, kv_len);
@@ -100,7 +100,7 @@ TEST_CASE("tile classification never lies", "[mask]") {
   for (int64_t window : {0, 1, 4, 9})
     for (int64_t stride : {0, 2, 5})
       for (int64_t q_start : {-3, 0, 6}) {
-        const plan::Mask m{1, window, stride, q_start};
+        const plan::Mask m{1, window, stride, q_start, 0};
         const int64_t kv_len = 29;
         for (int64_t r0 = 0; r0 < 24; r0 += 3)
           for (int64_t j0 = 0; j0 < kv_len; j0 += 4) {

@@ -49,7 +49,7 @@ TEST_CASE("tile classification is exact for dense masks and skips every unread t
   int64_t empty = 0, full = 0;
   for (int64_t window : {0, 1, 4, 9, 40})
     for (int64_t q_start : {-5, 0, 6, 30}) {
-      const plan::Mask m{1, window, 0, q_start};
+      const plan::Mask m{1, window, 0, q_start, 0};
       const int64_t kv_len = 61;
       for (int64_t r0 = 0; r0 < 40; r0 += 5)
         for (int64_t j0 = 0; j0 < kv_len; j0 += 8) {
@@ -72,7 +72,7 @@ TEST_CASE("tile classification is exact for dense masks and skips every unread t
 TEST_CASE("tile classification with strided columns: conservative, and still skips", "[plan]") {
   // Strided columns make the allowed set sparse: Empty and Full stay exact claims, and a
   // tile between strided columns that no window reaches is still skipped.
-  const plan::Mask m{1, 4, 16, 0};
+  const plan::Mask m{1, 4, 16, 0, 0};
   const int64_t kv_len = 200;
   int64_t empty = 0;
   for (int64_t r0 = 100; r0 < 200; r0 += 4)
@@ -94,23 +94,23 @@ TEST_CASE("key bounds: KeyBegin and KeyEnd bound what any row may read", "[plan]
   for (int64_t window : {0, 3, 10})
     for (int64_t stride : {0, 4})
       for (int64_t q_start : {-4, 0, 7, 50}) {
-        const plan::Mask m{1, window, window ? stride : 0, q_start};
+        const plan::Mask m{1, window, window ? stride : 0, q_start, 0};
         const int64_t kv_len = 60, q_len = 9;
         const int64_t begin = plan::KeyBegin(m, q_start),
                       end = plan::KeyEnd(m, q_start + q_len, kv_len);
-        const int64_t below = plan::StrideBelow(m);
+        const plan::Columns below = plan::StridedBelow(m);
         bool begin_read = false;
         for (int64_t i = 0; i < q_len; ++i)
           for (int64_t j = 0; j < kv_len; ++j) {
             const bool a = plan::Allowed(m, q_start + i, j);
             if (j >= end) CHECK(!a);
-            if (j < begin) CHECK((!a || (below > 0 && j % below == 0)));
+            if (j < begin) CHECK((!a || below.Has(j)));
             if (j == begin && a) begin_read = true;
           }
         // The bounds are tight: the first row reads key `begin` when it reads anything.
         if (q_start >= 0 && begin < end) CHECK(begin_read);
       }
-  const plan::Mask full{0, 0, 0, 0};
+  const plan::Mask full{0, 0, 0, 0, 0};
   CHECK(plan::KeyBegin(full, 5) == 0);
   CHECK(plan::KeyEnd(full, 5, 60) == 60);
 }
@@ -128,7 +128,7 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
   const kernels::Table* table = kernels::HighwayBest();
   REQUIRE(table != nullptr);
   SECTION("prefill: one task per (batch, kv head, query tile), last tiles first") {
-    const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, plan::Mask{1, 0, 0, 0});
+    const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, plan::Mask{1, 0, 0, 0, 0});
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     CHECK_FALSE(s.decode);
     CHECK(s.q_tiles == 3);
@@ -146,12 +146,13 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.slot_bytes > 0);
     CHECK(s.shared_bytes == 0);
     // The scratch of a prefill slot does not grow with the sequence.
-    const plan::Schedule longer = plan::MakeSchedule(
-        Shape(2, 8, 2, 30000, 30000, 64, plan::Mask{1, 0, 0, 0}), plan::Algorithm::kFused, table);
+    const plan::Schedule longer =
+        plan::MakeSchedule(Shape(2, 8, 2, 30000, 30000, 64, plan::Mask{1, 0, 0, 0, 0}),
+                           plan::Algorithm::kFused, table);
     CHECK(longer.slot_bytes == s.slot_bytes);
   }
   SECTION("decode: key units per (batch, kv head), gathered columns first, partials disjoint") {
-    const plan::CallShape c = Shape(2, 8, 2, 1, 3000, 64, plan::Mask{1, 500, 64, 2999});
+    const plan::CallShape c = Shape(2, 8, 2, 1, 3000, 64, plan::Mask{1, 500, 64, 2999, 0});
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     REQUIRE(s.decode);
     CHECK(s.gathered);
@@ -168,15 +169,15 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.shared_bytes >= static_cast<size_t>(s.tasks) * rows * s.state_floats * sizeof(float));
     // Past the decode threshold (16 rows per kv head) the same keys run as prefill.
     const plan::Schedule wide = plan::MakeSchedule(
-        Shape(2, 8, 2, 5, 3000, 64, plan::Mask{1, 0, 0, 2995}), plan::Algorithm::kFused, table);
+        Shape(2, 8, 2, 5, 3000, 64, plan::Mask{1, 0, 0, 2995, 0}), plan::Algorithm::kFused, table);
     CHECK_FALSE(wide.decode);
     // A single unit is never split.
     const plan::Schedule short_kv = plan::MakeSchedule(
-        Shape(1, 8, 2, 1, 900, 64, plan::Mask{1, 0, 0, 899}), plan::Algorithm::kFused, table);
+        Shape(1, 8, 2, 1, 900, 64, plan::Mask{1, 0, 0, 899, 0}), plan::Algorithm::kFused, table);
     CHECK_FALSE(short_kv.decode);
   }
   SECTION("naive and reference: one task per (batch, query head); sizes saturate") {
-    const plan::CallShape c = Shape(3, 4, 2, 50, 70, 16, plan::Mask{1, 0, 0, 20});
+    const plan::CallShape c = Shape(3, 4, 2, 50, 70, 16, plan::Mask{1, 0, 0, 20, 0});
     for (plan::Algorithm a : {plan::Algorithm::kNaive, plan::Algorithm::kReference}) {
       const plan::Schedule s = plan::MakeSchedule(c, a, table);
       CHECK(s.tasks == 12);
@@ -186,7 +187,7 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     }
     // q_len = kv_len = 2^31: the naive scores alone are 2^64 bytes.
     const plan::CallShape huge =
-        Shape(1, 1, 1, int64_t{1} << 31, int64_t{1} << 31, 64, plan::Mask{1, 0, 0, 0});
+        Shape(1, 1, 1, int64_t{1} << 31, int64_t{1} << 31, 64, plan::Mask{1, 0, 0, 0, 0});
     const plan::Schedule s = plan::MakeSchedule(huge, plan::Algorithm::kNaive, table);
     CHECK(s.slot_bytes == SIZE_MAX);
     CHECK(plan::WorkspaceBytes(s, 2) == SIZE_MAX);

@@ -21,8 +21,8 @@ func fail(format string, args ...interface{}) {
 	os.Exit(1)
 }
 
-// checkLayouts compares cgo's view of the header's structs with the layouts of version
-// 0.1, pinned as in abi/consumer.c.
+// checkLayouts compares cgo's view of the header's structs with their pinned layouts
+// (as in abi/consumer.c; 0.2 appended k_start to the options).
 func checkLayouts() {
 	var t C.octattn_tensor
 	var o C.octattn_attention_options
@@ -45,6 +45,8 @@ func checkLayouts() {
 		{"options.q_start", unsafe.Offsetof(o.q_start), 32},
 		{"options.scale", unsafe.Offsetof(o.scale), 40},
 		{"options.reserved", unsafe.Offsetof(o.reserved), 44},
+		{"options.k_start", unsafe.Offsetof(o.k_start), 48},
+		{"sizeof(octattn_attention_options)", unsafe.Sizeof(o), 56},
 		{"run_info.struct_size", unsafe.Offsetof(r.struct_size), 0},
 		{"run_info.algorithm", unsafe.Offsetof(r.algorithm), 8},
 		{"run_info.backend", unsafe.Offsetof(r.backend), 12},

@@ -13,7 +13,8 @@ class Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("causal", ctypes.c_int32),
                 ("algorithm", ctypes.c_int32), ("window", ctypes.c_int64),
                 ("stride", ctypes.c_int64), ("q_start", ctypes.c_int64),
-                ("scale", ctypes.c_float), ("reserved", ctypes.c_int32)]
+                ("scale", ctypes.c_float), ("reserved", ctypes.c_int32),
+                ("k_start", ctypes.c_int64)]
 
 
 class RunInfo(ctypes.Structure):
@@ -21,11 +22,12 @@ class RunInfo(ctypes.Structure):
                 ("backend", ctypes.c_int32), ("target", ctypes.c_int32), ("threads", ctypes.c_int32)]
 
 
-# The layouts of version 0.1, pinned as in abi/consumer.c: (struct, size, field offsets).
+# The layouts, pinned as in abi/consumer.c: (struct, size, field offsets). Fields are
+# only appended: 0.2 added k_start to the options (48 -> 56 bytes).
 PINNED = [
     (Tensor, 80, {"data": 0, "dtype": 8, "reserved": 12, "shape": 16, "stride": 48}),
-    (Options, 48, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
-                   "q_start": 32, "scale": 40, "reserved": 44}),
+    (Options, 56, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
+                   "q_start": 32, "scale": 40, "reserved": 44, "k_start": 48}),
     (RunInfo, 24, {"struct_size": 0, "algorithm": 8, "backend": 12, "target": 16, "threads": 20}),
 ]
 

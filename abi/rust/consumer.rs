@@ -23,6 +23,7 @@ struct Options {
     q_start: i64,
     scale: f32,
     reserved: i32,
+    k_start: i64, // since 0.2
 }
 
 #[link(name = "octattn")]
@@ -53,14 +54,14 @@ struct RunInfo {
     threads: i32,
 }
 
-// The layouts of version 0.1, pinned as in abi/consumer.c.
+// The layouts, pinned as in abi/consumer.c (0.2 appended k_start to the options).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Tensor>() == 80);
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 48);
+    assert!(size_of::<Options>() == 56 && offset_of!(Options, k_start) == 48);
     assert!(offset_of!(Options, struct_size) == 0 && offset_of!(Options, causal) == 8);
     assert!(offset_of!(Options, algorithm) == 12 && offset_of!(Options, window) == 16);
     assert!(offset_of!(Options, stride) == 24 && offset_of!(Options, q_start) == 32);

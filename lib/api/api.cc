@@ -19,6 +19,20 @@ namespace plan = octattn::plan;
 
 namespace {
 
+// The defaults of the options' first `size` bytes (a struct of that size).
+octattn_status InitOptions(octattn_attention_options* options, size_t size) {
+  if (!options) return OCTATTN_ERROR_NULL_POINTER;
+  octattn_attention_options defaults;
+  std::memset(&defaults, 0, sizeof(defaults));
+  defaults.struct_size = size;
+  defaults.causal = 1;
+  defaults.algorithm = OCTATTN_ALGORITHM_AUTO;
+  defaults.q_start = OCTATTN_Q_START_DEFAULT;
+  defaults.k_start = 0;
+  std::memcpy(options, &defaults, size);
+  return OCTATTN_OK;
+}
+
 api::Check NeedContext(const octattn_context* ctx) {
   if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
   return api::Check();
@@ -117,12 +131,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
     if (!c->table)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
-  sh.mask.causal = opt.causal;
-  sh.mask.window = opt.window;
-  sh.mask.stride = opt.stride;
-  sh.mask.q_start = !opt.causal                              ? 0
-                    : opt.q_start == OCTATTN_Q_START_DEFAULT ? sh.kv_len - sh.q_len
-                                                             : opt.q_start;
+  sh.mask = api::ResolveMask(opt, sh.q_len, sh.kv_len);
   c->scale = opt.scale != 0.0f
                  ? opt.scale
                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
@@ -453,14 +462,20 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
   });
 }
 
-octattn_status octattn_attention_options_init(octattn_attention_options* options) {
-  if (!options) return OCTATTN_ERROR_NULL_POINTER;
-  std::memset(options, 0, sizeof(*options));
-  options->struct_size = sizeof(*options);
-  options->causal = 1;
-  options->algorithm = OCTATTN_ALGORITHM_AUTO;
-  options->q_start = OCTATTN_Q_START_DEFAULT;
-  return OCTATTN_OK;
+// The current struct: the default version of octattn_attention_options_init (OCTATTN_0.2
+// on), which programs linked now bind to, statically too.
+__attribute__((symver("octattn_attention_options_init@@OCTATTN_0.2"), visibility("default")))
+octattn_status
+octattn_attention_options_init_0_2(octattn_attention_options* options) {
+  return InitOptions(options, sizeof(*options));
+}
+
+// Version 0.1's: a program built against the 0.1 header has a 48-byte struct, and the
+// dynamic loader binds it here, never to the init that writes the current size.
+__attribute__((symver("octattn_attention_options_init@OCTATTN_0.1"), visibility("default")))
+octattn_status
+octattn_attention_options_init_0_1(octattn_attention_options* options) {
+  return InitOptions(options, octattn::api::kOptionsSize_0_1);
 }
 
 octattn_status octattn_attention_workspace_size(octattn_context* ctx,

@@ -123,8 +123,7 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
-    plan::Mask mask{opt.causal, opt.window, opt.stride,
-                    opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start};
+    const plan::Mask mask = api::ResolveMask(opt, q_len, kv_len);
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
       table->mask_rows(HeadOf(ts, b, h), q_len, kv_len, mask);
     }));

@@ -147,6 +147,12 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   if (out->q_start != OCTATTN_Q_START_DEFAULT &&
       (out->q_start < -kMaxPosition || out->q_start > kMaxPosition))
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.q_start must be in [-2^62, 2^62]");
+  if (out->k_start < -kMaxPosition || out->k_start > kMaxPosition)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.k_start must be in [-2^62, 2^62]");
+  if (out->q_start != OCTATTN_Q_START_DEFAULT &&
+      (out->q_start - out->k_start < -kMaxPosition || out->q_start - out->k_start > kMaxPosition))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.q_start - options.k_start must be in [-2^62, 2^62]");
   if (!std::isfinite(out->scale))
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.scale is not finite");
   if (out->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved is not 0");
@@ -160,6 +166,15 @@ static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
 static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
                   offsetof(octattn_run_info, threads) + sizeof(int32_t) == kRunInfoSize_0_1,
               "octattn_run_info grows only by appending");
+
+plan::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len) {
+  plan::Mask m{opt.causal, opt.window, opt.stride, 0, 0};
+  if (!opt.causal) return m;
+  // Key coordinates: key row j at j, the queries q_start - k_start on.
+  m.q_start = opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start - opt.k_start;
+  if (opt.stride > 0) m.phase = ((-opt.k_start) % opt.stride + opt.stride) % opt.stride;
+  return m;
+}
 
 }  // namespace api
 }  // namespace octattn

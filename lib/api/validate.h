@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "lib/plan/plan.h"
 #include "octattn.h"
 
 namespace octattn {
@@ -52,6 +53,7 @@ Check CheckDisjoint(const TensorInfo& a, const char* a_name, const TensorInfo& b
 Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, const char* what);
 
 // Options with defaults resolved; q_start still possibly OCTATTN_Q_START_DEFAULT.
+// Checks every range, so that positions and their differences stay within +-2^62.
 Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out);
 
 // The sizes of the public structs as version 0.1 published them: the smallest
@@ -61,6 +63,10 @@ constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
 // `base` past `known` (this library's size) up to `given` are not zero (libbpf's rule).
+// The mask of validated options in the coordinates of the call's keys (plan::Mask):
+// default alignment resolved, q_start relative to k_start, the strided columns' phase.
+plan::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len);
+
 Check ValidateStructSize(size_t given, size_t first, size_t known, const void* base,
                          const char* name);
 

@@ -13,19 +13,30 @@
 namespace octattn {
 namespace plan {
 
-// The mask of one call, with q_start already resolved.
+// The mask of one call in the coordinates of its keys: key row j is at position j, query
+// row i at q_start + i (the call's q_start minus its k_start), and the strided columns
+// are the key rows with j % stride == phase (the call's positions k_start + j that are
+// multiples of the stride).
 struct Mask {
   int32_t causal;  // 0: every key allowed
   int64_t window;  // 0: plain causal
   int64_t stride;  // global columns, only with a window
   int64_t q_start;
+  int64_t phase;  // in [0, stride)
 };
 
 // The keys row `qpos` may read, out of [0, kv_len): the dense run [lo, hi) plus the
-// strided columns j < strided_end with j % stride == 0 (strided_end <= lo).
+// strided columns j < strided_end with j % stride == phase (strided_end <= lo).
 struct RowKeys {
   int64_t lo, hi;
   int64_t stride, strided_end;
+  int64_t phase;
+};
+
+// A set of strided columns: key rows j with j % stride == phase (stride 0: none).
+struct Columns {
+  int64_t stride, phase;
+  bool Has(int64_t j) const { return stride > 0 && j % stride == phase; }
 };
 
 enum TileKind { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2 };
@@ -35,38 +46,48 @@ namespace {
 inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// Strided columns: key rows j >= 0 with j % stride == phase.
+inline bool OnStride(int64_t j, int64_t stride, int64_t phase) {
+  return stride > 0 && j % stride == phase;
+}
+// The first strided column at or after j >= 0.
+inline int64_t NextOnStride(int64_t j, int64_t stride, int64_t phase) {
+  return j + (phase - j % stride + stride) % stride;
+}
+
 // The normative formula, one pair at a time (used for partial tiles and by tests).
 inline bool Allowed(const Mask& m, int64_t qpos, int64_t j) {
   if (!m.causal) return true;
   const int64_t d = qpos - j;
   if (d < 0) return false;
   if (m.window <= 0) return true;
-  return d < m.window || (m.stride > 0 && j % m.stride == 0);
+  return d < m.window || OnStride(j, m.stride, m.phase);
 }
 
 inline RowKeys KeysOf(const Mask& m, int64_t qpos, int64_t kv_len) {
-  RowKeys r{0, kv_len, 0, 0};
+  RowKeys r{0, kv_len, 0, 0, 0};
   if (!m.causal) return r;
   r.hi = MinI(qpos + 1, kv_len);
-  if (r.hi <= 0) return RowKeys{0, 0, 0, 0};
+  if (r.hi <= 0) return RowKeys{0, 0, 0, 0, 0};
   if (m.window > 0) {
     r.lo = MaxI(qpos - m.window + 1, 0);
     if (r.lo > r.hi) r.lo = r.hi;  // the window lies past the last key
     if (m.stride > 0) {
       r.stride = m.stride;
       r.strided_end = r.lo;
+      r.phase = m.phase;
     }
   }
   return r;
 }
 
-// Number of strided columns j < end with j % stride == 0.
-inline int64_t StridedCount(int64_t stride, int64_t end) {
-  return (stride > 0 && end > 0) ? (end - 1) / stride + 1 : 0;
+// Number of strided columns j < end with j % stride == phase.
+inline int64_t StridedCount(int64_t stride, int64_t phase, int64_t end) {
+  return (stride > 0 && end > phase) ? (end - 1 - phase) / stride + 1 : 0;
 }
 
 inline int64_t AllowedCount(const RowKeys& r) {
-  return (r.hi - r.lo) + StridedCount(r.stride, r.strided_end);
+  return (r.hi - r.lo) + StridedCount(r.stride, r.phase, r.strided_end);
 }
 
 // Allowed (i, j) pairs of a whole head: the unit of useful work.
@@ -88,7 +109,7 @@ inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0
   const bool dense_miss = last.hi <= j0 || first.lo >= j1;
   bool strided_hit = false;
   if (last.stride > 0 && j0 < last.strided_end) {
-    const int64_t first_col = (j0 + last.stride - 1) / last.stride * last.stride;
+    const int64_t first_col = NextOnStride(j0, last.stride, last.phase);
     strided_hit = first_col < j1 && first_col < last.strided_end;
   }
   if (dense_miss && !strided_hit) return kTileEmpty;
@@ -103,14 +124,17 @@ inline int64_t KeyEnd(const Mask& m, int64_t qpos_end, int64_t kv_len) {
 }
 
 // The first key of the dense run of a row at position `qpos_first`: a row at that
-// position or later reads no key below it except the strided columns (j % stride == 0,
-// with a window and a stride), so nothing else below it is ever loaded.
+// position or later reads no key below it except the strided columns (with a window and
+// a stride), so nothing else below it is ever loaded.
 inline int64_t KeyBegin(const Mask& m, int64_t qpos_first) {
   if (!m.causal || m.window <= 0) return 0;
   return MaxI(0, qpos_first - m.window + 1);
 }
-// The stride of the columns below KeyBegin that stay readable (0: none).
-inline int64_t StrideBelow(const Mask& m) { return m.causal && m.window > 0 ? m.stride : 0; }
+// The strided columns below KeyBegin, which stay readable (stride 0: none).
+inline Columns StridedBelow(const Mask& m) {
+  if (!m.causal || m.window <= 0) return Columns{0, 0};
+  return Columns{m.stride, m.phase};
+}
 
 // Sizes of scratch, in size_t with saturating arithmetic: a size that does not fit
 // becomes SIZE_MAX, which no allocation satisfies and validation reports as OVERFLOW.

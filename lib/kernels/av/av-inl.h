@@ -31,11 +31,6 @@ OCTATTN_INLINE void AvRange(const KeyData& kd, const float* const* p, int64_t j0
   }
 }
 
-// First key at or after j that is a multiple of stride.
-static inline int64_t NextStrided(int64_t j, int64_t stride) {
-  return (j + stride - 1) / stride * stride;
-}
-
 // Accumulates C value vectors of R rows with key sets keys[r] (only keys >= kd.base),
 // each in ascending key order: the shared keys with all R rows at once, the rest row by
 // row.
@@ -44,15 +39,16 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
                            typename S::V (&acc)[R][C]) {
   const float* const* p = kd.p;
   int64_t min_lo = keys[0].lo, max_lo = keys[0].lo, min_hi = keys[0].hi;
-  int64_t stride = keys[0].stride;  // rows without keys carry stride 0
+  int64_t stride = keys[0].stride, phase = keys[0].phase;  // rows without keys: stride 0
   for (int r = 1; r < R; ++r) {
     min_lo = plan::MinI(min_lo, keys[r].lo);
     max_lo = plan::MaxI(max_lo, keys[r].lo);
     min_hi = plan::MinI(min_hi, keys[r].hi);
-    stride = plan::MaxI(stride, keys[r].stride);
+    if (keys[r].stride > stride) stride = keys[r].stride, phase = keys[r].phase;
   }
   // 1. strided columns below every row's dense run (shared).
-  if (stride > 0) AvRange<R, C>(kd, p, NextStrided(kd.base, stride), min_lo, stride, acc);
+  if (stride > 0)
+    AvRange<R, C>(kd, p, plan::NextOnStride(kd.base, stride, phase), min_lo, stride, acc);
   // 2. each row's keys in [min_lo, max_lo): strided columns, then its dense start.
   for (int r = 0; r < R; ++r) {
     const float* pr[1] = {p[r]};
@@ -60,8 +56,8 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
     const int64_t lo = keys[r].lo;
     if (stride > 0 && keys[r].strided_end > min_lo)
-      AvRange<1, C>(kd, pr, NextStrided(plan::MaxI(min_lo, kd.base), stride), keys[r].strided_end,
-                    stride, a);
+      AvRange<1, C>(kd, pr, plan::NextOnStride(plan::MaxI(min_lo, kd.base), stride, phase),
+                    keys[r].strided_end, stride, a);
     AvRange<1, C>(kd, pr, lo, plan::MinI(max_lo, keys[r].hi), 1, a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
   }
@@ -122,10 +118,10 @@ static size_t WeightedSumScratchFloats(int64_t kv_len, int64_t value_dim, int64_
 static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int64_t kv_len,
                             int64_t value_dim, float* scratch) {
   int64_t v_row = 0;
-  const float* vv =
-      PrepareValues(v.data, v.row, v.col, value_dim, 0, 0, kv_len, 0, scratch, &v_row);
+  const float* vv = PrepareValues(v.data, v.row, v.col, value_dim, 0, 0, kv_len,
+                                  plan::Columns{0, 0}, scratch, &v_row);
   float* otmp = scratch + ValuesScratch(kv_len, value_dim, v.col);
-  const plan::RowKeys all{0, kv_len, 0, 0};
+  const plan::RowKeys all{0, kv_len, 0, 0, 0};
   int64_t i = 0;
   for (; i + kRowBlock <= q_len; i += kRowBlock) {
     const float* pr[kRowBlock];

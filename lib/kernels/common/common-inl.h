@@ -26,18 +26,14 @@ static inline bool ValuesDirect(int64_t v_dim, int64_t value_dim) {
 static inline size_t ValuesScratch(int64_t keys, int64_t value_dim, int64_t v_dim) {
   return ValuesDirect(v_dim, value_dim) ? 0 : Piece2(keys, PadKeys(value_dim));
 }
-// True for key j below the loaded run [load, ...) that a row may still read: a strided
-// column. Every other key below `load` is never loaded.
-static inline bool ReadableBelow(int64_t j, int64_t stride) {
-  return stride > 0 && j % stride == 0;
-}
 
 // Value rows of keys [base, end) as full vectors: returns the row of key `base` and sets
 // *row to the row stride. Packed copies (zero padded) go to scratch when the caller's
-// rows are not full vectors; rows below `load` are copied only if ReadableBelow.
+// rows are not full vectors; rows below `load` are copied only if they are among the
+// strided columns `below`: no row reads the others.
 static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t v_dim,
                                          int64_t value_dim, int64_t base, int64_t load, int64_t end,
-                                         int64_t stride, float* scratch, int64_t* row) {
+                                         plan::Columns below, float* scratch, int64_t* row) {
   if (ValuesDirect(v_dim, value_dim)) {
     *row = v_row;
     return v + base * v_row;
@@ -46,7 +42,7 @@ static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t 
   for (int64_t j = base; j < end; ++j) {
     float* dst = scratch + (j - base) * dvp;
     int64_t d = 0;
-    if (j >= load || ReadableBelow(j, stride)) {
+    if (j >= load || below.Has(j)) {
       const float* src = v + j * v_row;
       for (; d < value_dim; ++d) dst[d] = src[d * v_dim];
     }

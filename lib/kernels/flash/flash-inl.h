@@ -72,6 +72,7 @@ static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
   c.lo = plan::MinI(plan::MaxI(k.lo, t0), t1);
   c.hi = plan::MaxI(plan::MinI(plan::MaxI(k.hi, t0), t1), c.lo);
   c.stride = k.stride;
+  c.phase = k.phase;
   c.strided_end = plan::MaxI(plan::MinI(k.strided_end, t1), t0);
   return c;
 }
@@ -134,7 +135,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
 
   const int64_t dvp = PadKeys(t.op.value_dim);
   plan::RowKeys keys[R];
-  const plan::RowKeys none{tile.t0, tile.t0, 0, tile.t0};
+  const plan::RowKeys none{tile.t0, tile.t0, 0, tile.t0, 0};
   for (int r = 0; r < R; ++r) {
     keys[r] = none;
     if (!active[r]) continue;  // below the row's floor: another unit holds these keys
@@ -234,21 +235,22 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   return f;
 }
 
-// Packs keys [t0, t1) of a space whose key g is row g * step of k and v. Keys below
-// `load` other than the strided columns (stride, real keys only) are no row's: zeros in
-// the packed K tile, value rows not loaded.
+// Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys
+// below `load` other than the strided columns `below` (real keys only) are no row's:
+// zeros in the packed K tile, value rows not loaded.
 static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
-                                 int64_t load, int64_t t1, int64_t step, int64_t stride) {
+                                 int64_t load, int64_t t1, int64_t first, int64_t step,
+                                 plan::Columns below) {
   FlashTile tile;
   tile.t0 = t0;
   tile.t1 = t1;
   tile.tpad = PadKeys(t1 - t0);
   load = plan::MinI(plan::MaxI(load, t0), t1);
-  PackKeysT(t.op.k, t.op.k_row * step, t.op.k_dim, t0, load, t1, stride, tile.tpad, t.op.head_dim,
-            f.kt, kKtStride);
+  PackKeysT(t.op.k + first * t.op.k_row, t.op.k_row * step, t.op.k_dim, t0, load, t1, below,
+            tile.tpad, t.op.head_dim, f.kt, kKtStride);
   tile.kt = f.kt;
-  tile.v = PrepareValues(t.op.v, t.op.v_row * step, t.op.v_dim, t.op.value_dim, t0, load, t1,
-                         stride, f.vpack, &tile.v_row);
+  tile.v = PrepareValues(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim, t.op.value_dim,
+                         t0, load, t1, below, f.vpack, &tile.v_row);
   return tile;
 }
 
@@ -258,9 +260,10 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
   const size_t stride = FlashStateFloats(t.op.value_dim);
   ResetState(st, rows, stride, PadKeys(t.op.value_dim));
   FlashSpace sp;
-  int64_t begin, end, step, load, below;
+  int64_t begin, end, first, step, load;
+  plan::Columns below{0, 0};
   if (chunk < 0) {  // gathered strided columns: plain causal in column space
-    sp.mask = plan::Mask{1, 0, 0, 0};
+    sp.mask = plan::Mask{1, 0, 0, 0, 0};
     sp.kv_len = 0;
     sp.floors = false;
     for (int64_t r = 0; r < rows; ++r) {
@@ -269,9 +272,9 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     }
     begin = 0;
     end = sp.kv_len;
+    first = t.op.mask.phase;  // column g is key phase + g * stride
     step = t.op.mask.stride;
     load = 0;
-    below = 0;
   } else {
     sp.mask = t.op.mask;
     sp.kv_len = t.op.kv_len;
@@ -283,9 +286,10 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     }
     begin = plan::MaxI(chunk * kChunkKeys, floor);
     end = plan::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
+    first = 0;
     step = 1;
     load = plan::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
-    below = plan::StrideBelow(t.op.mask);
+    below = plan::StridedBelow(t.op.mask);
   }
   // Rows are in order of position, so the first and last rows bound what the task reads.
   const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
@@ -294,7 +298,7 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     if (chunk >= 0 &&
         plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
       continue;  // no row reads this tile: not even packed
-    const FlashTile tile = PackTile(t, f, t0, load, t1, step, below);
+    const FlashTile tile = PackTile(t, f, t0, load, t1, first, step, below);
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
     FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf);
   }
@@ -311,9 +315,9 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
     row.q = t.op.q + h * t.op.q_head + i * t.op.q_row;
     const plan::RowKeys k = plan::KeysOf(t.op.mask, t.op.mask.q_start + i, t.op.kv_len);
     row.floor = t.op.mask.window > 0 ? k.lo / kTileKeys * kTileKeys : 0;
-    row.strided = has_strided
-                      ? plan::StridedCount(t.op.mask.stride, plan::MinI(row.floor, k.strided_end))
-                      : 0;
+    row.strided = has_strided ? plan::StridedCount(t.op.mask.stride, t.op.mask.phase,
+                                                   plan::MinI(row.floor, k.strided_end))
+                              : 0;
   }
   bool first = true;
   auto unit = [&](int64_t chunk) {

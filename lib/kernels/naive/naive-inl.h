@@ -17,14 +17,14 @@ static void NaiveHead(const Operands& t, float* scratch) {
   // head may read: nothing else is loaded (other packed keys are zeros, and masked).
   const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
   const int64_t kbegin = plan::MinI(plan::KeyBegin(t.mask, t.mask.q_start), kend);
-  const int64_t stride = plan::StrideBelow(t.mask);
+  const plan::Columns below = plan::StridedBelow(t.mask);
   const int64_t kpad = PadKeys(kend);
   float* kt = scratch;
   float* s = kt + Piece2(t.head_dim, KtStride(kpad));
   float* row_lse = s + Piece2(t.q_len, kpad);
   float* vpack = row_lse + Piece(plan::Count(t.q_len));
   float* otmp = vpack + ValuesScratch(kend, t.value_dim, t.v_dim);
-  PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, stride, kpad, t.head_dim, kt, KtStride(kpad));
+  PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, below, kpad, t.head_dim, kt, KtStride(kpad));
 
   int64_t i = 0;
   for (; i + kRowBlock <= t.q_len; i += kRowBlock) {
@@ -50,8 +50,8 @@ static void NaiveHead(const Operands& t, float* scratch) {
 
   int64_t v_row = 0;
   const float* v =
-      PrepareValues(t.v, t.v_row, t.v_dim, t.value_dim, 0, kbegin, kend, stride, vpack, &v_row);
-  const plan::RowKeys none{0, 0, 0, 0};
+      PrepareValues(t.v, t.v_row, t.v_dim, t.value_dim, 0, kbegin, kend, below, vpack, &v_row);
+  const plan::RowKeys none{0, 0, 0, 0, 0};
   auto keys_of = [&](int64_t row) {
     return row_lse[row] == -__builtin_inff() ? none
                                              : plan::KeysOf(t.mask, t.mask.q_start + row, t.kv_len);

@@ -6,14 +6,14 @@
 // one lane, so its bits do not depend on which block shape, tile or call computed it.
 
 // kt[d * kt_stride + (j - j_begin)] = k[j][d] for j in [j_load, j_end) and for the
-// strided columns below j_load (ReadableBelow); zero for the other keys below j_load (no
-// row of the task may read them: never loaded) and up to `padded` keys.
+// strided columns `below` under j_load; zero for the other keys below j_load (no row of
+// the task may read them: never loaded) and up to `padded` keys.
 static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64_t j_begin,
-                             int64_t j_load, int64_t j_end, int64_t stride, int64_t padded,
+                             int64_t j_load, int64_t j_end, plan::Columns below, int64_t padded,
                              int64_t head_dim, float* kt, int64_t kt_stride) {
   const int64_t skip = j_load - j_begin, n = j_end - j_begin;
   for (int64_t jj = 0; jj < skip; ++jj) {
-    const bool readable = ReadableBelow(j_begin + jj, stride);
+    const bool readable = below.Has(j_begin + jj);
     const float* src = k + (j_begin + jj) * k_row;
     for (int64_t d = 0; d < head_dim; ++d)
       kt[d * kt_stride + jj] = readable ? src[d * k_dim] : 0.0f;
@@ -159,8 +159,9 @@ static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_le
   const int64_t kpad = PadKeys(kv_len);
   float* kt = scratch;
   float* s = kt + Piece2(head_dim, KtStride(kpad));
-  PackKeysT(k.data, k.row, k.col, 0, 0, kv_len, 0, kpad, head_dim, kt, KtStride(kpad));
-  const plan::Mask full{0, 0, 0, 0};
+  PackKeysT(k.data, k.row, k.col, 0, 0, kv_len, plan::Columns{0, 0}, kpad, head_dim, kt,
+            KtStride(kpad));
+  const plan::Mask full{0, 0, 0, 0, 0};
   for (int64_t i = 0; i < q_len; i += kRowBlock) {
     const int64_t rows = plan::MinI(kRowBlock, q_len - i);
     float* dst[kRowBlock];
