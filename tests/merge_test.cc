@@ -45,10 +45,10 @@ struct MergeCase {
 
 TEST_CASE("merged shards equal one call over all keys within twice the bound", "[merge]") {
   const MergeCase cases[] = {
-      {4, 2, 70, 70, 0, 0, {23, 50}},        // causal GQA, uneven shards
-      {2, 2, 90, 90, 20, 7, {31, 32, 64}},   // window + strided columns, a one-key shard
-      {4, 1, 3, 200, 0, 0, {100}},           // decode-shaped rows against a cache
-      {2, 1, 40, 97, 10, 6, {13, 45, 80}},   // queries at the end, strided phase per shard
+      {4, 2, 70, 70, 0, 0, {23, 50}},       // causal GQA, uneven shards
+      {2, 2, 90, 90, 20, 7, {31, 32, 64}},  // window + strided columns, a one-key shard
+      {4, 1, 3, 200, 0, 0, {100}},          // decode-shaped rows against a cache
+      {2, 1, 40, 97, 10, 6, {13, 45, 80}},  // queries at the end, strided phase per shard
   };
   for (const MergeCase& m : cases)
     for (const Target& t : AllTargets())
@@ -84,7 +84,8 @@ TEST_CASE("merged shards equal one call over all keys within twice the bound", "
       }
 }
 
-TEST_CASE("merge: one non-empty partial gives its bytes, and empty partials are never read", "[merge]") {
+TEST_CASE("merge: one non-empty partial gives its bytes, and empty partials are never read",
+          "[merge]") {
   // Queries at positions 0..9 against shards [0, 10) and [10, 40): the second shard
   // allows nothing (lse -inf), whatever its o holds.
   Problem p(1, 2, 2, 10, 40, 8, 8, 53);

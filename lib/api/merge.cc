@@ -23,7 +23,9 @@ bool SameView(const octattn_tensor& a, const octattn_tensor& b) {
          std::memcmp(a.stride, b.stride, sizeof(a.stride)) == 0;
 }
 
-std::string Part(const char* name, size_t p) { return std::string(name) + "[" + std::to_string(p) + "]"; }
+std::string Part(const char* name, size_t p) {
+  return std::string(name) + "[" + std::to_string(p) + "]";
+}
 
 // Sizes of `t` equal those of `want` (dims 0..2) and its last is `last`.
 api::Check CheckRows(const api::TensorInfo& t, const std::string& name, const api::TensorInfo& want,
@@ -72,10 +74,10 @@ octattn_status octattn_merge(octattn_context* ctx, size_t parts, const octattn_t
       }
     }
     const int64_t heads = to.shape[1], rows = to.shape[2], value_dim = to.shape[3];
-    const size_t slot = plan::RoundUp(
-        plan::SatAdd(plan::SatMul(parts, sizeof(kernels::PartialRow)),
-                     plan::SatMul(plan::Count(value_dim), sizeof(double))),
-        kAlign);
+    const size_t slot =
+        plan::RoundUp(plan::SatAdd(plan::SatMul(parts, sizeof(kernels::PartialRow)),
+                                   plan::SatMul(plan::Count(value_dim), sizeof(double))),
+                      kAlign);
     void* scratch = nullptr;
     OCTATTN_CHECK(api::AcquireScratch(
         ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), kAlign), nullptr,
