@@ -21,7 +21,7 @@
  * Option structs. Each begins with struct_size, set by its *_init() function. Fields are
  * only ever appended: a caller built against an older header passes its smaller
  * struct_size (never below the struct's size in version 0.1), the library reads only
- * the fields that struct_size covers and gives the others their defaults; a caller
+ * the fields that struct_size covers whole and gives the others their defaults; a caller
  * built against a newer header may pass a larger struct_size if every byte past the
  * fields this library knows is zero.
  *

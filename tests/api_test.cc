@@ -565,3 +565,17 @@ TEST_CASE("options of version 0.1's size: k_start keeps its default, whatever fo
     return x.Run(c);
   });
 }
+
+TEST_CASE("options: a struct_size between two versions reads only the fields it covers whole",
+          "[api]") {
+  // 52 bytes cover half of k_start: it keeps its default (the bytes are not read).
+  Context ctx;
+  Call a, b;
+  REQUIRE(a.Run(ctx, nullptr, 0, false) == OCTATTN_OK);
+  octattn_attention_options opt = a.opt;
+  opt.k_start = -1;  // would move every key if it were read
+  opt.struct_size = 52;
+  REQUIRE(octattn_attention(ctx, &opt, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(),
+                            b.lse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
+  CHECK(BytesEqual(a.o, b.o));
+}

@@ -130,8 +130,10 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   if (!in) return Check();
   OCTATTN_CHECK(ValidateStructSize(in->struct_size, kOptionsSize_0_1,
                                    sizeof(octattn_attention_options), in, "options"));
-  // Fields past the caller's struct_size (an older caller) keep their defaults.
-  std::memcpy(out, in, std::min(in->struct_size, sizeof(octattn_attention_options)));
+  // Only fields wholly inside the caller's struct_size are read (the sizes of the
+  // published versions); the others (an older caller's) keep their defaults.
+  const size_t covered = in->struct_size >= kOptionsSize_0_2 ? kOptionsSize_0_2 : kOptionsSize_0_1;
+  std::memcpy(out, in, covered);
   out->struct_size = sizeof(octattn_attention_options);
   if (out->causal != 0 && out->causal != 1)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.causal must be 0 or 1");
@@ -149,8 +151,11 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.q_start must be in [-2^62, 2^62]");
   if (out->k_start < -kMaxPosition || out->k_start > kMaxPosition)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.k_start must be in [-2^62, 2^62]");
+  // Each is within +-2^62; their difference can reach 2^63, which int64_t does not hold.
+  int64_t relative = 0;
   if (out->q_start != OCTATTN_Q_START_DEFAULT &&
-      (out->q_start - out->k_start < -kMaxPosition || out->q_start - out->k_start > kMaxPosition))
+      (__builtin_sub_overflow(out->q_start, out->k_start, &relative) || relative < -kMaxPosition ||
+       relative > kMaxPosition))
     return Fail(OCTATTN_ERROR_INVALID_OPTION,
                 "options.q_start - options.k_start must be in [-2^62, 2^62]");
   if (!std::isfinite(out->scale))
@@ -159,6 +164,9 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   return Check();
 }
 
+static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_2 &&
+                  offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1,
+              "a field appended to octattn_attention_options needs its version's size here");
 static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
                   offsetof(octattn_attention_options, reserved) + sizeof(int32_t) ==
                       kOptionsSize_0_1,

@@ -59,6 +59,7 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
 // The sizes of the public structs as version 0.1 published them: the smallest
 // struct_size a caller may pass, forever (a caller built against 0.1 passes these).
 constexpr size_t kOptionsSize_0_1 = 48;
+constexpr size_t kOptionsSize_0_2 = 56;  // k_start appended
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
