@@ -62,6 +62,9 @@
  * n rows of a length-N prefill equal a length-n prefill, and a decode step (one query
  * at position i, keys 0..i) or a chunked prefill ending at i equals prefill row i,
  * with every mask option; a split of the keys over threads (decode) changes no byte.
+ * These hold for calls whose key rows start at the same k_start: the fused path groups
+ * keys at fixed offsets from key row 0, so a call over a shard of the keys rounds
+ * differently from one over all of them (octattn_merge says when merging is exact).
  * Different algorithms, backends or targets round differently: their outputs agree
  * to the accuracy below, not to the byte.
  *
