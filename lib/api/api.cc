@@ -462,21 +462,21 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
   });
 }
 
-// The current struct: the default version of octattn_attention_options_init (OCTATTN_0.2
-// on), which programs linked now bind to, statically too.
-__attribute__((symver("octattn_attention_options_init@@OCTATTN_0.2"), visibility("default")))
-octattn_status
-octattn_attention_options_init_0_2(octattn_attention_options* options) {
+// Two versions of octattn_attention_options_init, both named by .symver directives (the
+// symver attribute is GCC-only): the default (OCTATTN_0.2 on) writes the current struct,
+// which programs linked now get, statically too; @OCTATTN_0.1 writes version 0.1's 48
+// bytes for programs linked against 0.1, whose structs are that size.
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_2(
+    octattn_attention_options* options) {
   return InitOptions(options, sizeof(*options));
 }
+__asm__(".symver octattn_attention_options_init_0_2, octattn_attention_options_init@@OCTATTN_0.2");
 
-// Version 0.1's: a program built against the 0.1 header has a 48-byte struct, and the
-// dynamic loader binds it here, never to the init that writes the current size.
-__attribute__((symver("octattn_attention_options_init@OCTATTN_0.1"), visibility("default")))
-octattn_status
-octattn_attention_options_init_0_1(octattn_attention_options* options) {
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_1(
+    octattn_attention_options* options) {
   return InitOptions(options, octattn::api::kOptionsSize_0_1);
 }
+__asm__(".symver octattn_attention_options_init_0_1, octattn_attention_options_init@OCTATTN_0.1");
 
 octattn_status octattn_attention_workspace_size(octattn_context* ctx,
                                                 const octattn_attention_options* options,
