@@ -46,11 +46,7 @@ namespace {
 inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// Strided columns: key rows j >= 0 with j % stride == phase.
-inline bool OnStride(int64_t j, int64_t stride, int64_t phase) {
-  return stride > 0 && j % stride == phase;
-}
-// The first strided column at or after j >= 0.
+// The first strided column (j % stride == phase) at or after j >= 0.
 inline int64_t NextOnStride(int64_t j, int64_t stride, int64_t phase) {
   return j + (phase - j % stride + stride) % stride;
 }
@@ -61,7 +57,7 @@ inline bool Allowed(const Mask& m, int64_t qpos, int64_t j) {
   const int64_t d = qpos - j;
   if (d < 0) return false;
   if (m.window <= 0) return true;
-  return d < m.window || OnStride(j, m.stride, m.phase);
+  return d < m.window || Columns{m.stride, m.phase}.Has(j);
 }
 
 inline RowKeys KeysOf(const Mask& m, int64_t qpos, int64_t kv_len) {
