@@ -1,6 +1,8 @@
 // oneTBB behind the Pool interface: one task_arena per pool.
 #include "lib/parallel/parallel.h"
 
+#include <atomic>
+
 #include <tbb/blocked_range.h>
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
@@ -31,12 +33,20 @@ void Pool::RunRaw(int64_t tasks, Callback callback, void* fn) {
     for (int64_t t = 0; t < tasks; ++t) callback(fn, t, 0);
     return;
   }
+  // One worker per thread takes the next task index from a shared counter, so tasks
+  // start in index order whatever thread runs them (parallel_for's range splitting
+  // would start the last tasks, the shortest, early, and leave a long one to run alone
+  // at the end).
+  std::atomic<int64_t> next{0};
+  const int64_t workers = tasks < threads_ ? tasks : threads_;
   impl_->arena.execute([&] {
     tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, tasks, 1),
-        [&](const tbb::blocked_range<int64_t>& r) {
+        tbb::blocked_range<int64_t>(0, workers, 1),
+        [&](const tbb::blocked_range<int64_t>&) {
           const int slot = tbb::this_task_arena::current_thread_index();
-          for (int64_t t = r.begin(); t != r.end(); ++t) callback(fn, t, slot);
+          for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks;
+               t = next.fetch_add(1, std::memory_order_relaxed))
+            callback(fn, t, slot);
         },
         tbb::simple_partitioner());
   });
