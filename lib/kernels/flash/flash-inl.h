@@ -6,11 +6,22 @@
 // unnormalized output. Every update is the same sequence of operations for a row
 // whatever rows share its task (see kChunkKeys in kernels.h).
 
-constexpr int kFlashRows = 4;
-// Row stride of a packed K tile: one cache line more than the tile, so that the rows
-// of the transposing copy do not alias each other in the L1 (4 KiB apart otherwise).
-constexpr int64_t kKtStride = kTileKeys + 16;
+// Rows per micro-kernel block: with kFlashQkVecs key vectors (and as many value vectors
+// in the weighted sum) its accumulators take 12 of 16 or 24 of 32 registers, which keeps
+// enough independent FMA chains in flight to cover the FMA latency on two ports, and
+// loads per FMA low enough for one core's load ports.
+constexpr int kFlashRows = 6;
 constexpr int kFlashQkVecs = S::kRegs >= 32 ? 4 : 2;
+// Keys per K panel: the packed K tile is [panel][head_dim][kQkPanel], so the micro-kernel
+// reads one contiguous stream. kTileKeys is a multiple of it on every target.
+constexpr int64_t kQkPanel = kFlashQkVecs * static_cast<int64_t>(S::kLanes);
+static_assert(kTileKeys % kQkPanel == 0, "tiles hold whole K panels");
+// Value columns per V panel, when the task packs V ([panel][key][kAvPanel]).
+constexpr int64_t kAvPanel = kAvVecs * static_cast<int64_t>(S::kLanes);
+// Tasks with more rows than this pack their V tiles into panels (each V tile is read by
+// every row block); fewer rows (decode) read the caller's value rows where they are full
+// vectors. Both give the same bits: the same products summed in the same order.
+constexpr int64_t kPackValueRows = 16;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
 static size_t FlashStateFloats(int64_t value_dim) {
@@ -88,10 +99,22 @@ struct FlashSpace {
 
 // The packed tile a block of rows works on.
 struct FlashTile {
-  const float* kt;  // [head_dim][kKtStride], space keys t0 .. t1 (zero padded to tpad)
-  const float* v;   // value row of space key t0 (direct or packed)
-  int64_t v_row;
+  const float* kt;  // K panels [tpad / kQkPanel][head_dim][kQkPanel], space keys t0 .. t1
+                    // (zero padded to tpad)
+  const float* v;   // value row of space key t0 (direct or packed rows), or V panels
+  int64_t v_row;    // 0 for V panels [.][tpad][kAvPanel] (the last one narrower)
   int64_t t0, t1, tpad;
+
+  // Value columns [c0, c0 + vectors) of the tile's keys: KeyData's v and v_row.
+  const float* Values(int64_t c0, int64_t dvp, int64_t* row) const {
+    if (v_row) {
+      *row = v_row;
+      return v + c0;
+    }
+    const int64_t p0 = c0 / kAvPanel * kAvPanel;
+    *row = plan::MinI(kAvPanel, dvp - p0);
+    return v + p0 * tpad + (c0 - p0);
+  }
 };
 
 // Per-row facts of a task's rows, kept in scratch.
@@ -102,10 +125,32 @@ struct FlashRow {
   int64_t strided;  // strided columns below the floor: the gathered unit's keys
 };
 
+// Brings the caller's K and V rows of the next tile toward the core while the current
+// one is computed, a slice of rows per row block: packing then reads from the cache, not
+// from memory. Prefetches never fault and change no result.
+struct FlashPrefetch {
+  const char* k = nullptr;
+  const char* v = nullptr;
+  int64_t k_step = 0, v_step = 0;    // bytes from one key row to the next
+  int64_t k_bytes = 0, v_bytes = 0;  // bytes of one row (0: rows are not contiguous)
+  int64_t next = 0, end = 0;         // rows still to fetch
+  int64_t per_step = 0;              // rows per step: a row block takes one step per K panel
+
+  void Step() {
+    for (int64_t n = per_step; n > 0 && next < end; --n, ++next) {
+      const char* kr = k + next * k_step;
+      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(kr + b, 0, 2);
+      const char* vr = v + next * v_step;
+      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(vr + b, 0, 2);
+    }
+  }
+};
+
 // R rows against one tile: scores, online softmax update, weighted sum into the states.
 template <int R>
 static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
-                              const FlashRow* rows, float* const* st, float* s_buf) {
+                              const FlashRow* rows, float* const* st, float* s_buf,
+                              FlashPrefetch* pf) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const float* q[R];
   int64_t qpos[R];
@@ -125,13 +170,11 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     return;
   float* s[R];
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
-  int64_t j0 = 0;
-  for (; j0 + kFlashQkVecs * L <= tile.tpad; j0 += kFlashQkVecs * L)
-    QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt, kKtStride, t.op.head_dim, j0, tile.t0, tile.t1,
-                            sp.kv_len, sp.mask, qpos, t.op.scale, s);
-  for (; j0 < tile.tpad; j0 += L)
-    QkTile<R, 1>(q, t.op.q_dim, tile.kt, kKtStride, t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                 sp.mask, qpos, t.op.scale, s);
+  for (int64_t j0 = 0; j0 < tile.tpad; j0 += kQkPanel) {
+    pf->Step();
+    QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
+                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s);
+  }
 
   const int64_t dvp = PadKeys(t.op.value_dim);
   plan::RowKeys keys[R];
@@ -171,37 +214,52 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
 
   const float* p[R];
   for (int r = 0; r < R; ++r) p[r] = s[r];
-  int64_t c0 = 0;
+  int64_t c0 = 0, v_row = 0;
   for (; c0 + kAvVecs * L <= dvp; c0 += kAvVecs * L) {
     typename S::V acc[R][kAvVecs];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-    AvRows<R, kAvVecs>(KeyData{p, 1, tile.v + c0, tile.v_row, tile.t0}, keys, acc);
+    const float* v = tile.Values(c0, dvp, &v_row);
+    AvRows<R, kAvVecs>(KeyData{p, 1, v, v_row, tile.t0}, keys, acc);
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
   }
   for (; c0 < dvp; c0 += L) {
     typename S::V acc[R][1];
     for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-    AvRows<R, 1>(KeyData{p, 1, tile.v + c0, tile.v_row, tile.t0}, keys, acc);
+    const float* v = tile.Values(c0, dvp, &v_row);
+    AvRows<R, 1>(KeyData{p, 1, v, v_row, tile.t0}, keys, acc);
     for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
+  }
+}
+
+// The last n < kFlashRows rows of a tile's row list, as one block of n rows (R counts down
+// to n).
+template <int R>
+static inline void FlashRest(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                             const FlashRow* rows, int64_t n, float* states, size_t stride,
+                             float* s_buf, FlashPrefetch* pf) {
+  if constexpr (R > 0) {
+    if (n < R) return FlashRest<R - 1>(t, sp, tile, rows, n, states, stride, s_buf, pf);
+    float* st[R];
+    for (int r = 0; r < R; ++r) st[r] = states + static_cast<size_t>(r) * stride;
+    FlashBlock<R>(t, sp, tile, rows, st, s_buf, pf);
   }
 }
 
 // Rows against one tile, in blocks of kFlashRows consecutive rows.
 static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
                                  const FlashRow* rows, int64_t nq, float* states, size_t stride,
-                                 float* s_buf) {
+                                 float* s_buf, FlashPrefetch* pf) {
   float* st[kFlashRows];
   int64_t i = 0;
+  const int64_t steps = (nq + kFlashRows - 1) / kFlashRows * (tile.tpad / kQkPanel);
+  pf->per_step = (pf->end - pf->next + steps - 1) / steps;
   for (; i + kFlashRows <= nq; i += kFlashRows) {
     for (int r = 0; r < kFlashRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
-    FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf);
+    FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf, pf);
   }
-  for (; i < nq; ++i) {
-    st[0] = states + static_cast<size_t>(i) * stride;
-    FlashBlock<1>(t, sp, tile, rows + i, st, s_buf);
-  }
+  FlashRest<kFlashRows - 1>(t, sp, tile, rows + i, nq - i, states + i * stride, stride, s_buf, pf);
 }
 
 // Scratch pieces of a task.
@@ -217,7 +275,7 @@ static inline size_t FlashRowsFloats(const FlashTask& t) {
 static size_t FlashScratchFloats(const FlashTask& t) {
   const size_t state = plan::SatMul(FlashStateFloats(t.op.value_dim), plan::Count(FlashRows(t)));
   size_t n = plan::SatMul(2, state);
-  n = plan::SatAdd(n, Piece2(t.op.head_dim, kKtStride));
+  n = plan::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
   n = plan::SatAdd(n, Piece2(kFlashRows, kTileKeys));
   n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   return plan::SatAdd(n, FlashRowsFloats(t));
@@ -229,10 +287,40 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.run = scratch;
   f.cur = f.run + state;
   f.kt = f.cur + state;
-  f.s_buf = f.kt + Piece2(t.op.head_dim, kKtStride);
+  f.s_buf = f.kt + Piece2(t.op.head_dim, kTileKeys);
   f.vpack = f.s_buf + Piece2(kFlashRows, kTileKeys);
   f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   return f;
+}
+
+// V panels of keys [t0, t1) (rows past t1 up to tpad are never read): panel p holds value
+// columns [p * kAvPanel, ...) of every key, kAvPanel wide (the last one what is left of
+// the padded row), zero past value_dim. Keys below `load` other than the strided columns
+// `below` are no row's: not loaded.
+static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim, int64_t value_dim,
+                                   int64_t t0, int64_t load, int64_t t1, plan::Columns below,
+                                   int64_t tpad, float* dst) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(value_dim);
+  // Blocks of 8 source rows, each block's rows read once into every panel: the reads
+  // stay in a few lines, the writes in 8 consecutive rows of each panel.
+  for (int64_t b0 = t0; b0 < t1; b0 += 8) {
+    const int64_t b1 = plan::MinI(b0 + 8, t1);
+    for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
+      const int64_t w = plan::MinI(kAvPanel, dvp - p0), real = plan::MinI(w, value_dim - p0);
+      for (int64_t j = b0; j < b1; ++j) {
+        float* row = dst + p0 * tpad + (j - t0) * w;
+        const float* src = v + j * v_row + p0 * v_dim;
+        int64_t d = 0;
+        if (j >= load || below.Has(j)) {
+          if (v_dim == 1)
+            for (; d + L <= real; d += L) S::Store(S::Load(src + d), row + d);
+          for (; d < real; ++d) row[d] = src[d * v_dim];
+        }
+        for (; d < w; ++d) row[d] = 0.0f;
+      }
+    }
+  }
 }
 
 // Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys
@@ -244,13 +332,21 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
   FlashTile tile;
   tile.t0 = t0;
   tile.t1 = t1;
-  tile.tpad = PadKeys(t1 - t0);
+  tile.tpad = static_cast<int64_t>(plan::RoundUp(plan::Count(t1 - t0), kQkPanel));
   load = plan::MinI(plan::MaxI(load, t0), t1);
   PackKeysT(t.op.k + first * t.op.k_row, t.op.k_row * step, t.op.k_dim, t0, load, t1, below,
-            tile.tpad, t.op.head_dim, f.kt, kKtStride);
+            tile.tpad, t.op.head_dim, f.kt,
+            KeyLayout{kQkPanel, kQkPanel * t.op.head_dim, kQkPanel});
   tile.kt = f.kt;
-  tile.v = PrepareValues(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim, t.op.value_dim,
-                         t0, load, t1, below, f.vpack, &tile.v_row);
+  if (FlashRows(t) > kPackValueRows) {
+    PackValuePanels(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim, t.op.value_dim, t0,
+                    load, t1, below, tile.tpad, f.vpack);
+    tile.v = f.vpack;
+    tile.v_row = 0;
+  } else {
+    tile.v = PrepareValues(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim,
+                           t.op.value_dim, t0, load, t1, below, f.vpack, &tile.v_row);
+  }
   return tile;
 }
 
@@ -293,14 +389,33 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
   }
   // Rows are in order of position, so the first and last rows bound what the task reads.
   const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
-  for (int64_t t0 = begin; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
+  // The first tile a row reads at or after t0, or end.
+  auto next_tile = [&](int64_t t0) {
+    for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
+      const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+      if (chunk < 0 ||
+          plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != plan::kTileEmpty)
+        break;  // else no row reads this tile: not even packed
+    }
+    return t0;
+  };
+  FlashPrefetch pf;
+  if (t.op.k_dim == 1 && t.op.v_dim == 1) {
+    pf.k = reinterpret_cast<const char*>(t.op.k + first * t.op.k_row);
+    pf.v = reinterpret_cast<const char*>(t.op.v + first * t.op.v_row);
+    pf.k_step = t.op.k_row * step * static_cast<int64_t>(sizeof(float));
+    pf.v_step = t.op.v_row * step * static_cast<int64_t>(sizeof(float));
+    pf.k_bytes = t.op.head_dim * static_cast<int64_t>(sizeof(float));
+    pf.v_bytes = t.op.value_dim * static_cast<int64_t>(sizeof(float));
+  }
+  for (int64_t t0 = next_tile(begin); t0 < end;) {
     const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-    if (chunk >= 0 &&
-        plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileEmpty)
-      continue;  // no row reads this tile: not even packed
     const FlashTile tile = PackTile(t, f, t0, load, t1, first, step, below);
+    t0 = next_tile(t1);
+    pf.next = plan::MaxI(t0, load);
+    pf.end = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
-    FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf);
+    FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
   }
 }
 

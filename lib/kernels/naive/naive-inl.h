@@ -24,7 +24,8 @@ static void NaiveHead(const Operands& t, float* scratch) {
   float* row_lse = s + Piece2(t.q_len, kpad);
   float* vpack = row_lse + Piece(plan::Count(t.q_len));
   float* otmp = vpack + ValuesScratch(kend, t.value_dim, t.v_dim);
-  PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, below, kpad, t.head_dim, kt, KtStride(kpad));
+  PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, below, kpad, t.head_dim, kt,
+            KeyLayout::Flat(KtStride(kpad)));
 
   int64_t i = 0;
   for (; i + kRowBlock <= t.q_len; i += kRowBlock) {

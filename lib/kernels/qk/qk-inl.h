@@ -5,36 +5,56 @@
 // Every score is the same sequence of FMA chains over blocks of the head dimension in
 // one lane, so its bits do not depend on which block shape, tile or call computed it.
 
-// kt[d * kt_stride + (j - j_begin)] = k[j][d] for j in [j_load, j_end) and for the
-// strided columns `below` under j_load; zero for the other keys below j_load (no row of
-// the task may read them: never loaded) and up to `padded` keys.
+// Where packed keys go: key jj (counted from the tile's first key) of dimension d is
+// kt[(jj / width) * panel + d * row + jj % width]. One flat block (width past every key,
+// panel 0) for the naive path; panels of a micro-kernel's width for the fused path, so
+// that its inner loop reads one contiguous stream.
+struct KeyLayout {
+  int64_t width, panel, row;
+  static KeyLayout Flat(int64_t row) { return KeyLayout{INT64_MAX, 0, row}; }
+  // base such that key jj of the panel holding `jj0` is at base[d * row + jj].
+  float* Base(float* kt, int64_t jj0) const {
+    const int64_t p = jj0 / width;
+    return kt + p * panel - p * width;
+  }
+};
+
+// Packs keys [j_begin, j_end) of k transposed into kt (layout `lay`): keys from j_load on,
+// and the strided columns `below` under j_load; zero for the other keys below j_load (no
+// row of the task may read them: never loaded) and up to `padded` keys.
 static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64_t j_begin,
                              int64_t j_load, int64_t j_end, plan::Columns below, int64_t padded,
-                             int64_t head_dim, float* kt, int64_t kt_stride) {
-  const int64_t skip = j_load - j_begin, n = j_end - j_begin;
-  for (int64_t jj = 0; jj < skip; ++jj) {
-    const bool readable = below.Has(j_begin + jj);
-    const float* src = k + (j_begin + jj) * k_row;
-    for (int64_t d = 0; d < head_dim; ++d)
-      kt[d * kt_stride + jj] = readable ? src[d * k_dim] : 0.0f;
-  }
-  int64_t j8 = skip, d8 = 0;  // the part done by 8x8 block transposes
-  if constexpr (S::kBlockTranspose) {
-    if (k_dim == 1) {
-      j8 = skip + (n - skip) / 8 * 8;
-      d8 = head_dim / 8 * 8;
-      for (int64_t jj = skip; jj < j8; jj += 8)
-        for (int64_t d = 0; d < d8; d += 8)
-          S::Transpose8x8(k + (j_begin + jj) * k_row + d, k_row, kt + d * kt_stride + jj,
-                          kt_stride);
+                             int64_t head_dim, float* kt, KeyLayout lay) {
+  const int64_t skip = j_load - j_begin, n = j_end - j_begin, row = lay.row;
+  for (int64_t lo = 0; lo < padded;) {
+    const int64_t hi =
+        plan::MinI(padded, lay.width == INT64_MAX ? padded : (lo / lay.width + 1) * lay.width);
+    float* base = lay.Base(kt, lo);
+    int64_t jj = lo;
+    for (; jj < plan::MinI(hi, skip); ++jj) {
+      const bool readable = below.Has(j_begin + jj);
+      const float* src = k + (j_begin + jj) * k_row;
+      for (int64_t d = 0; d < head_dim; ++d) base[d * row + jj] = readable ? src[d * k_dim] : 0.0f;
     }
+    const int64_t end = plan::MaxI(jj, plan::MinI(hi, n));
+    int64_t j8 = jj, d8 = 0;  // the part done by 8x8 block transposes
+    if constexpr (S::kBlockTranspose) {
+      if (k_dim == 1) {
+        j8 = jj + (end - jj) / 8 * 8;
+        d8 = head_dim / 8 * 8;
+        for (int64_t b = jj; b < j8; b += 8)
+          for (int64_t d = 0; d < d8; d += 8)
+            S::Transpose8x8(k + (j_begin + b) * k_row + d, k_row, base + d * row + b, row);
+      }
+    }
+    for (; jj < end; ++jj) {
+      const float* src = k + (j_begin + jj) * k_row;
+      for (int64_t d = jj < j8 ? d8 : 0; d < head_dim; ++d) base[d * row + jj] = src[d * k_dim];
+    }
+    for (int64_t d = 0; d < head_dim; ++d)
+      for (int64_t z = jj; z < hi; ++z) base[d * row + z] = 0.0f;
+    lo = hi;
   }
-  for (int64_t jj = skip; jj < n; ++jj) {
-    const float* src = k + (j_begin + jj) * k_row;
-    for (int64_t d = jj < j8 ? d8 : 0; d < head_dim; ++d) kt[d * kt_stride + jj] = src[d * k_dim];
-  }
-  for (int64_t d = 0; d < head_dim; ++d)
-    for (int64_t jj = n; jj < padded; ++jj) kt[d * kt_stride + jj] = 0.0f;
 }
 
 // acc[r][c] += q_r[d] * kt[d][c * lanes + lane] for d in [d0, d1), one FMA chain per lane.
@@ -57,37 +77,36 @@ OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* k
 // length, so a long head dimension is summed in blocks of this many.
 constexpr int64_t kDotBlock = 64;
 
-// acc[r][c] = sum_d q_r[d] * kt[d][c * lanes + lane], for R rows and C key vectors: one
-// FMA chain per block of kDotBlock dimensions, the blocks' sums added in block order.
-// The order is fixed by head_dim alone, so a score has the same bits in every call.
+// out[r][c * lanes + lane] = scale * sum_d q_r[d] * kt[d][c * lanes + lane], for R rows
+// and C key vectors: one FMA chain per block of kDotBlock dimensions, each block's sum
+// added to the sum of the blocks before it in block order (through `out`, so that the
+// partial sums take no registers), then scaled. The order is fixed by head_dim alone, so
+// a score has the same bits in every call.
 template <int R, int C>
-OCTATTN_INLINE void QkBlock(const float* const* q, int64_t q_dim, const float* kt,
-                            int64_t kt_stride, int64_t head_dim, typename S::V (&acc)[R][C]) {
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
-  QkChain<R, C>(q, q_dim, kt, kt_stride, 0, plan::MinI(head_dim, kDotBlock), acc);
-  for (int64_t d0 = kDotBlock; d0 < head_dim; d0 += kDotBlock) {
-    typename S::V part[R][C];
+OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* kt,
+                            int64_t kt_stride, int64_t head_dim, float scale, float* const* out) {
+  constexpr size_t L = S::kLanes;
+  const typename S::V vs = S::Set(scale);
+  for (int64_t d0 = 0; d0 < head_dim; d0 += kDotBlock) {
+    typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) part[r][c] = S::Zero();
-    QkChain<R, C>(q, q_dim, kt, kt_stride, d0, plan::MinI(head_dim, d0 + kDotBlock), part);
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
+    const int64_t d1 = plan::MinI(head_dim, d0 + kDotBlock);
+    QkChain<R, C>(q, q_dim, kt, kt_stride, d0, d1, acc);
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = S::Add(acc[r][c], part[r][c]);
+      for (int c = 0; c < C; ++c) {
+        typename S::V x = acc[r][c];
+        if (d0 > 0) x = S::Add(S::Load(out[r] + c * L), x);
+        if (d1 == head_dim) x = S::Mul(x, vs);
+        S::Store(x, out[r] + c * L);
+      }
   }
 }
 
-// Stores scale * acc to rows dst[r] at key offset, C full vectors.
-template <int R, int C>
-OCTATTN_INLINE void StoreScaled(typename S::V (&acc)[R][C], float scale, float* const* dst) {
-  constexpr size_t L = S::kLanes;
-  const typename S::V vs = S::Set(scale);
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) S::Store(S::Mul(acc[r][c], vs), dst[r] + c * L);
-}
-
 // Scores of R rows at positions qpos[r] for packed key vectors starting at pack column
-// j0, scaled and masked. `dst[r]` points at row r's score for pack column 0; pack
-// column c holds key key_base + c; keys at or past `key_end` are masked.
+// j0, scaled and masked. `kt` points at pack column j0 (rows kt_stride apart); `dst[r]`
+// points at row r's score for pack column 0; pack column c holds key key_base + c; keys
+// at or past `key_end` are masked.
 template <int R, int C>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
@@ -111,9 +130,7 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
       for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
     return;
   }
-  typename S::V acc[R][C];
-  QkBlock<R, C>(q, q_dim, kt + j0, kt_stride, head_dim, acc);
-  StoreScaled<R, C>(acc, scale, out);
+  QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   if (kind == plan::kTilePartial || a1 < a0 + C * L) {
     for (int r = 0; r < R; ++r)
       for (int64_t jj = 0; jj < C * L; ++jj) {
@@ -141,10 +158,10 @@ static inline void QkRows(const float* q, int64_t q_row, int64_t q_dim, int64_t 
   }
   int64_t j0 = 0;
   for (; j0 + kQkVecs * L <= padded; j0 += kQkVecs * L)
-    QkTile<R, kQkVecs>(qr, q_dim, kt, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos,
+    QkTile<R, kQkVecs>(qr, q_dim, kt + j0, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos,
                        scale, dst);
   for (; j0 < padded; j0 += L)
-    QkTile<R, 1>(qr, q_dim, kt, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos, scale,
+    QkTile<R, 1>(qr, q_dim, kt + j0, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos, scale,
                  dst);
 }
 
@@ -160,7 +177,7 @@ static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_le
   float* kt = scratch;
   float* s = kt + Piece2(head_dim, KtStride(kpad));
   PackKeysT(k.data, k.row, k.col, 0, 0, kv_len, plan::Columns{0, 0}, kpad, head_dim, kt,
-            KtStride(kpad));
+            KeyLayout::Flat(KtStride(kpad)));
   const plan::Mask full{0, 0, 0, 0, 0};
   for (int64_t i = 0; i < q_len; i += kRowBlock) {
     const int64_t rows = plan::MinI(kRowBlock, q_len - i);
