@@ -131,15 +131,19 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, plan::Mask{1, 0, 0, 0, 0});
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     CHECK_FALSE(s.decode);
-    CHECK(s.q_tiles == 3);
-    REQUIRE(s.tasks == 2 * 2 * 3);
+    CHECK(s.q_tile == 66);  // group of 4: 64 rows per head, in whole blocks of 6
+    CHECK(plan::QueryTile(1) == 258);
+    CHECK(plan::QueryTile(3) == 90);
+    CHECK(plan::QueryTile(1000) == 6);
+    CHECK(s.q_tiles == 5);
+    REQUIRE(s.tasks == 2 * 2 * 5);
     std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
     int64_t last_begin = 1 << 30;
     for (int64_t i = 0; i < s.tasks; ++i) {
       const plan::PrefillIndex x = plan::PrefillTaskAt(s, c, i);
       CHECK(x.row_begin <= last_begin);  // tiles never get later
       last_begin = x.row_begin;
-      CHECK(x.row_end - x.row_begin == (x.row_begin == 256 ? 44 : 128));
+      CHECK(x.row_end - x.row_begin == (x.row_begin == 264 ? 36 : 66));
       seen.insert({x.batch, x.kv_head, x.row_begin});
     }
     CHECK(seen.size() == static_cast<size_t>(s.tasks));  // each exactly once

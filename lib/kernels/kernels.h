@@ -66,8 +66,12 @@ struct ConstMatrix {
 // same operations whether its units run in one task (prefill) or in parallel tasks
 // merged afterwards (decode), and whatever the other rows of its task are.
 constexpr int64_t kChunkKeys = 1024;
-constexpr int64_t kTileKeys = 256;   // keys per packed K/V tile (L2-sized)
-constexpr int64_t kQueryTile = 128;  // query rows per head in a prefill task
+constexpr int64_t kTileKeys = 256;  // keys per packed K/V tile (L2-sized)
+// Rows of the fused path's micro-kernel block, on every target.
+constexpr int64_t kBlockRows = 6;
+// Rows (the GQA group's heads stacked) a prefill task aims at: each packed K/V tile is
+// used by that many rows (plan::QueryTile).
+constexpr int64_t kTaskRows = 256;
 
 // One fused-path task: query rows [row_begin, row_end) of `heads` consecutive query heads
 // sharing one kv head (op points at the first of them), against the key units below.

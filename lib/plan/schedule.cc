@@ -33,6 +33,11 @@ kernels::FlashTask ProbeTask(const CallShape& c) {
 
 }  // namespace
 
+int64_t QueryTile(int64_t group) {
+  const int64_t rows = (kernels::kTaskRows + group - 1) / group;
+  return (rows + kernels::kBlockRows - 1) / kernels::kBlockRows * kernels::kBlockRows;
+}
+
 int64_t CallKeyEnd(const CallShape& c) {
   return KeyEnd(c.mask, c.mask.q_start + c.q_len, c.kv_len);
 }
@@ -65,9 +70,10 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
     rows = SatMul(rows, SatMul(Count(group), Count(c.q_len)));
     s.shared_bytes = FloatBytes(SatMul(rows, s.state_floats));
   } else {
-    s.q_tiles = (c.q_len + kernels::kQueryTile - 1) / kernels::kQueryTile;
+    s.q_tile = QueryTile(group);
+    s.q_tiles = (c.q_len + s.q_tile - 1) / s.q_tile;
     s.tasks = pairs * s.q_tiles;
-    probe.row_end = std::min(c.q_len, kernels::kQueryTile);
+    probe.row_end = std::min(c.q_len, s.q_tile);
     s.slot_bytes = FloatBytes(table->flash_scratch_floats(probe));
   }
   return s;
@@ -82,9 +88,8 @@ HeadIndex HeadTaskAt(const CallShape& c, int64_t i) { return {i / c.q_heads, i %
 PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
   const int64_t pairs = c.batch * c.kv_heads;
   const int64_t tile = s.q_tiles - 1 - i / pairs, pair = i % pairs;
-  const int64_t begin = tile * kernels::kQueryTile;
-  return {pair / c.kv_heads, pair % c.kv_heads, begin,
-          std::min(c.q_len, begin + kernels::kQueryTile)};
+  const int64_t begin = tile * s.q_tile;
+  return {pair / c.kv_heads, pair % c.kv_heads, begin, std::min(c.q_len, begin + s.q_tile)};
 }
 
 DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i) {

@@ -35,9 +35,15 @@ struct Schedule {
   bool decode = false;
   bool gathered = false;    // the mask has strided columns: unit 0 gathers them
   int64_t units = 0;        // decode: key units per (batch, kv head)
+  int64_t q_tile = 0;       // prefill: query rows per head of a task (QueryTile)
   int64_t q_tiles = 0;      // prefill: query tiles per (batch, kv head)
   size_t state_floats = 0;  // decode: floats of one row's partial state
 };
+
+// Query rows per head of a prefill task for a GQA group of `group` heads: about
+// kernels::kTaskRows rows per task in whole micro-kernel blocks, so that every block of
+// a full task is full and each packed K/V tile serves that many rows.
+int64_t QueryTile(int64_t group);
 
 // One past the last key any row of the call may read.
 int64_t CallKeyEnd(const CallShape& c);

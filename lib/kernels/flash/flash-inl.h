@@ -10,7 +10,7 @@
 // in the weighted sum) its accumulators take 12 of 16 or 24 of 32 registers, which keeps
 // enough independent FMA chains in flight to cover the FMA latency on two ports, and
 // loads per FMA low enough for one core's load ports.
-constexpr int kFlashRows = 6;
+constexpr int kFlashRows = static_cast<int>(kBlockRows);
 constexpr int kFlashQkVecs = S::kRegs >= 32 ? 4 : 2;
 // Keys per K panel: the packed K tile is [panel][head_dim][kQkPanel], so the micro-kernel
 // reads one contiguous stream. kTileKeys is a multiple of it on every target.
