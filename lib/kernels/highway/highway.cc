@@ -6,7 +6,6 @@
 
 #include <immintrin.h>  // the AVX block transpose of the vocabulary (x86 only)
 
-#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include "lib/kernels/kernels.h"
@@ -51,15 +50,20 @@ struct S {
   static HWY_INLINE V Mul(V a, V b) { return hn::Mul(a, b); }
   static HWY_INLINE V MulAdd(V a, V b, V c) { return hn::MulAdd(a, b, c); }
   static HWY_INLINE V Max(V a, V b) { return hn::Max(a, b); }
-  // Highway's Exp converts x to an integer first, which for NaN and infinities is
-  // undefined behaviour on its scalar (EMU128) target, and maps NaN to 0. The kernels
-  // only take exp of x <= 0: x is clamped to [-200, 0] (exp(-200) is 0 in f32, as is
-  // exp(-inf)) and NaN is passed through, as IEEE and the reference do.
-  static HWY_INLINE V Exp(V x) {
-    const auto is_num = hn::Eq(x, x);
-    const V clamped = hn::Min(hn::Max(hn::IfThenElseZero(is_num, x), Set(-200.0f)), Zero());
-    return hn::IfThenElse(is_num, hn::Exp(D(), clamped), x);
+  // 2^n for t = 1.5 * 2^23 + n, n an integer in [-126, 127]: n's bits moved into the
+  // exponent field (unsigned lanes: the shift drops the rest, wrapping is defined).
+  static HWY_INLINE V Pow2Bits(V t) {
+    const hn::RebindToUnsigned<D> du;
+    return hn::BitCast(D(),
+                       hn::Add(hn::ShiftLeft<23>(hn::BitCast(du, t)), hn::Set(du, 0x3F800000u)));
   }
+  // r where x >= lo, else 0 (NaN x: r).
+  static HWY_INLINE V ZeroBelow(V x, float lo, V r) {
+    return hn::IfThenZeroElse(hn::Lt(x, Set(lo)), r);
+  }
+  // x where x is NaN, else r.
+  static HWY_INLINE V NaNOr(V x, V r) { return hn::IfThenElse(hn::Eq(x, x), r, x); }
+#include "lib/kernels/common/exp-inl.h"
   static HWY_INLINE float ReduceSum(V v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
   // Not MaxOfLanes: on EMU128 it starts from the lowest finite value, so a vector of
   // -inf (a fully masked row) would come back as -FLT_MAX.

@@ -39,13 +39,16 @@ struct S {
     return xsimd::fma(a, b, c);
   }
   static OCTATTN_INLINE V Max(V a, V b) { return xsimd::max(a, b); }
-  // exp of x <= 0, NaN passed through (as the Highway adapter: same clamp to [-200, 0]).
-  static OCTATTN_INLINE V Exp(V x) {
-    const auto is_num = x == x;
-    const V clamped =
-        xsimd::min(xsimd::max(xsimd::select(is_num, x, V(0.0f)), V(-200.0f)), V(0.0f));
-    return xsimd::select(is_num, xsimd::exp(clamped), x);
+  // The primitives of Exp (lib/kernels/common/exp-inl.h).
+  static OCTATTN_INLINE V Pow2Bits(V t) {
+    using U = xsimd::batch<uint32_t, OCTATTN_XSIMD_ARCH>;
+    return xsimd::bitwise_cast<V>((xsimd::bitwise_cast<U>(t) << 23) + U(0x3F800000u));
   }
+  static OCTATTN_INLINE V ZeroBelow(V x, float lo, V r) {
+    return xsimd::select(x < V(lo), V(0.0f), r);
+  }
+  static OCTATTN_INLINE V NaNOr(V x, V r) { return xsimd::select(x == x, r, x); }
+#include "lib/kernels/common/exp-inl.h"
   static OCTATTN_INLINE float ReduceSum(V v) { return xsimd::hadd(v); }
   static OCTATTN_INLINE float ReduceMax(V v) {
     alignas(64) float lanes[kLanes];
