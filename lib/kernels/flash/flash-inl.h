@@ -168,30 +168,50 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   if (!any ||
       plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) == plan::kTileEmpty)
     return;
+  // Each row's keys in the tile, and the packed columns [a, b) (whole vectors) that
+  // hold them: the scores outside are never read, so neither computed nor scanned.
+  // Dropping masked scores (-inf, exp 0) changes no max and no sum.
+  plan::RowKeys keys[R];
+  int64_t a[R], b[R], block_a = tile.tpad, block_b = 0;
+  for (int r = 0; r < R; ++r) {
+    keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+    a[r] = b[r] = 0;
+    if (!active[r]) continue;  // below the row's floor: another unit holds these keys
+    const plan::RowKeys k = ClipKeys(plan::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
+    const bool strided = k.stride > 0 && k.strided_end > tile.t0;
+    const int64_t jb = strided ? tile.t0 : k.lo;
+    const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
+    if (je <= jb) continue;
+    keys[r] = k;
+    a[r] = (jb - tile.t0) / L * L;
+    b[r] = plan::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
+    block_a = plan::MinI(block_a, a[r]);
+    block_b = plan::MaxI(block_b, b[r]);
+  }
   float* s[R];
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
-  for (int64_t j0 = 0; j0 < tile.tpad; j0 += kQkPanel) {
+  for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
     pf->Step();
     QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
                             j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s);
   }
 
   const int64_t dvp = PadKeys(t.op.value_dim);
-  plan::RowKeys keys[R];
-  const plan::RowKeys none{tile.t0, tile.t0, 0, tile.t0, 0};
   for (int r = 0; r < R; ++r) {
-    keys[r] = none;
-    if (!active[r]) continue;  // below the row's floor: another unit holds these keys
+    if (a[r] == b[r]) continue;  // no key of the row here: no change
     typename S::V vmax = S::Set(-__builtin_inff());
-    for (int64_t j = 0; j < tile.tpad; j += L) vmax = S::Max(vmax, S::Load(s[r] + j));
+    for (int64_t j = a[r]; j < b[r]; j += L) vmax = S::Max(vmax, S::Load(s[r] + j));
     const float mt = S::ReduceMax(vmax);
     const float m_old = st[r][0];
     float m_new = mt > m_old ? mt : m_old;
     if (m_new == -__builtin_inff()) {
       // Vector max may drop a NaN; look for one before calling the tile empty.
-      for (int64_t j = 0; j < tile.tpad; ++j)
+      for (int64_t j = a[r]; j < b[r]; ++j)
         if (s[r][j] != s[r][j]) m_new = s[r][j];
-      if (m_new == -__builtin_inff()) continue;  // nothing readable yet: no change
+      if (m_new == -__builtin_inff()) {  // nothing readable yet: no change
+        keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+        continue;
+      }
       st[r][0] = m_new;
     }
     if (m_new > m_old) {
@@ -203,13 +223,12 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     }
     const typename S::V vm = S::Set(m_new);
     typename S::V vsum = S::Zero();
-    for (int64_t j = 0; j < tile.tpad; j += L) {
+    for (int64_t j = a[r]; j < b[r]; j += L) {
       const typename S::V e = S::Exp(S::Sub(S::Load(s[r] + j), vm));
       S::Store(e, s[r] + j);
       vsum = S::Add(vsum, e);
     }
     st[r][1] += S::ReduceSum(vsum);
-    keys[r] = ClipKeys(plan::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
   }
 
   const float* p[R];
