@@ -127,7 +127,7 @@ TEST_CASE("saturating sizes: a product that does not fit is SIZE_MAX", "[plan]")
 TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[plan]") {
   const kernels::Table* table = kernels::HighwayBest();
   REQUIRE(table != nullptr);
-  SECTION("prefill: one task per (batch, kv head, query tile), last tiles first") {
+  SECTION("prefill: one task per (batch, kv head, query tile), pair by pair, last tiles first") {
     const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, plan::Mask{1, 0, 0, 0, 0});
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     CHECK_FALSE(s.decode);
@@ -138,11 +138,10 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.q_tiles == 5);
     REQUIRE(s.tasks == 2 * 2 * 5);
     std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
-    int64_t last_begin = 1 << 30;
     for (int64_t i = 0; i < s.tasks; ++i) {
       const plan::PrefillIndex x = plan::PrefillTaskAt(s, c, i);
-      CHECK(x.row_begin <= last_begin);  // tiles never get later
-      last_begin = x.row_begin;
+      CHECK(x.batch * 2 + x.kv_head == i / s.q_tiles);  // one pair's tasks together
+      CHECK(x.row_begin == (s.q_tiles - 1 - i % s.q_tiles) * s.q_tile);  // last tiles first
       CHECK(x.row_end - x.row_begin == (x.row_begin == 264 ? 36 : 66));
       seen.insert({x.batch, x.kv_head, x.row_begin});
     }

@@ -86,8 +86,7 @@ size_t WorkspaceBytes(const Schedule& s, int threads) {
 HeadIndex HeadTaskAt(const CallShape& c, int64_t i) { return {i / c.q_heads, i % c.q_heads}; }
 
 PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
-  const int64_t pairs = c.batch * c.kv_heads;
-  const int64_t tile = s.q_tiles - 1 - i / pairs, pair = i % pairs;
+  const int64_t tile = s.q_tiles - 1 - i % s.q_tiles, pair = i / s.q_tiles;
   const int64_t begin = tile * s.q_tile;
   return {pair / c.kv_heads, pair % c.kv_heads, begin, std::min(c.q_len, begin + s.q_tile)};
 }

@@ -60,8 +60,11 @@ struct HeadIndex {
 };
 HeadIndex HeadTaskAt(const CallShape& c, int64_t i);
 
-// Fused prefill task i: one (batch, kv head, query tile), the last query tiles first
-// (under a causal mask they read the most keys).
+// Fused prefill task i: one (batch, kv head, query tile). The tasks of one (batch, kv
+// head) come together, its last query tiles first (under a causal mask they read the
+// most keys): tasks that run at the same time or one after the other read the same K
+// and V, which stay in the last-level cache, and the shortest tasks of the call come
+// last, so that no long task runs alone at the end.
 struct PrefillIndex {
   int64_t batch, kv_head, row_begin, row_end;
 };
