@@ -1,13 +1,27 @@
-"""The peers on the shapes of `octattn bench`, as JSON lines with the same fields.
+"""octattn and its peers on the same shapes, in the same run, as JSON lines.
 
-    python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--threads 1] [--window W]
+    python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--q-heads 32 --kv-heads 8]
+        [--threads 1] [--window W [--stride S]] [--rounds 3] [--ggml-lib DIR] [--check]
 
-Peers, where installed: PyTorch scaled_dot_product_attention (CPU; causal, or an
-explicit boolean mask for windows), the by-hand PyTorch path (matmul, masked_fill,
-softmax, matmul), and the by-hand NumPy path (OpenBLAS sgemm, softmax, sgemm). GFLOP/s
-counts useful work only, as octattn does: 2 * (head_dim + value_dim) per allowed pair.
+Peers, where installed:
+- octattn: `octattn bench` (--octattn PATH, default build/release/tools/octattn), fused.
+- torch_sdpa: PyTorch scaled_dot_product_attention on CPU (is_causal, or an explicit
+  boolean mask for windows; GQA through repeat_interleave, as its CPU kernel needs).
+- onnxruntime_gqa: ONNX Runtime's GroupQueryAttention contrib op (com.microsoft), f32,
+  a one-node model; causal, local_window_size = W for windows (no strided columns,
+  q_len == kv_len only).
+- ggml_flash: ggml's flash_attn_ext with f32 K and V and an f16 mask (0 / -inf), through
+  ctypes from a ggml that the caller built (--ggml-lib: the folder with libggml-base.so
+  and libggml-cpu.so, or OCTATTN_GGML_LIB).
+- torch_by_hand, numpy_by_hand: matmul, mask, softmax, matmul (not in the default list).
+Every case runs in a fresh process; each round runs every shape with every peer, so that
+the machine's noise hits all of them alike. One line per case and round, then one
+"summary" line per case: each peer's best round and octattn's GFLOP/s over the peer's
+(`octattn_ratio`). GFLOP/s counts useful work only, as octattn does: 2 * (head_dim +
+value_dim) per allowed pair.
 """
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -15,6 +29,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def allowed_pairs(q_len, kv_len, window, stride):
@@ -31,9 +47,10 @@ def allowed_pairs(q_len, kv_len, window, stride):
     return n
 
 
-def mask(q_len, kv_len, window, stride, torch):
-    rows = torch.arange(q_len).unsqueeze(1) + (kv_len - q_len)
-    cols = torch.arange(kv_len).unsqueeze(0)
+def mask(q_len, kv_len, window, stride, np):
+    """The allowed (query, key) pairs, bottom-right aligned, as a boolean array."""
+    rows = np.arange(q_len)[:, None] + (kv_len - q_len)
+    cols = np.arange(kv_len)[None, :]
     d = rows - cols
     allowed = d >= 0
     if window:
@@ -44,54 +61,169 @@ def mask(q_len, kv_len, window, stride, torch):
     return allowed
 
 
+def inputs(args, q_len, kv_len, dim):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    kv_heads = args.kv_heads or args.q_heads
+    q = rng.uniform(-1, 1, (args.batch, args.q_heads, q_len, dim)).astype(np.float32)
+    k = rng.uniform(-1, 1, (args.batch, kv_heads, kv_len, dim)).astype(np.float32)
+    v = rng.uniform(-1, 1, (args.batch, kv_heads, kv_len, dim)).astype(np.float32)
+    return q, k, v
+
+
+def torch_call(peer, args, q_len, kv_len, dim):
+    import numpy as np
+    import torch
+    torch.set_num_threads(args.threads)
+    q, k, v = (torch.from_numpy(x) for x in inputs(args, q_len, kv_len, dim))
+    group = args.q_heads // (args.kv_heads or args.q_heads)
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    m = torch.from_numpy(mask(q_len, kv_len, args.window, args.stride, np))
+    square = q_len == kv_len and not args.window
+    F = torch.nn.functional
+
+    def call():
+        with torch.no_grad():
+            if peer == "torch_sdpa":
+                if square:
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            s = (q @ k.transpose(-2, -1)) / dim ** 0.5
+            s = s.masked_fill(~m, float("-inf"))
+            return s.softmax(dim=-1) @ v
+    return call
+
+
+def numpy_call(args, q_len, kv_len, dim):
+    import numpy as np
+    q, k, v = inputs(args, q_len, kv_len, dim)
+    group = args.q_heads // (args.kv_heads or args.q_heads)
+    m = mask(q_len, kv_len, args.window, args.stride, np)
+
+    def call():
+        out = np.empty((args.batch, args.q_heads, q_len, dim), np.float32)
+        for b in range(args.batch):
+            for h in range(args.q_heads):
+                s = q[b, h] @ k[b, h // group].T * np.float32(dim ** -0.5)
+                s[~m] = -np.inf
+                s -= s.max(axis=1, keepdims=True)
+                np.exp(s, out=s)
+                s /= s.sum(axis=1, keepdims=True)
+                out[b, h] = s @ v[b, h // group]
+        return out
+    return call
+
+
+def onnxruntime_call(args, q_len, kv_len, dim):
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    if q_len != kv_len or args.stride:
+        raise SystemExit("onnxruntime_gqa: q_len == kv_len and no strided columns only")
+    hq, hkv, b = args.q_heads, args.kv_heads or args.q_heads, args.batch
+    node = helper.make_node(
+        "GroupQueryAttention",
+        ["query", "key", "value", "", "", "seqlens_k", "total_sequence_length"],
+        ["output", "present_key", "present_value"], domain="com.microsoft",
+        num_heads=hq, kv_num_heads=hkv, scale=dim ** -0.5,
+        local_window_size=args.window if args.window else -1)
+    f32, i32 = TensorProto.FLOAT, TensorProto.INT32
+    graph = helper.make_graph(
+        [node], "gqa",
+        [helper.make_tensor_value_info("query", f32, [b, q_len, hq * dim]),
+         helper.make_tensor_value_info("key", f32, [b, kv_len, hkv * dim]),
+         helper.make_tensor_value_info("value", f32, [b, kv_len, hkv * dim]),
+         helper.make_tensor_value_info("seqlens_k", i32, [b]),
+         helper.make_tensor_value_info("total_sequence_length", i32, [1])],
+        [helper.make_tensor_value_info("output", f32, [b, q_len, hq * dim]),
+         helper.make_tensor_value_info("present_key", f32, None),
+         helper.make_tensor_value_info("present_value", f32, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    q, k, v = inputs(args, q_len, kv_len, dim)
+    feeds = {
+        # [B, T, H * D], the layout the op takes (a copy made once, outside the timing)
+        "query": np.ascontiguousarray(q.transpose(0, 2, 1, 3).reshape(b, q_len, hq * dim)),
+        "key": np.ascontiguousarray(k.transpose(0, 2, 1, 3).reshape(b, kv_len, hkv * dim)),
+        "value": np.ascontiguousarray(v.transpose(0, 2, 1, 3).reshape(b, kv_len, hkv * dim)),
+        "seqlens_k": np.full([b], kv_len - 1, np.int32),
+        "total_sequence_length": np.array([kv_len], np.int32),
+    }
+    return lambda: sess.run(["output"], feeds)
+
+
+def ggml_call(args, q_len, kv_len, dim):
+    import numpy as np
+    folder = args.ggml_lib or os.environ.get("OCTATTN_GGML_LIB", "")
+    if not folder:
+        raise SystemExit("ggml_flash: no --ggml-lib (a folder with libggml-base.so, libggml-cpu.so)")
+    base = ctypes.CDLL(os.path.join(folder, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(os.path.join(folder, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+
+    class InitParams(ctypes.Structure):
+        _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p),
+                    ("no_alloc", ctypes.c_bool)]
+    p = ctypes.c_void_p
+    base.ggml_init.restype, base.ggml_init.argtypes = p, [InitParams]
+    base.ggml_new_tensor_4d.restype = p
+    base.ggml_new_tensor_4d.argtypes = [p, ctypes.c_int] + [ctypes.c_int64] * 4
+    base.ggml_flash_attn_ext.restype = p
+    base.ggml_flash_attn_ext.argtypes = [p] * 5 + [ctypes.c_float] * 3
+    base.ggml_flash_attn_ext_set_prec.argtypes = [p, ctypes.c_int]
+    base.ggml_new_graph.restype, base.ggml_new_graph.argtypes = p, [p]
+    base.ggml_build_forward_expand.argtypes = [p, p]
+    base.ggml_get_data.restype, base.ggml_get_data.argtypes = p, [p]
+    cpu.ggml_graph_compute_with_ctx.restype = ctypes.c_int
+    cpu.ggml_graph_compute_with_ctx.argtypes = [p, p, ctypes.c_int]
+    f32, f16, prec_f32 = 0, 1, 10  # GGML_TYPE_F32, GGML_TYPE_F16, GGML_PREC_F32
+
+    q, k, v = inputs(args, q_len, kv_len, dim)
+    m = np.where(mask(q_len, kv_len, args.window, args.stride, np), 0.0, -np.inf).astype(np.float16)
+    size = q.nbytes * 2 + k.nbytes + v.nbytes + m.nbytes + (256 << 20)
+    ctx = base.ggml_init(InitParams(size, None, False))
+
+    def tensor(kind, a):  # ggml's ne is the numpy shape reversed
+        ne = list(reversed(a.shape)) + [1] * (4 - a.ndim)
+        t = base.ggml_new_tensor_4d(ctx, kind, *ne)
+        ctypes.memmove(base.ggml_get_data(t), a.ctypes.data, a.nbytes)
+        return t
+    out = base.ggml_flash_attn_ext(ctx, tensor(f32, q), tensor(f32, k), tensor(f32, v),
+                                   tensor(f16, m), dim ** -0.5, 0.0, 0.0)
+    base.ggml_flash_attn_ext_set_prec(out, prec_f32)
+    graph = base.ggml_new_graph(ctx)
+    base.ggml_build_forward_expand(graph, out)
+
+    def call():
+        if cpu.ggml_graph_compute_with_ctx(ctx, graph, args.threads) != 0:
+            raise SystemExit("ggml_graph_compute_with_ctx failed")
+
+    def result():  # [B, Hq, T, D] (ggml's result is [B, T, Hq, D])
+        n = q.size
+        flat = np.ctypeslib.as_array(ctypes.cast(base.ggml_get_data(out), ctypes.POINTER(ctypes.c_float)), (n,))
+        return flat.reshape(args.batch, q_len, args.q_heads, dim).transpose(0, 2, 1, 3).copy()
+    call.result = result  # for checks: the output of the last call
+    return call
+
+
 def run_case(peer, args, q_len, kv_len, dim):
     """One case in this (fresh) process: median, min, max seconds and the peak RSS
     growth of the first call, in MiB."""
-    heads, kv_heads, batch = args.q_heads, args.kv_heads or args.q_heads, args.batch
     if peer.startswith("torch"):
-        import torch
-        torch.set_num_threads(args.threads)
-        g = torch.Generator().manual_seed(0)
-        q = torch.rand(batch, heads, q_len, dim, generator=g) * 2 - 1
-        k = torch.rand(batch, kv_heads, kv_len, dim, generator=g) * 2 - 1
-        v = torch.rand(batch, kv_heads, kv_len, dim, generator=g) * 2 - 1
-        if kv_heads != heads:
-            k = k.repeat_interleave(heads // kv_heads, dim=1)
-            v = v.repeat_interleave(heads // kv_heads, dim=1)
-        m = mask(q_len, kv_len, args.window, args.stride, torch)
-        square = q_len == kv_len and not args.window
-
-        def call():
-            if peer == "torch_sdpa":
-                with torch.no_grad():
-                    if square:
-                        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
-            with torch.no_grad():
-                s = (q @ k.transpose(-2, -1)) / dim ** 0.5
-                s = s.masked_fill(~m, float("-inf"))
-                return s.softmax(dim=-1) @ v
+        call = torch_call(peer, args, q_len, kv_len, dim)
+    elif peer == "numpy_by_hand":
+        call = numpy_call(args, q_len, kv_len, dim)
+    elif peer == "onnxruntime_gqa":
+        call = onnxruntime_call(args, q_len, kv_len, dim)
+    elif peer == "ggml_flash":
+        call = ggml_call(args, q_len, kv_len, dim)
     else:
-        import numpy as np
-        rng = np.random.default_rng(0)
-        q = rng.uniform(-1, 1, (batch, heads, q_len, dim)).astype(np.float32)
-        k = rng.uniform(-1, 1, (batch, kv_heads, kv_len, dim)).astype(np.float32)
-        v = rng.uniform(-1, 1, (batch, kv_heads, kv_len, dim)).astype(np.float32)
-        group = heads // kv_heads
-        import torch  # only for the mask construction when present
-        m = mask(q_len, kv_len, args.window, args.stride, torch).numpy()
-
-        def call():
-            out = np.empty((batch, heads, q_len, dim), np.float32)
-            for b in range(batch):
-                for h in range(heads):
-                    s = q[b, h] @ k[b, h // group].T * np.float32(dim ** -0.5)
-                    s[~m] = -np.inf
-                    s -= s.max(axis=1, keepdims=True)
-                    np.exp(s, out=s)
-                    s /= s.sum(axis=1, keepdims=True)
-                    out[b, h] = s @ v[b, h // group]
-            return out
+        raise SystemExit(f"unknown peer {peer}")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     call()
     extra = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -101,6 +233,62 @@ def run_case(peer, args, q_len, kv_len, dim):
         call()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), min(times), max(times), extra
+
+
+def check(args, shapes, peers):
+    """Each Python peer's output against the NumPy one (max abs difference), so that every
+    peer is known to compute the same attention."""
+    import numpy as np
+    for q_len, kv_len, dim in shapes:
+        ref = numpy_call(args, q_len, kv_len, dim)()
+        for peer in peers:
+            if peer in ("octattn", "numpy_by_hand"):
+                continue
+            try:
+                if peer.startswith("torch"):
+                    out = torch_call(peer, args, q_len, kv_len, dim)().numpy()
+                elif peer == "onnxruntime_gqa":
+                    out = onnxruntime_call(args, q_len, kv_len, dim)()[0]
+                    out = out.reshape(args.batch, q_len, args.q_heads, dim).transpose(0, 2, 1, 3)
+                else:
+                    call = ggml_call(args, q_len, kv_len, dim)
+                    call()
+                    out = call.result()
+                diff = float(np.abs(out - ref).max())
+            except (ImportError, SystemExit) as e:
+                print(json.dumps({"check": peer, "q_len": q_len, "head_dim": dim, "error": str(e)}))
+                continue
+            print(json.dumps({"check": peer, "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
+                              "max_abs_diff_vs_numpy": diff}), flush=True)
+
+
+def octattn_case(args, q_len, kv_len, dim):
+    cmd = [args.octattn, "bench", "--json", "--algo", "fused", "--batch", str(args.batch),
+           "--q-heads", str(args.q_heads), "--kv-heads", str(args.kv_heads or args.q_heads),
+           "--q-len", str(q_len), "--kv-len", str(kv_len), "--head-dim", str(dim),
+           "--threads", str(args.threads), "--repeat", str(args.repeat)]
+    if args.window:
+        cmd += ["--window", str(args.window), "--stride", str(args.stride)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["octattn bench failed"])[-1])
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    return d["seconds_median"], d["seconds_min"], d["seconds_max"], d["extra_rss_mib"]
+
+
+def child(peer, args, q_len, kv_len, dim):
+    if peer == "octattn":
+        return octattn_case(args, q_len, kv_len, dim)
+    env = dict(os.environ)
+    # Old OpenBLAS settings of this environment slow current builds.
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    cmd = [sys.executable, __file__, "--one", f"{peer}:{q_len}:{kv_len}:{dim}"] + sys.argv[1:]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["failed"])[-1])
+    return json.loads(r.stdout)
 
 
 def main():
@@ -114,38 +302,57 @@ def main():
     ap.add_argument("--window", type=int, default=0)
     ap.add_argument("--stride", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--peers", default="torch_sdpa,torch_by_hand,numpy_by_hand")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--peers", default="octattn,torch_sdpa,onnxruntime_gqa,ggml_flash")
+    ap.add_argument("--octattn", default=os.path.join(HERE, "..", "build", "release", "tools",
+                                                       "octattn"))
+    ap.add_argument("--ggml-lib", default="")
+    ap.add_argument("--check", action="store_true",
+                    help="compare each Python peer's output with NumPy's and stop")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case in a child
     args = ap.parse_args()
     if args.one:
         peer, q_len, kv_len, dim = args.one.split(":")
         print(json.dumps(run_case(peer, args, int(q_len), int(kv_len), int(dim))))
         return
-    for q_len in map(int, args.q_len.split(",")):
-        for kv_len in (map(int, args.kv_len.split(",")) if args.kv_len else [q_len]):
-            for dim in map(int, args.head_dim.split(",")):
-                for peer in args.peers.split(","):
-                    env = dict(os.environ)
-                    # Old OpenBLAS settings of this environment slow current builds.
-                    env.pop("OPENBLAS_CORETYPE", None)
-                    env.pop("OPENBLAS_L2_SIZE", None)
-                    env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(args.threads)
-                    cmd = [sys.executable, __file__, "--one", f"{peer}:{q_len}:{kv_len}:{dim}"] + [
-                        a for a in sys.argv[1:]]
-                    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                    if r.returncode != 0:
-                        print(json.dumps({"peer": peer, "error": r.stderr.strip().splitlines()[-1:]}))
-                        continue
-                    med, lo, hi, extra = json.loads(r.stdout)
-                    flops = 2.0 * 2 * dim * allowed_pairs(q_len, kv_len, args.window, args.stride) * \
-                        args.batch * args.q_heads
-                    print(json.dumps({
-                        "peer": peer, "threads": args.threads, "batch": args.batch, "q_heads": args.q_heads,
-                        "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
-                        "head_dim": dim, "window": args.window, "stride": args.stride,
-                        "seconds_median": med, "seconds_min": lo, "seconds_max": hi,
-                        "gflops": flops / med / 1e9, "extra_rss_mib": extra}), flush=True)
+    shapes = [(q, kv, d) for q in map(int, args.q_len.split(","))
+              for kv in (map(int, args.kv_len.split(",")) if args.kv_len else [q])
+              for d in map(int, args.head_dim.split(","))]
+    peers = args.peers.split(",")
+    if args.check:
+        check(args, shapes, peers)
+        return
+    best = {}
+    for rnd in range(args.rounds):
+        for q_len, kv_len, dim in shapes:
+            flops = 2.0 * 2 * dim * allowed_pairs(q_len, kv_len, args.window, args.stride) * \
+                args.batch * args.q_heads
+            for peer in peers:
+                case = {"peer": peer, "round": rnd, "threads": args.threads, "batch": args.batch,
+                        "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
+                        "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
+                        "window": args.window, "stride": args.stride}
+                try:
+                    med, lo, hi, extra = child(peer, args, q_len, kv_len, dim)
+                except RuntimeError as e:
+                    print(json.dumps(dict(case, error=str(e))), flush=True)
+                    continue
+                gflops = flops / med / 1e9
+                print(json.dumps(dict(case, seconds_median=med, seconds_min=lo, seconds_max=hi,
+                                      gflops=gflops, extra_rss_mib=extra)), flush=True)
+                key = (q_len, kv_len, dim)
+                best.setdefault(key, {})
+                best[key][peer] = max(best[key].get(peer, 0.0), gflops)
+    for (q_len, kv_len, dim), got in best.items():
+        ours = got.get("octattn")
+        print(json.dumps({
+            "summary": True, "threads": args.threads, "q_heads": args.q_heads,
+            "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
+            "head_dim": dim, "window": args.window, "stride": args.stride,
+            "best_gflops": {p: round(g, 2) for p, g in got.items()},
+            "octattn_ratio": {p: round(ours / g, 2) for p, g in got.items()
+                              if ours and p != "octattn"}}), flush=True)
 
 
 if __name__ == "__main__":
