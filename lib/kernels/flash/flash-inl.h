@@ -165,9 +165,11 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     qmin = plan::MinI(qmin, qpos[r]);
     qmax = plan::MaxI(qmax, qpos[r]);
   }
-  if (!any ||
-      plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) == plan::kTileEmpty)
-    return;
+  const plan::TileKind kind =
+      any ? plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) : plan::kTileEmpty;
+  if (kind == plan::kTileEmpty) return;
+  // Every active row reads every key of a full tile: no panel needs its own mask.
+  const bool full = kind == plan::kTileFull && tile.t1 - tile.t0 == tile.tpad;
   // Each row's keys in the tile, and the packed columns [a, b) (whole vectors) that
   // hold them: the scores outside are never read, so neither computed nor scanned.
   // Dropping masked scores (-inf, exp 0) changes no max and no sum.
@@ -193,7 +195,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
     pf->Step();
     QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
-                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s);
+                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s, full);
   }
 
   const int64_t dvp = PadKeys(t.op.value_dim);

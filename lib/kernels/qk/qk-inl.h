@@ -106,14 +106,21 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
 // Scores of R rows at positions qpos[r] for packed key vectors starting at pack column
 // j0, scaled and masked. `kt` points at pack column j0 (rows kt_stride apart); `dst[r]`
 // points at row r's score for pack column 0; pack column c holds key key_base + c; keys
-// at or past `key_end` are masked.
+// at or past `key_end` are masked. `all_allowed`: the caller has classified the block as
+// full (every row reads every key up to key_end, and key_end is past the block).
 template <int R, int C>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const plan::Mask& mask, const int64_t* qpos, float scale,
-                           float* const* dst) {
+                           float* const* dst, bool all_allowed = false) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
+  if (all_allowed) {  // the caller knows every row may read every key of the block
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = dst[r] + j0;
+    QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out);
+    return;
+  }
   const int64_t a1 = plan::MinI(a0 + C * L, key_end);
   float* out[R];
   int64_t qmin = qpos[0], qmax = qpos[0];
