@@ -372,7 +372,10 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
 }
 
 // One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states `st`.
-static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, float* st) {
+// `next`: the chunk the task runs after this unit, or -1: its first tile is prefetched
+// during this unit's last tile (real keys only).
+static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, int64_t next,
+                      float* st) {
   const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
   const size_t stride = FlashStateFloats(t.op.value_dim);
   ResetState(st, rows, stride, PadKeys(t.op.value_dim));
@@ -435,6 +438,10 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     t0 = next_tile(t1);
     pf.next = plan::MaxI(t0, load);
     pf.end = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (t0 >= end && chunk >= 0 && next >= 0) {  // the next chunk's first tile
+      pf.next = plan::MaxI(plan::MaxI(next * kChunkKeys, begin), load);
+      pf.end = plan::MinI((pf.next / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
+    }
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
     FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
   }
@@ -457,7 +464,8 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
   }
   bool first = true;
   auto unit = [&](int64_t chunk) {
-    FlashUnit(t, f, chunk, first ? f.run : f.cur);
+    const int64_t next = chunk >= 0 && chunk + 1 < t.chunk_end ? chunk + 1 : -1;
+    FlashUnit(t, f, chunk, next, first ? f.run : f.cur);
     if (!first)
       for (int64_t r = 0; r < rows; ++r) MergeState(f.run + r * stride, f.cur + r * stride, dvp);
     first = false;
