@@ -139,11 +139,21 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
   }
   QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   if (kind == plan::kTilePartial || a1 < a0 + C * L) {
-    for (int r = 0; r < R; ++r)
+    // Each row's keys as ranges (the mask's own description of a row): a dense run and
+    // the strided columns below it, stepped to without a division per key.
+    for (int r = 0; r < R; ++r) {
+      const plan::RowKeys k = plan::KeysOf(mask, qpos[r], kv_len);
+      int64_t column = k.stride > 0 ? plan::NextOnStride(a0, k.stride, k.phase) : a1;
       for (int64_t jj = 0; jj < C * L; ++jj) {
         const int64_t j = a0 + jj;
-        if (j >= a1 || !plan::Allowed(mask, qpos[r], j)) out[r][jj] = -__builtin_inff();
+        bool allowed = j < a1 && j >= k.lo && j < k.hi;
+        if (j == column) {
+          allowed |= j < a1 && j < k.strided_end;
+          column += k.stride;
+        }
+        if (!allowed) out[r][jj] = -__builtin_inff();
       }
+    }
   }
 }
 
