@@ -254,17 +254,20 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   }
 }
 
-// The last n < kFlashRows rows of a tile's row list, as one block of n rows (R counts down
-// to n).
-template <int R>
+// The last n < kFlashRows rows of a tile's row list, in blocks of 4, 2 and 1 rows (the
+// row lists of decode: 1, 2 and 4 rows, 8 = 6 + 2, 16 = 6 + 6 + 4). Fewer block heights
+// keep the build small; a row's bytes do not depend on its block.
 static inline void FlashRest(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
                              const FlashRow* rows, int64_t n, float* states, size_t stride,
                              float* s_buf, FlashPrefetch* pf) {
-  if constexpr (R > 0) {
-    if (n < R) return FlashRest<R - 1>(t, sp, tile, rows, n, states, stride, s_buf, pf);
-    float* st[R];
-    for (int r = 0; r < R; ++r) st[r] = states + static_cast<size_t>(r) * stride;
-    FlashBlock<R>(t, sp, tile, rows, st, s_buf, pf);
+  for (int64_t i = 0; i < n;) {
+    float* st[4];
+    const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
+    for (int64_t r = 0; r < h; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+    if (h == 4) FlashBlock<4>(t, sp, tile, rows + i, st, s_buf, pf);
+    if (h == 2) FlashBlock<2>(t, sp, tile, rows + i, st, s_buf, pf);
+    if (h == 1) FlashBlock<1>(t, sp, tile, rows + i, st, s_buf, pf);
+    i += h;
   }
 }
 
@@ -280,7 +283,7 @@ static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const
     for (int r = 0; r < kFlashRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
     FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf, pf);
   }
-  FlashRest<kFlashRows - 1>(t, sp, tile, rows + i, nq - i, states + i * stride, stride, s_buf, pf);
+  FlashRest(t, sp, tile, rows + i, nq - i, states + i * stride, stride, s_buf, pf);
 }
 
 // Scratch pieces of a task.

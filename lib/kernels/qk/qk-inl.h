@@ -115,12 +115,6 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
                            float* const* dst, bool all_allowed = false) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
-  if (all_allowed) {  // the caller knows every row may read every key of the block
-    float* out[R];
-    for (int r = 0; r < R; ++r) out[r] = dst[r] + j0;
-    QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out);
-    return;
-  }
   const int64_t a1 = plan::MinI(a0 + C * L, key_end);
   float* out[R];
   int64_t qmin = qpos[0], qmax = qpos[0];
@@ -129,8 +123,9 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
     qmin = plan::MinI(qmin, qpos[r]);
     qmax = plan::MaxI(qmax, qpos[r]);
   }
-  const plan::TileKind kind =
-      a1 <= a0 ? plan::kTileEmpty : plan::Classify(mask, qmin, qmax + 1, a0, a1, kv_len);
+  const plan::TileKind kind = all_allowed ? plan::kTileFull
+                              : a1 <= a0  ? plan::kTileEmpty
+                                          : plan::Classify(mask, qmin, qmax + 1, a0, a1, kv_len);
   if (kind == plan::kTileEmpty) {
     const typename S::V ninf = S::Set(-__builtin_inff());
     for (int r = 0; r < R; ++r)
