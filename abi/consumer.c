@@ -12,14 +12,15 @@
 
 /* The layouts (the same numbers are checked by the Python, Rust and Go consumers).
  * Structs only grow at their end, so an offset never changes once published; 0.2
- * appended k_start to the options (48 -> 56 bytes). */
+ * appended k_start to the options (48 -> 56 bytes), 0.3 chunk and the score modifiers
+ * (56 -> 104). */
 PIN(tensor_size, sizeof(octattn_tensor) == 80);
 PIN(tensor_data, offsetof(octattn_tensor, data) == 0);
 PIN(tensor_dtype, offsetof(octattn_tensor, dtype) == 8);
 PIN(tensor_reserved, offsetof(octattn_tensor, reserved) == 12);
 PIN(tensor_shape, offsetof(octattn_tensor, shape) == 16);
 PIN(tensor_stride, offsetof(octattn_tensor, stride) == 48);
-PIN(options_size, sizeof(octattn_attention_options) == 56);
+PIN(options_size, sizeof(octattn_attention_options) == 104);
 PIN(options_struct_size, offsetof(octattn_attention_options, struct_size) == 0);
 PIN(options_causal, offsetof(octattn_attention_options, causal) == 8);
 PIN(options_algorithm, offsetof(octattn_attention_options, algorithm) == 12);
@@ -29,6 +30,13 @@ PIN(options_q_start, offsetof(octattn_attention_options, q_start) == 32);
 PIN(options_scale, offsetof(octattn_attention_options, scale) == 40);
 PIN(options_reserved, offsetof(octattn_attention_options, reserved) == 44);
 PIN(options_k_start, offsetof(octattn_attention_options, k_start) == 48);
+PIN(options_chunk, offsetof(octattn_attention_options, chunk) == 56);
+PIN(options_softcap, offsetof(octattn_attention_options, softcap) == 64);
+PIN(options_reserved2, offsetof(octattn_attention_options, reserved2) == 68);
+PIN(options_alibi_slopes, offsetof(octattn_attention_options, alibi_slopes) == 72);
+PIN(options_sinks, offsetof(octattn_attention_options, sinks) == 80);
+PIN(options_bias, offsetof(octattn_attention_options, bias) == 88);
+PIN(options_mask, offsetof(octattn_attention_options, mask) == 96);
 PIN(run_info_size, sizeof(octattn_run_info) == 24);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);
@@ -56,7 +64,7 @@ static void call_every_function(void) {
   octattn_run_info info;
   const octattn_status null = OCTATTN_ERROR_NULL_POINTER;
   expect(octattn_version_number() == OCTATTN_VERSION_NUMBER, "octattn_version_number");
-  expect(strcmp(octattn_version_string(), "0.2.0") >= 0, "octattn_version_string");
+  expect(strcmp(octattn_version_string(), "0.3.0") >= 0, "octattn_version_string");
   expect(
       strcmp(octattn_status_string(OCTATTN_ERROR_ALIASING), "output overlaps another tensor") == 0,
       "octattn_status_string");
@@ -91,6 +99,8 @@ static void call_every_function(void) {
   expect(octattn_scale(NULL, &t, 1.0f) == null, "octattn_scale");
   expect(octattn_mask(NULL, NULL, &t) == null, "octattn_mask");
   expect(octattn_softmax(NULL, &t, NULL) == null, "octattn_softmax");
+  expect(octattn_modify_scores(NULL, NULL, &t) == null, "octattn_modify_scores");
+  expect(octattn_softmax_sinks(NULL, &t, NULL, NULL) == null, "octattn_softmax_sinks");
   expect(octattn_weighted_sum(NULL, &t, &t, &t) == null, "octattn_weighted_sum");
   expect(octattn_split_heads(NULL, &t, 1, &t) == null, "octattn_split_heads");
   expect(octattn_merge_heads(NULL, &t, &t) == null, "octattn_merge_heads");

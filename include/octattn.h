@@ -36,23 +36,36 @@
  *
  * Mask. With d = q_pos(i) - k_pos(j), causal attention allows (i, j) iff d >= 0 and,
  * when window > 0, also d < window || (stride > 0 && k_pos(j) % stride == 0). window
- * == 0 is plain causal; stride only matters with a window. The mask depends on
+ * == 0 is plain causal; stride only matters with a window. Chunked attention (chunk >
+ * 0, causal or full) also requires floor(q_pos(i) / chunk) == floor(k_pos(j) / chunk):
+ * a row reads only keys of its own chunk, strided columns included. The mask depends on
  * positions only, so a call over a shard of the keys (k_start) masks exactly as one call
- * over all of them. Full (non-causal) attention allows every pair and requires window
- * == stride == 0; it ignores q_start and k_start.
+ * over all of them. Full (non-causal) attention allows every pair (of its chunk) and
+ * requires window == stride == 0. A pair is also masked where the optional mask tensor
+ * holds 0 or the optional bias tensor holds -inf.
  *
- * Softmax. o = softmax(scale * q k^T + M) v, M being 0 (allowed) or -inf (masked),
- * computed stably (the row maximum is subtracted first). scale == 0 selects the default
- * 1/sqrt(head_dim). lse (optional) receives the natural-log log-sum-exp of each row of
- * scaled, masked scores; weights (optional) the softmax itself.
+ * Scores. For an allowed pair (i, j) of query head h:
+ *     s = scale * q_i . k_j                          (scale == 0: 1/sqrt(head_dim))
+ *     s = softcap * tanh(s / softcap)                (softcap > 0)
+ *     s += alibi_slopes[h] * (k_pos(j) - q_pos(i))   (alibi_slopes given; full attention
+ *                                                     uses the same positions)
+ *     s += bias[b, h, i, j]                          (bias given)
+ * and o = softmax(s) v over the allowed pairs, computed stably (the row maximum is
+ * subtracted first). With sinks, row i of head h has one more logit, sinks[h], in the
+ * softmax's denominator only (no value row): weights sum to less than 1 and
+ * lse = log(exp(sinks[h]) + sum_j exp(s_j)). lse (optional) receives the natural-log
+ * log-sum-exp of each row; weights (optional) the softmax itself (0 where masked).
  *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
- * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf.
+ * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
+ * lse = sinks[h] with sinks.
  *
  * Non-finite input. NaN or Inf at an allowed position propagates as IEEE arithmetic
  * says. A masked position cannot reach any output, whatever its bits: the key and value
- * rows that no query of a call may read are never loaded, and masked lanes inside a
- * tile are replaced by -inf before the softmax and skipped in the weighted sum.
+ * rows that no query of a call may read are never loaded, masked lanes inside a tile are
+ * replaced by -inf before the softmax and skipped in the weighted sum (also where the
+ * mask tensor or a -inf bias masks them), and the bias of a pair the analytic mask or
+ * the mask tensor excludes cannot reach the output.
  *
  * Determinism. For a given algorithm, backend and target, an output row's bytes depend
  * only on the inputs that row may read: they are the same for any thread count, any
@@ -69,9 +82,9 @@
  * to the accuracy below, not to the byte.
  *
  * Accuracy. naive and fused agree with the reference (double accumulation) within
- * max|v| * (5e-7 * max(1, S) + 1e-8 * C) per element, S being the largest |scaled
- * score| and C the largest |scale| * sum_d |q_d k_d| over the call's allowed pairs
- * (tests/README.md). The C term is for dot products that cancel (products much larger
+ * max|v| * (5e-7 * max(1, S) + 1e-8 * C) per element, S being the largest |s| (after
+ * every modifier) and C the largest |scale| * sum_d |q_d k_d| over the call's allowed
+ * pairs (tests/README.md). The C term is for dot products that cancel (products much larger
  * than their sum): their f32 rounding follows the products, not the score. Scores sum
  * the head dimension in blocks of 64 (one FMA chain each, the blocks added in order),
  * the same order in every call.
@@ -107,7 +120,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 2
+#define OCTATTN_VERSION_MINOR 3
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -135,10 +148,11 @@ typedef int32_t octattn_status;
 /* An output's extent overlaps the extent of an input or of another output (in-place
  * stages excepted). */
 #define OCTATTN_ERROR_ALIASING 5
-/* An option is out of range: unknown enum value, negative window or stride, window or
- * stride with full attention, q_start, k_start or q_start - k_start beyond +-2^62,
- * non-finite scale, negative thread
- * count. */
+/* An option is out of range: unknown enum value, negative window, stride or chunk,
+ * window or stride with full attention, q_start, k_start, q_start - k_start or chunk
+ * beyond +-2^62, non-finite scale, negative or non-finite softcap, a non-finite ALiBi
+ * slope, a sink that is NaN or +inf, a mask or bias tensor of the wrong dtype, negative
+ * thread count. */
 #define OCTATTN_ERROR_INVALID_OPTION 6
 /* An option struct's struct_size is smaller than its size in version 0.1, or bytes past
  * the fields this library knows are not zero. */
@@ -165,6 +179,8 @@ typedef int32_t octattn_dtype;
 #define OCTATTN_DTYPE_F32 1
 #define OCTATTN_DTYPE_BF16 2 /* reserved: OCTATTN_ERROR_UNSUPPORTED */
 #define OCTATTN_DTYPE_F16 3  /* reserved: OCTATTN_ERROR_UNSUPPORTED */
+/* One byte per element, 0 = false: the mask tensor only (since 0.3). */
+#define OCTATTN_DTYPE_BOOL 4
 
 typedef int32_t octattn_algorithm;
 /* fused unless weights are requested, then naive. */
@@ -207,7 +223,7 @@ OCTATTN_API const char* octattn_algorithm_name(octattn_algorithm algorithm);
 
 typedef struct octattn_tensor {
   void* data;          /* never written through for inputs */
-  octattn_dtype dtype; /* OCTATTN_DTYPE_F32 */
+  octattn_dtype dtype; /* OCTATTN_DTYPE_F32 (the mask tensor: OCTATTN_DTYPE_BOOL) */
   int32_t reserved;    /* must be 0 */
   int64_t shape[4];    /* logical sizes, see SEMANTICS */
   int64_t stride[4];   /* in elements, >= 0 */
@@ -298,6 +314,18 @@ typedef struct octattn_attention_options {
   int32_t reserved;            /* must be 0 */
   /* Since 0.2 (struct_size 56): */
   int64_t k_start; /* default 0: the position of key row 0 */
+  /* Since 0.3 (struct_size 104): score modifiers, see SEMANTICS. Arrays and tensors are
+   * read during the call only; NULL (the default) turns each off. */
+  int64_t chunk;             /* default 0: no chunks; else chunked attention */
+  float softcap;             /* default 0: off; else > 0 and finite */
+  int32_t reserved2;         /* must be 0 */
+  const float* alibi_slopes; /* q_heads finite slopes (NULL: no ALiBi) */
+  const float* sinks;        /* q_heads sink logits, finite or -inf (NULL: none) */
+  /* [batch, q_heads, q_len, kv_len] added to the scores: f32, any strides >= 0; a size of
+   * 1 broadcasts (its stride is ignored), as does a stride of 0. */
+  const octattn_tensor* bias;
+  /* The same shape rules, OCTATTN_DTYPE_BOOL: 0 masks the pair. */
+  const octattn_tensor* mask;
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header
@@ -371,14 +399,27 @@ OCTATTN_API octattn_status octattn_scores(octattn_context* ctx, const octattn_te
  * not finite). */
 OCTATTN_API octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float scale);
 /* Sets masked entries of scores to -inf, in place, by the options' causal, window,
- * stride and q_start (kv_len = scores' last size). Also INVALID_OPTION, STRUCT_SIZE. */
+ * stride, chunk, q_start, k_start and mask tensor (kv_len = scores' last size; the
+ * modifiers are octattn_modify_scores'). Also INVALID_OPTION, STRUCT_SIZE. */
 OCTATTN_API octattn_status octattn_mask(octattn_context* ctx,
                                         const octattn_attention_options* options,
                                         octattn_tensor* scores);
+/* Applies the options' softcap, ALiBi slopes and bias tensor to scaled scores, in place,
+ * in the order of SEMANTICS (positions from q_start and k_start); entries whose bias is
+ * -inf become -inf. Other options are not applied (the mask is octattn_mask's, the sinks
+ * octattn_softmax_sinks'). Also INVALID_OPTION, STRUCT_SIZE. Since 0.3. */
+OCTATTN_API octattn_status octattn_modify_scores(octattn_context* ctx,
+                                                 const octattn_attention_options* options,
+                                                 octattn_tensor* scores);
 /* Row-wise stable softmax of scores, in place; lse (optional, [B, H, q_len, 1]) gets
  * each row's natural-log log-sum-exp. Rows that are all -inf become zeros, lse -inf. */
 OCTATTN_API octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores,
                                            octattn_tensor* lse);
+/* octattn_softmax with sinks: sinks (q_heads logits, finite or -inf; required, else
+ * NULL_POINTER) join each row's denominator as SEMANTICS says; a row of -inf becomes
+ * zeros with lse = sinks[h]. Also INVALID_OPTION (a sink NaN or +inf). Since 0.3. */
+OCTATTN_API octattn_status octattn_softmax_sinks(octattn_context* ctx, octattn_tensor* scores,
+                                                 const float* sinks, octattn_tensor* lse);
 /* o = weights v, with the GQA rule. Entries of weights that are exactly 0 still
  * multiply their value rows (IEEE: 0 * Inf = NaN). */
 OCTATTN_API octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* weights,

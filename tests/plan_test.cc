@@ -98,7 +98,7 @@ TEST_CASE("key bounds: KeyBegin and KeyEnd bound what any row may read", "[plan]
         const int64_t kv_len = 60, q_len = 9;
         const int64_t begin = plan::KeyBegin(m, q_start),
                       end = plan::KeyEnd(m, q_start + q_len, kv_len);
-        const plan::Columns below = plan::StridedBelow(m);
+        const plan::Columns below = plan::StridedBelow(m, q_start);
         bool begin_read = false;
         for (int64_t i = 0; i < q_len; ++i)
           for (int64_t j = 0; j < kv_len; ++j) {
@@ -195,4 +195,62 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.slot_bytes == SIZE_MAX);
     CHECK(plan::WorkspaceBytes(s, 2) == SIZE_MAX);
   }
+}
+
+TEST_CASE("chunks: key ranges, classification and bounds agree with the formula", "[plan]") {
+  // Every (causal, window, stride, chunk, phase, q_start): KeysOf describes exactly the
+  // allowed keys of each row, Classify is exact without strided columns and a sound claim
+  // with them, and KeyBegin / KeyEnd / StridedBelow bound what rows from a position read.
+  int64_t empty = 0, full = 0;
+  for (int32_t causal : {1, 0})
+    for (int64_t window : {0, 3, 10})
+      for (int64_t stride : {0, 4})
+        for (int64_t chunk : {1, 5, 16})
+          for (int64_t chunk_phase : {int64_t{0}, chunk - 1})
+            for (int64_t q_start : {-7, 0, 13, 70}) {
+              if (!causal && (window || stride)) continue;
+              const plan::Mask m{causal, window, window ? stride : 0, q_start,
+                                 0,      chunk,  chunk_phase};
+              const int64_t kv_len = 61;
+              INFO("causal " << causal << " window " << window << " stride " << stride << " chunk "
+                             << chunk << " phase " << chunk_phase << " q_start " << q_start);
+              for (int64_t i = 0; i < 30; ++i) {
+                const plan::RowKeys r = plan::KeysOf(m, q_start + i, kv_len);
+                int64_t count = 0;
+                for (int64_t j = 0; j < kv_len; ++j) {
+                  const bool dense = j >= r.lo && j < r.hi;
+                  const bool column = r.stride > 0 && j >= r.strided_begin && j < r.strided_end &&
+                                      j % r.stride == r.phase;
+                  INFO("row " << i << " key " << j);
+                  REQUIRE((dense || column) == plan::Allowed(m, q_start + i, j));
+                  count += dense || column;
+                }
+                CHECK(plan::AllowedCount(r) == count);
+              }
+              const int64_t begin = plan::KeyBegin(m, q_start),
+                            end = plan::KeyEnd(m, q_start + 30, kv_len);
+              const plan::Columns below = plan::StridedBelow(m, q_start);
+              for (int64_t i = 0; i < 30; ++i)
+                for (int64_t j = 0; j < kv_len; ++j)
+                  if (plan::Allowed(m, q_start + i, j)) {
+                    CHECK(j < end);
+                    CHECK((j >= begin || below.Has(j)));
+                  }
+              for (int64_t r0 = 0; r0 < 30; r0 += 6)
+                for (int64_t j0 = 0; j0 < kv_len; j0 += 8) {
+                  const int64_t j1 = plan::MinI(j0 + 8, kv_len);
+                  bool any, all;
+                  Pairs(m, q_start + r0, q_start + r0 + 6, j0, j1, &any, &all);
+                  const plan::TileKind kind =
+                      plan::Classify(m, q_start + r0, q_start + r0 + 6, j0, j1, kv_len);
+                  if (kind == plan::kTileEmpty) CHECK(!any);
+                  if (kind == plan::kTileFull) CHECK(all);
+                  if (!m.stride) CHECK((kind == plan::kTileEmpty) == !any);
+                  if (!m.stride) CHECK((kind == plan::kTileFull) == all);
+                  empty += kind == plan::kTileEmpty;
+                  full += kind == plan::kTileFull;
+                }
+            }
+  CHECK(empty > 1000);
+  CHECK(full > 20);
 }

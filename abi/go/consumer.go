@@ -22,7 +22,8 @@ func fail(format string, args ...interface{}) {
 }
 
 // checkLayouts compares cgo's view of the header's structs with their pinned layouts
-// (as in abi/consumer.c; 0.2 appended k_start to the options).
+// (as in abi/consumer.c; 0.2 appended k_start to the options, 0.3 chunk and the score
+// modifiers).
 func checkLayouts() {
 	var t C.octattn_tensor
 	var o C.octattn_attention_options
@@ -46,7 +47,14 @@ func checkLayouts() {
 		{"options.scale", unsafe.Offsetof(o.scale), 40},
 		{"options.reserved", unsafe.Offsetof(o.reserved), 44},
 		{"options.k_start", unsafe.Offsetof(o.k_start), 48},
-		{"sizeof(octattn_attention_options)", unsafe.Sizeof(o), 56},
+		{"options.chunk", unsafe.Offsetof(o.chunk), 56},
+		{"options.softcap", unsafe.Offsetof(o.softcap), 64},
+		{"options.reserved2", unsafe.Offsetof(o.reserved2), 68},
+		{"options.alibi_slopes", unsafe.Offsetof(o.alibi_slopes), 72},
+		{"options.sinks", unsafe.Offsetof(o.sinks), 80},
+		{"options.bias", unsafe.Offsetof(o.bias), 88},
+		{"options.mask", unsafe.Offsetof(o.mask), 96},
+		{"sizeof(octattn_attention_options)", unsafe.Sizeof(o), 104},
 		{"run_info.struct_size", unsafe.Offsetof(r.struct_size), 0},
 		{"run_info.algorithm", unsafe.Offsetof(r.algorithm), 8},
 		{"run_info.backend", unsafe.Offsetof(r.backend), 12},

@@ -14,7 +14,12 @@ class Options(ctypes.Structure):
                 ("algorithm", ctypes.c_int32), ("window", ctypes.c_int64),
                 ("stride", ctypes.c_int64), ("q_start", ctypes.c_int64),
                 ("scale", ctypes.c_float), ("reserved", ctypes.c_int32),
-                ("k_start", ctypes.c_int64)]
+                ("k_start", ctypes.c_int64),
+                # since 0.3
+                ("chunk", ctypes.c_int64), ("softcap", ctypes.c_float),
+                ("reserved2", ctypes.c_int32), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
+                ("sinks", ctypes.POINTER(ctypes.c_float)), ("bias", ctypes.c_void_p),
+                ("mask", ctypes.c_void_p)]
 
 
 class RunInfo(ctypes.Structure):
@@ -23,11 +28,14 @@ class RunInfo(ctypes.Structure):
 
 
 # The layouts, pinned as in abi/consumer.c: (struct, size, field offsets). Fields are
-# only appended: 0.2 added k_start to the options (48 -> 56 bytes).
+# only appended: 0.2 added k_start to the options (48 -> 56 bytes), 0.3 chunk and the
+# score modifiers (56 -> 104).
 PINNED = [
     (Tensor, 80, {"data": 0, "dtype": 8, "reserved": 12, "shape": 16, "stride": 48}),
-    (Options, 56, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
-                   "q_start": 32, "scale": 40, "reserved": 44, "k_start": 48}),
+    (Options, 104, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
+                    "q_start": 32, "scale": 40, "reserved": 44, "k_start": 48, "chunk": 56,
+                    "softcap": 64, "reserved2": 68, "alibi_slopes": 72, "sinks": 80, "bias": 88,
+                    "mask": 96}),
     (RunInfo, 24, {"struct_size": 0, "algorithm": 8, "backend": 12, "target": 16, "threads": 20}),
 ]
 

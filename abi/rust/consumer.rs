@@ -24,6 +24,13 @@ struct Options {
     scale: f32,
     reserved: i32,
     k_start: i64, // since 0.2
+    chunk: i64,   // since 0.3
+    softcap: f32,
+    reserved2: i32,
+    alibi_slopes: *const f32,
+    sinks: *const f32,
+    bias: *const Tensor,
+    mask: *const Tensor,
 }
 
 #[link(name = "octattn")]
@@ -54,14 +61,19 @@ struct RunInfo {
     threads: i32,
 }
 
-// The layouts, pinned as in abi/consumer.c (0.2 appended k_start to the options).
+// The layouts, pinned as in abi/consumer.c (0.2 appended k_start to the options, 0.3
+// chunk and the score modifiers).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Tensor>() == 80);
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 56 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 104 && offset_of!(Options, k_start) == 48);
+    assert!(offset_of!(Options, chunk) == 56 && offset_of!(Options, softcap) == 64);
+    assert!(offset_of!(Options, reserved2) == 68 && offset_of!(Options, alibi_slopes) == 72);
+    assert!(offset_of!(Options, sinks) == 80 && offset_of!(Options, bias) == 88);
+    assert!(offset_of!(Options, mask) == 96);
     assert!(offset_of!(Options, struct_size) == 0 && offset_of!(Options, causal) == 8);
     assert!(offset_of!(Options, algorithm) == 12 && offset_of!(Options, window) == 16);
     assert!(offset_of!(Options, stride) == 24 && offset_of!(Options, q_start) == 32);

@@ -41,6 +41,7 @@ api::Check NeedContext(const octattn_context* ctx) {
 // An attention call that passed validation.
 struct AttentionCall {
   api::TensorInfo q, k, v, o, lse, weights;
+  api::TensorInfo bias, mask;  // of the modifiers (hi == 0: absent)
   bool has_lse = false, has_weights = false;
   plan::CallShape shape{};
   float scale = 0;
@@ -101,6 +102,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
     OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
     OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
   }
+  const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
+  OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask));
   const struct {
     const api::TensorInfo* t;
     const char* name;
@@ -108,10 +111,15 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   } outs[] = {{&c->o, "o", true},
               {&c->lse, "lse", c->has_lse},
               {&c->weights, "weights", c->has_weights}},
-    ins[] = {{&c->q, "q", true}, {&c->k, "k", true}, {&c->v, "v", true}};
+    ins[] = {{&c->q, "q", true},
+             {&c->k, "k", true},
+             {&c->v, "v", true},
+             {&c->bias, "options.bias", c->bias.hi != 0},
+             {&c->mask, "options.mask", c->mask.hi != 0}};
   for (const auto& out : outs) {
     if (!out.present) continue;
-    for (const auto& in : ins) OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *in.t, in.name));
+    for (const auto& in : ins)
+      if (in.present) OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *in.t, in.name));
     for (const auto& other : outs)
       if (other.present && other.t < out.t)
         OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *other.t, other.name));
@@ -173,6 +181,7 @@ kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h) {
   t.value_dim = sh.value_dim;
   t.scale = c.scale;
   t.mask = sh.mask;
+  t.mods = api::ModsAt(sh.mods, c.bias, c.mask, b, h);
   return t;
 }
 
@@ -228,9 +237,9 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const Atte
   ws.lo = reinterpret_cast<uintptr_t>(workspace);
   ws.hi = ws.lo + size;
   if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
-  const api::TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights};
-  const char* names[] = {"q", "k", "v", "o", "lse", "weights"};
-  for (int i = 0; i < 6; ++i)
+  const api::TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights, &c.bias, &c.mask};
+  const char* names[] = {"q", "k", "v", "o", "lse", "weights", "options.bias", "options.mask"};
+  for (int i = 0; i < 8; ++i)
     if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
   return api::Check();
 }
@@ -462,15 +471,22 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
   });
 }
 
-// Two versions of octattn_attention_options_init, both named by .symver directives (the
-// symver attribute is GCC-only): the default (OCTATTN_0.2 on) writes the current struct,
-// which programs linked now get, statically too; @OCTATTN_0.1 writes version 0.1's 48
-// bytes for programs linked against 0.1, whose structs are that size.
-__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_2(
+// Three versions of octattn_attention_options_init, all named by .symver directives (the
+// symver attribute is GCC-only): the default (OCTATTN_0.3 on) writes the current struct,
+// which programs linked now get, statically too; @OCTATTN_0.2 and @OCTATTN_0.1 write the
+// 56 and 48 bytes of those versions for programs linked against them, whose structs are
+// that size.
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_3(
     octattn_attention_options* options) {
   return InitOptions(options, sizeof(*options));
 }
-__asm__(".symver octattn_attention_options_init_0_2, octattn_attention_options_init@@OCTATTN_0.2");
+__asm__(".symver octattn_attention_options_init_0_3, octattn_attention_options_init@@OCTATTN_0.3");
+
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_2(
+    octattn_attention_options* options) {
+  return InitOptions(options, octattn::api::kOptionsSize_0_2);
+}
+__asm__(".symver octattn_attention_options_init_0_2, octattn_attention_options_init@OCTATTN_0.2");
 
 __attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_1(
     octattn_attention_options* options) {

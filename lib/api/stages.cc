@@ -124,36 +124,98 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
     const plan::Mask mask = api::ResolveMask(opt, q_len, kv_len);
+    // Only the mask tensor of the modifiers: the others are octattn_modify_scores'.
+    octattn_attention_options only_mask;
+    octattn_attention_options_init(&only_mask);
+    only_mask.mask = opt.mask;
+    kernels::Mods mods;
+    api::TensorInfo tb, tm;
+    OCTATTN_CHECK(api::ValidateMods(only_mask, ts.shape, &mods, &tb, &tm));
+    if (mods.mask) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tm, "options.mask"));
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
-      table->mask_rows(HeadOf(ts, b, h), q_len, kv_len, mask);
+      const kernels::Matrix m = HeadOf(ts, b, h);
+      table->mask_rows(m, q_len, kv_len, mask);
+      if (!mods.mask) return;
+      const uint8_t* bits = api::ModsAt(mods, tb, tm, b, h).mask;
+      for (int64_t i = 0; i < q_len; ++i)
+        for (int64_t j = 0; j < kv_len; ++j)
+          if (bits[i * mods.mask_row + j * mods.mask_col] == 0)
+            m.data[i * m.row + j * m.col] = -HUGE_VALF;
     }));
     Record(ctx, table);
     return api::Check();
   });
 }
 
-octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, octattn_tensor* lse) {
+octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attention_options* options,
+                                     octattn_tensor* scores) {
   return api::Guard(ctx, [&]() -> api::Check {
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
-    api::TensorInfo ts, tl;
+    octattn_attention_options opt;
+    OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+    api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
-    if (lse) {
-      OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &tl));
-      for (int d = 0; d < 3; ++d)
-        OCTATTN_CHECK(api::CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
-      OCTATTN_CHECK(api::CheckSize(tl, "lse", 3, 1, "one value per row"));
-      OCTATTN_CHECK(api::CheckDisjoint(tl, "lse", ts, "scores"));
-    }
-    const int64_t rows = ts.shape[2], cols = ts.shape[3];
-    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->softmax_scratch_floats(cols),
-                             [&](int64_t b, int64_t h, float* buf) {
-                               table->softmax_rows(HeadOf(ts, b, h), rows, cols,
-                                                   lse ? At(tl, b, h) : nullptr,
-                                                   lse ? tl.stride[2] : 0, buf);
+    opt.mask = nullptr;   // octattn_mask's
+    opt.sinks = nullptr;  // octattn_softmax_sinks'
+    kernels::Mods mods;
+    api::TensorInfo tb, tm;
+    OCTATTN_CHECK(api::ValidateMods(opt, ts.shape, &mods, &tb, &tm));
+    if (mods.bias) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tb, "options.bias"));
+    const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
+    const plan::Mask mask = api::ResolveMask(opt, q_len, kv_len);
+    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->modify_scratch_floats(kv_len),
+                             [&](int64_t b, int64_t h, float* scratch) {
+                               table->modify_rows(HeadOf(ts, b, h), q_len, kv_len, mask.q_start,
+                                                  api::ModsAt(mods, tb, tm, b, h), scratch);
                              }));
     Record(ctx, table);
     return api::Check();
+  });
+}
+
+namespace {
+
+api::Check Softmax(octattn_context* ctx, octattn_tensor* scores, const float* sinks,
+                   octattn_tensor* lse) {
+  const kernels::Table* table;
+  OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
+  api::TensorInfo ts, tl;
+  OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
+  if (lse) {
+    OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &tl));
+    for (int d = 0; d < 3; ++d)
+      OCTATTN_CHECK(api::CheckSize(tl, "lse", d, ts.shape[d], "of scores"));
+    OCTATTN_CHECK(api::CheckSize(tl, "lse", 3, 1, "one value per row"));
+    OCTATTN_CHECK(api::CheckDisjoint(tl, "lse", ts, "scores"));
+  }
+  const int64_t rows = ts.shape[2], cols = ts.shape[3];
+  if (sinks)
+    for (int64_t h = 0; h < ts.shape[1]; ++h)
+      if (std::isnan(sinks[h]) || sinks[h] == HUGE_VALF)
+        return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
+                         "sinks[" + std::to_string(h) + "] is NaN or +inf");
+  OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->softmax_scratch_floats(cols),
+                           [&](int64_t b, int64_t h, float* buf) {
+                             table->softmax_rows(
+                                 HeadOf(ts, b, h), rows, cols, lse ? At(tl, b, h) : nullptr,
+                                 lse ? tl.stride[2] : 0, sinks ? sinks[h] : -HUGE_VALF, buf);
+                           }));
+  Record(ctx, table);
+  return api::Check();
+}
+
+}  // namespace
+
+octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, octattn_tensor* lse) {
+  return api::Guard(ctx, [&]() { return Softmax(ctx, scores, nullptr, lse); });
+}
+
+octattn_status octattn_softmax_sinks(octattn_context* ctx, octattn_tensor* scores,
+                                     const float* sinks, octattn_tensor* lse) {
+  return api::Guard(ctx, [&]() -> api::Check {
+    if (ctx && !sinks) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "sinks is NULL");
+    return Softmax(ctx, scores, sinks, lse);
   });
 }
 

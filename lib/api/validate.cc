@@ -46,13 +46,20 @@ bool ElementsDisjoint(const int64_t* shape, const int64_t* stride, int dims) {
 }  // namespace
 
 Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool sequence,
-                     TensorInfo* out) {
+                     TensorInfo* out, octattn_dtype dtype) {
   if (!t) return Fail(OCTATTN_ERROR_NULL_POINTER, Name(name, "tensor is NULL"));
   if (!t->data) return Fail(OCTATTN_ERROR_NULL_POINTER, Name(name, "data is NULL"));
-  if (t->dtype == OCTATTN_DTYPE_BF16 || t->dtype == OCTATTN_DTYPE_F16)
+  if (dtype == OCTATTN_DTYPE_BOOL) {
+    if (t->dtype != OCTATTN_DTYPE_BOOL)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "a mask tensor's dtype must be bool"));
+  } else if (t->dtype == OCTATTN_DTYPE_BOOL) {
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "bool data is for mask tensors only"));
+  } else if (t->dtype == OCTATTN_DTYPE_BF16 || t->dtype == OCTATTN_DTYPE_F16) {
     return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "only f32 data is supported"));
-  if (t->dtype != OCTATTN_DTYPE_F32)
+  } else if (t->dtype != OCTATTN_DTYPE_F32) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "unknown dtype"));
+  }
+  const uint64_t elem = dtype == OCTATTN_DTYPE_BOOL ? 1 : sizeof(float);
   if (t->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "reserved is not 0"));
   const int dims = sequence ? 3 : 4;
   if (sequence && t->shape[3] != 1)
@@ -78,10 +85,10 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
   uint64_t bytes;
   uintptr_t hi;
   const uintptr_t lo = reinterpret_cast<uintptr_t>(t->data);
-  if (__builtin_mul_overflow(static_cast<uint64_t>(span) + 1, uint64_t{sizeof(float)}, &bytes) ||
+  if (__builtin_mul_overflow(static_cast<uint64_t>(span) + 1, elem, &bytes) ||
       bytes > SIZE_MAX / 2 || __builtin_add_overflow(lo, static_cast<uintptr_t>(bytes), &hi))
     return Fail(OCTATTN_ERROR_OVERFLOW, Name(name, "the extent in bytes overflows size_t"));
-  if (lo % alignof(float) != 0)
+  if (lo % elem != 0)
     return Fail(OCTATTN_ERROR_MISALIGNED, Name(name, "data is not aligned to 4 bytes"));
   if (role == Role::kOutput && !ElementsDisjoint(t->shape, t->stride, dims))
     return Fail(OCTATTN_ERROR_INVALID_STRIDE, Name(name, "output elements overlap each other"));
@@ -132,7 +139,9 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
                                    sizeof(octattn_attention_options), in, "options"));
   // Only fields wholly inside the caller's struct_size are read (the sizes of the
   // published versions); the others (an older caller's) keep their defaults.
-  const size_t covered = in->struct_size >= kOptionsSize_0_2 ? kOptionsSize_0_2 : kOptionsSize_0_1;
+  const size_t covered = in->struct_size >= kOptionsSize_0_3   ? kOptionsSize_0_3
+                         : in->struct_size >= kOptionsSize_0_2 ? kOptionsSize_0_2
+                                                               : kOptionsSize_0_1;
   std::memcpy(out, in, covered);
   out->struct_size = sizeof(octattn_attention_options);
   if (out->causal != 0 && out->causal != 1)
@@ -161,11 +170,88 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   if (!std::isfinite(out->scale))
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.scale is not finite");
   if (out->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved is not 0");
+  if (out->chunk < 0 || out->chunk > kMaxPosition)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.chunk must be in [0, 2^62]");
+  if (!std::isfinite(out->softcap) || out->softcap < 0.0f)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.softcap must be finite and >= 0");
+  if (out->reserved2 != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved2 is not 0");
   return Check();
 }
 
-static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_2 &&
-                  offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1,
+namespace {
+
+// A modifier tensor of logical shape `shape`: each size equal to it or 1 (broadcast).
+Check ValidateModTensor(const octattn_tensor* t, const char* name, octattn_dtype dtype,
+                        const int64_t shape[4], TensorInfo* out) {
+  OCTATTN_CHECK(ValidateTensor(t, name, Role::kInput, false, out, dtype));
+  static const char* const kDims[4] = {"batch", "q_heads", "q_len", "kv_len"};
+  for (int d = 0; d < 4; ++d) {
+    if (out->shape[d] == 1 && shape[d] != 1) {
+      out->stride[d] = 0;  // broadcast
+      continue;
+    }
+    if (out->shape[d] != shape[d])
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE, std::string(name) + ": shape[" + std::to_string(d) +
+                                                   "] is " + std::to_string(out->shape[d]) +
+                                                   ", expected " + std::to_string(shape[d]) + " (" +
+                                                   kDims[d] + ") or 1");
+  }
+  return Check();
+}
+
+}  // namespace
+
+Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
+                   kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask) {
+  *mods = kernels::Mods{};
+  *bias = TensorInfo{};
+  *mask = TensorInfo{};
+  mods->softcap = opt.softcap;
+  const int64_t heads = shape[1];
+  if (opt.alibi_slopes) {
+    for (int64_t h = 0; h < heads; ++h)
+      if (!std::isfinite(opt.alibi_slopes[h]))
+        return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                    "options.alibi_slopes[" + std::to_string(h) + "] is not finite");
+    mods->slopes = opt.alibi_slopes;
+  }
+  if (opt.sinks) {
+    for (int64_t h = 0; h < heads; ++h)
+      if (std::isnan(opt.sinks[h]) || opt.sinks[h] == HUGE_VALF)
+        return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                    "options.sinks[" + std::to_string(h) + "] is NaN or +inf");
+    mods->sinks = opt.sinks;
+  }
+  if (opt.bias) {
+    OCTATTN_CHECK(ValidateModTensor(opt.bias, "options.bias", OCTATTN_DTYPE_F32, shape, bias));
+    mods->bias = bias->data;
+    mods->bias_head = bias->stride[1];
+    mods->bias_row = bias->stride[2];
+    mods->bias_col = bias->stride[3];
+  }
+  if (opt.mask) {
+    OCTATTN_CHECK(ValidateModTensor(opt.mask, "options.mask", OCTATTN_DTYPE_BOOL, shape, mask));
+    mods->mask = reinterpret_cast<const uint8_t*>(mask->data);
+    mods->mask_head = mask->stride[1];
+    mods->mask_row = mask->stride[2];
+    mods->mask_col = mask->stride[3];
+  }
+  return Check();
+}
+
+kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const TensorInfo& mask,
+                     int64_t b, int64_t h) {
+  kernels::Mods r = m;
+  if (r.slopes) r.slopes += h;
+  if (r.sinks) r.sinks += h;
+  if (r.bias) r.bias += b * bias.stride[0] + h * bias.stride[1];
+  if (r.mask) r.mask += b * mask.stride[0] + h * mask.stride[1];
+  return r;
+}
+
+static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_3 &&
+                  offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&
+                  offsetof(octattn_attention_options, chunk) == kOptionsSize_0_2,
               "a field appended to octattn_attention_options needs its version's size here");
 static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
                   offsetof(octattn_attention_options, reserved) + sizeof(int32_t) ==
@@ -177,10 +263,15 @@ static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
 
 plan::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len) {
   plan::Mask m{opt.causal, opt.window, opt.stride, 0, 0};
-  if (!opt.causal) return m;
-  // Key coordinates: key row j at j, the queries q_start - k_start on.
+  // Key coordinates: key row j at j, the queries q_start - k_start on (full attention
+  // too: ALiBi and chunks use the positions).
   m.q_start = opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start - opt.k_start;
-  if (opt.stride > 0) m.phase = ((-opt.k_start) % opt.stride + opt.stride) % opt.stride;
+  if (opt.causal && opt.stride > 0)
+    m.phase = ((-opt.k_start) % opt.stride + opt.stride) % opt.stride;
+  if (opt.chunk > 0) {
+    m.chunk = opt.chunk;
+    m.chunk_phase = ((-opt.k_start) % opt.chunk + opt.chunk) % opt.chunk;
+  }
   return m;
 }
 

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "lib/kernels/kernels.h"
 #include "lib/plan/plan.h"
 #include "octattn.h"
 
@@ -35,7 +36,7 @@ constexpr int64_t kMaxPosition = int64_t{1} << 62;
 // A tensor that passed validation: f32 data, sizes >= 1, strides >= 0, and the byte
 // range [lo, hi) its elements occupy.
 struct TensorInfo {
-  float* data = nullptr;
+  float* data = nullptr;  // the data pointer (bytes for a bool tensor)
   int64_t shape[4] = {0, 0, 0, 0};
   int64_t stride[4] = {0, 0, 0, 0};
   uintptr_t lo = 0, hi = 0;
@@ -44,8 +45,9 @@ struct TensorInfo {
 enum class Role { kInput, kOutput };
 
 // `sequence`: a [B, T, C] tensor stored as shape {B, T, C, 1}; stride[3] is ignored.
+// `dtype`: the one dtype accepted (f32 or, for mask tensors, bool).
 Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool sequence,
-                     TensorInfo* out);
+                     TensorInfo* out, octattn_dtype dtype = OCTATTN_DTYPE_F32);
 // ALIASING if the two byte ranges overlap.
 Check CheckDisjoint(const TensorInfo& a, const char* a_name, const TensorInfo& b,
                     const char* b_name);
@@ -59,7 +61,8 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
 // The sizes of the public structs as version 0.1 published them: the smallest
 // struct_size a caller may pass, forever (a caller built against 0.1 passes these).
 constexpr size_t kOptionsSize_0_1 = 48;
-constexpr size_t kOptionsSize_0_2 = 56;  // k_start appended
+constexpr size_t kOptionsSize_0_2 = 56;   // k_start appended
+constexpr size_t kOptionsSize_0_3 = 104;  // chunk and the score modifiers appended
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
@@ -70,6 +73,16 @@ plan::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int6
 
 Check ValidateStructSize(size_t given, size_t first, size_t known, const void* base,
                          const char* name);
+
+// The score modifiers of validated options for scores of logical shape `shape` ([B,
+// q_heads, q_len, kv_len]): arrays checked (q_heads entries), tensors validated and
+// broadcast (sizes of 1 get stride 0), `mods` pointing at batch 0, head 0. The tensors'
+// extents go to *bias and *mask (hi == 0 when absent), for the aliasing checks.
+Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
+                   kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask);
+// Pointers of (batch b, head h) into call-wide modifiers.
+kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const TensorInfo& mask,
+                     int64_t b, int64_t h);
 
 }  // namespace api
 }  // namespace octattn

@@ -25,6 +25,25 @@ enum Target : int32_t {
   kAvx512 = 6,
 };
 
+// The score modifiers of one attention call seen from one (batch, query head), applied
+// in this order to s = scale * q.k: softcap (s = cap * tanh(s / cap)), ALiBi
+// (s += slope * (j - qpos), in key coordinates), bias (s += bias). A pair whose mask entry
+// is 0 or whose bias is -inf is masked like one the analytic mask excludes (its value row
+// is not read); sinks add exp(sink - m) to the softmax denominator. The per-head arrays
+// point at this head's entry (the next query head's is at +1); the tensors at this head's
+// row 0, key 0, with the strides to the next head, row and key.
+struct Mods {
+  float softcap = 0.0f;           // 0: off
+  const float* slopes = nullptr;  // null: no ALiBi
+  const float* sinks = nullptr;   // null: no sinks
+  const float* bias = nullptr;    // null: no bias
+  int64_t bias_head = 0, bias_row = 0, bias_col = 0;
+  const uint8_t* mask = nullptr;  // null: no mask tensor
+  int64_t mask_head = 0, mask_row = 0, mask_col = 0;
+  // Whether any score modifier or tensor is present (else the kernels' plain path runs).
+  bool Scores() const { return softcap > 0.0f || slopes || bias || mask; }
+};
+
 // The operands of one attention call seen from one (batch, query head): every pointer
 // points at that head's first element (k and v at its kv head's); strides are in
 // elements. The *_head strides step to the next query head of the same kv head, for
@@ -45,6 +64,7 @@ struct Operands {
   int64_t q_len, kv_len, head_dim, value_dim;
   float scale;
   plan::Mask mask;
+  Mods mods;
 };
 
 // A strided matrix (rows, then columns) of the stages: scores, weights, one head's q, k,
@@ -103,10 +123,17 @@ struct Table {
   // softmax/: rows *= scale; row-wise stable softmax, lse[i * lse_row] (lse optional).
   void (*scale_rows)(Matrix scores, int64_t rows, int64_t cols, float scale);
   size_t (*softmax_scratch_floats)(int64_t cols);
+  // `sink`: an extra logit in each row's denominator (-inf: none).
   void (*softmax_rows)(Matrix scores, int64_t rows, int64_t cols, float* lse, int64_t lse_row,
-                       float* scratch);
+                       float sink, float* scratch);
   // mask/: entries (i, j) the mask does not allow become -inf, row i at mask.q_start + i.
   void (*mask_rows)(Matrix scores, int64_t rows, int64_t cols, const plan::Mask& mask);
+  // mods/: softcap, ALiBi and bias of `mods` (its slope and tensors those of this head)
+  // applied in place to the scores of one head, row i at q_start + i; mask entries 0 and
+  // -inf biases become -inf, the other entries of the mask tensor are not read.
+  size_t (*modify_scratch_floats)(int64_t cols);
+  void (*modify_rows)(Matrix scores, int64_t rows, int64_t cols, int64_t q_start, const Mods& mods,
+                      float* scratch);
   // av/: o = p v over every key of one head.
   size_t (*weighted_sum_scratch_floats)(int64_t kv_len, int64_t value_dim, int64_t v_dim);
   void (*weighted_sum_head)(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int64_t kv_len,

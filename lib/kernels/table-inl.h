@@ -7,6 +7,7 @@
 #include "lib/kernels/qk/qk-inl.h"
 #include "lib/kernels/softmax/softmax-inl.h"
 #include "lib/kernels/mask/mask-inl.h"
+#include "lib/kernels/mods/mods-inl.h"
 #include "lib/kernels/av/av-inl.h"
 #include "lib/kernels/naive/naive-inl.h"
 #include "lib/kernels/flash/flash-inl.h"
@@ -25,6 +26,8 @@ static constexpr Table MakeTable(Backend backend, Target target) {
   t.softmax_scratch_floats = SoftmaxScratchFloats;
   t.softmax_rows = SoftmaxRows;
   t.mask_rows = MaskRows;
+  t.modify_scratch_floats = ModifyScratchFloats;
+  t.modify_rows = ModifyRows;
   t.weighted_sum_scratch_floats = WeightedSumScratchFloats;
   t.weighted_sum_head = WeightedSumHead;
   t.flash_scratch_floats = FlashScratchFloats;

@@ -16,27 +16,34 @@ namespace plan {
 // The mask of one call in the coordinates of its keys: key row j is at position j, query
 // row i at q_start + i (the call's q_start minus its k_start), and the strided columns
 // are the key rows with j % stride == phase (the call's positions k_start + j that are
-// multiples of the stride).
+// multiples of the stride). With chunks, a row reads only keys of its own chunk: chunks
+// begin at the key rows j with j % chunk == chunk_phase (positions that are multiples
+// of chunk), causal or not.
 struct Mask {
-  int32_t causal;  // 0: every key allowed
+  int32_t causal;  // 0: every key allowed (within the row's chunk)
   int64_t window;  // 0: plain causal
   int64_t stride;  // global columns, only with a window
   int64_t q_start;
-  int64_t phase;  // in [0, stride)
+  int64_t phase;            // in [0, stride)
+  int64_t chunk = 0;        // 0: no chunks
+  int64_t chunk_phase = 0;  // in [0, chunk)
 };
 
 // The keys row `qpos` may read, out of [0, kv_len): the dense run [lo, hi) plus the
-// strided columns j < strided_end with j % stride == phase (strided_end <= lo).
+// strided columns strided_begin <= j < strided_end with j % stride == phase
+// (strided_end <= lo; strided_begin is the start of the row's chunk, else 0).
 struct RowKeys {
   int64_t lo, hi;
   int64_t stride, strided_end;
   int64_t phase;
+  int64_t strided_begin = 0;
 };
 
-// A set of strided columns: key rows j with j % stride == phase (stride 0: none).
+// A set of strided columns: key rows j >= begin with j % stride == phase (stride 0: none).
 struct Columns {
   int64_t stride, phase;
-  bool Has(int64_t j) const { return stride > 0 && j % stride == phase; }
+  int64_t begin = 0;
+  bool Has(int64_t j) const { return stride > 0 && j >= begin && j % stride == phase; }
 };
 
 enum TileKind { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2 };
@@ -51,8 +58,18 @@ inline int64_t NextOnStride(int64_t j, int64_t stride, int64_t phase) {
   return j + (phase - j % stride + stride) % stride;
 }
 
-// The normative formula, one pair at a time (used for partial tiles and by tests).
+// The first key row of the chunk of a row at `qpos` (floor division: qpos may be < 0).
+inline int64_t ChunkStart(const Mask& m, int64_t qpos) {
+  const int64_t off = ((qpos - m.chunk_phase) % m.chunk + m.chunk) % m.chunk;
+  return qpos - off;
+}
+
+// The normative formula, one pair at a time (used by the reference and by tests).
 inline bool Allowed(const Mask& m, int64_t qpos, int64_t j) {
+  if (m.chunk > 0) {
+    const int64_t c0 = ChunkStart(m, qpos);
+    if (j < c0 || j >= c0 + m.chunk) return false;
+  }
   if (!m.causal) return true;
   const int64_t d = qpos - j;
   if (d < 0) return false;
@@ -62,16 +79,26 @@ inline bool Allowed(const Mask& m, int64_t qpos, int64_t j) {
 
 inline RowKeys KeysOf(const Mask& m, int64_t qpos, int64_t kv_len) {
   RowKeys r{0, kv_len, 0, 0, 0};
-  if (!m.causal) return r;
-  r.hi = MinI(qpos + 1, kv_len);
+  if (m.chunk > 0) {  // positions are within +-2^62 and chunk <= 2^62: no overflow
+    const int64_t c0 = ChunkStart(m, qpos);
+    r.lo = MaxI(c0, 0);
+    r.hi = MinI(kv_len, c0 + m.chunk);
+    r.strided_begin = r.lo;
+  }
+  if (m.causal) r.hi = MinI(qpos + 1, r.hi);
+  // Rows with no key keep lo and hi monotone in qpos: rows before every key (causal,
+  // qpos < 0) read [0, 0), rows whose chunk starts past the keys [kv_len, kv_len).
   if (r.hi <= 0) return RowKeys{0, 0, 0, 0, 0};
-  if (m.window > 0) {
-    r.lo = MaxI(qpos - m.window + 1, 0);
+  if (r.lo >= r.hi) return RowKeys{kv_len, kv_len, 0, 0, 0, kv_len};
+  if (m.causal && m.window > 0) {
+    const int64_t chunk_lo = r.lo;
+    r.lo = MaxI(qpos - m.window + 1, r.lo);
     if (r.lo > r.hi) r.lo = r.hi;  // the window lies past the last key
     if (m.stride > 0) {
       r.stride = m.stride;
       r.strided_end = r.lo;
       r.phase = m.phase;
+      r.strided_begin = chunk_lo;
     }
   }
   return r;
@@ -83,7 +110,11 @@ inline int64_t StridedCount(int64_t stride, int64_t phase, int64_t end) {
 }
 
 inline int64_t AllowedCount(const RowKeys& r) {
-  return (r.hi - r.lo) + StridedCount(r.stride, r.phase, r.strided_end);
+  const int64_t strided = r.strided_end > r.strided_begin
+                              ? StridedCount(r.stride, r.phase, r.strided_end) -
+                                    StridedCount(r.stride, r.phase, r.strided_begin)
+                              : 0;
+  return (r.hi - r.lo) + strided;
 }
 
 // Allowed (i, j) pairs of a whole head: the unit of useful work.
@@ -97,15 +128,17 @@ inline int64_t AllowedPairs(const Mask& m, int64_t q_len, int64_t kv_len) {
 // Full and Empty are exact claims; Partial means "check each pair".
 inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0, int64_t j1,
                          int64_t kv_len) {
-  if (!m.causal) return kTileFull;
+  if (!m.causal && m.chunk <= 0) return kTileFull;
   const RowKeys first = KeysOf(m, qpos0, kv_len);
   const RowKeys last = KeysOf(m, qpos1 - 1, kv_len);
-  // lo and hi never decrease with qpos.
+  // lo, hi and strided_begin never decrease with qpos (an empty row has lo = hi = 0 and
+  // precedes the others).
   if (j0 >= last.lo && j1 <= first.hi) return kTileFull;
   const bool dense_miss = last.hi <= j0 || first.lo >= j1;
   bool strided_hit = false;
   if (last.stride > 0 && j0 < last.strided_end) {
-    const int64_t first_col = NextOnStride(j0, last.stride, last.phase);
+    const int64_t from = MaxI(j0, m.chunk > 0 ? MinI(first.strided_begin, last.strided_begin) : 0);
+    const int64_t first_col = NextOnStride(from, last.stride, last.phase);
     strided_hit = first_col < j1 && first_col < last.strided_end;
   }
   if (dense_miss && !strided_hit) return kTileEmpty;
@@ -115,6 +148,11 @@ inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0
 // One past the last key that a row at a position below `qpos_end` may read (every key
 // for full attention).
 inline int64_t KeyEnd(const Mask& m, int64_t qpos_end, int64_t kv_len) {
+  if (m.chunk > 0) {
+    // The last row's chunk ends the keys; a causal row reads none past itself either.
+    const int64_t end = MinI(kv_len, ChunkStart(m, qpos_end - 1) + m.chunk);
+    return MaxI(0, m.causal ? MinI(end, qpos_end) : end);
+  }
   if (!m.causal) return kv_len;
   return MaxI(0, MinI(kv_len, qpos_end));
 }
@@ -123,13 +161,15 @@ inline int64_t KeyEnd(const Mask& m, int64_t qpos_end, int64_t kv_len) {
 // position or later reads no key below it except the strided columns (with a window and
 // a stride), so nothing else below it is ever loaded.
 inline int64_t KeyBegin(const Mask& m, int64_t qpos_first) {
-  if (!m.causal || m.window <= 0) return 0;
-  return MaxI(0, qpos_first - m.window + 1);
+  int64_t begin = m.chunk > 0 ? MaxI(0, ChunkStart(m, qpos_first)) : 0;
+  if (m.causal && m.window > 0) begin = MaxI(begin, qpos_first - m.window + 1);
+  return begin;
 }
-// The strided columns below KeyBegin, which stay readable (stride 0: none).
-inline Columns StridedBelow(const Mask& m) {
+// The strided columns below KeyBegin(m, qpos_first) that rows from `qpos_first` on may
+// still read (stride 0: none).
+inline Columns StridedBelow(const Mask& m, int64_t qpos_first) {
   if (!m.causal || m.window <= 0) return Columns{0, 0};
-  return Columns{m.stride, m.phase};
+  return Columns{m.stride, m.phase, m.chunk > 0 ? MaxI(0, ChunkStart(m, qpos_first)) : 0};
 }
 
 // Sizes of scratch, in size_t with saturating arithmetic: a size that does not fit

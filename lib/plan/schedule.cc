@@ -25,6 +25,7 @@ kernels::FlashTask ProbeTask(const CallShape& c) {
   t.op.value_dim = c.value_dim;
   t.op.v_dim = c.v_dim;
   t.op.mask = c.mask;
+  t.op.mods = c.mods;
   t.heads = c.q_heads / c.kv_heads;
   t.row_begin = 0;
   t.row_end = c.q_len;

@@ -18,6 +18,7 @@ struct CallShape {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
   int64_t v_dim;  // element stride of v along value_dim (packed copies when not 1)
   Mask mask;
+  kernels::Mods mods;  // the call's modifiers (scratch sizes depend on their presence)
 };
 
 enum class Algorithm { kReference, kNaive, kFused };

@@ -34,21 +34,60 @@ OCTATTN_INLINE void AvRange(const KeyData& kd, const float* const* p, int64_t j0
 // Accumulates C value vectors of R rows with key sets keys[r] (only keys >= kd.base),
 // each in ascending key order: the shared keys with all R rows at once, the rest row by
 // row.
+// One row's keys in ascending order, skipping the keys whose bit is set in `holes`
+// (relative to kd.base; null: none): the same FMA chains as AvRows for the keys it reads.
+template <int C>
+OCTATTN_INLINE void AvRowHoles(const KeyData& kd, const float* p, const plan::RowKeys& keys,
+                               const uint64_t* holes, typename S::V (&acc)[1][C]) {
+  const float* pr[1] = {p};
+  auto skip = [&](int64_t j) { return holes && HoleAt(holes, j - kd.base); };
+  if (keys.stride > 0)
+    for (int64_t j =
+             plan::NextOnStride(plan::MaxI(kd.base, keys.strided_begin), keys.stride, keys.phase);
+         j < keys.strided_end; j += keys.stride)
+      if (!skip(j)) AvRange<1, C>(kd, pr, j, j + 1, 1, acc);
+  for (int64_t j = keys.lo; j < keys.hi;) {  // runs between holes
+    while (j < keys.hi && skip(j)) ++j;
+    int64_t e = j;
+    while (e < keys.hi && !skip(e)) ++e;
+    AvRange<1, C>(kd, pr, j, e, 1, acc);
+    j = e;
+  }
+}
+
 template <int R, int C>
 OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
                            typename S::V (&acc)[R][C]) {
   const float* const* p = kd.p;
   int64_t min_lo = keys[0].lo, max_lo = keys[0].lo, min_hi = keys[0].hi;
   int64_t stride = keys[0].stride, phase = keys[0].phase;  // rows without keys: stride 0
+  bool same_begin = true;  // every row's strided columns start at the same key
   for (int r = 1; r < R; ++r) {
     min_lo = plan::MinI(min_lo, keys[r].lo);
     max_lo = plan::MaxI(max_lo, keys[r].lo);
     min_hi = plan::MinI(min_hi, keys[r].hi);
     if (keys[r].stride > stride) stride = keys[r].stride, phase = keys[r].phase;
   }
+  int64_t begin = -1;
+  for (int r = 0; r < R; ++r)
+    if (keys[r].stride > 0) {
+      const int64_t b = plan::MaxI(kd.base, keys[r].strided_begin);
+      same_begin &= begin < 0 || b == begin;
+      begin = b;
+    }
+  if (begin < 0) begin = kd.base;
+  if (!same_begin) {  // rows of different chunks: each row alone, in ascending key order
+    for (int r = 0; r < R; ++r) {
+      typename S::V a[1][C];
+      for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
+      AvRowHoles<C>(kd, p[r], keys[r], nullptr, a);
+      for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
+    }
+    return;
+  }
   // 1. strided columns below every row's dense run (shared).
   if (stride > 0)
-    AvRange<R, C>(kd, p, plan::NextOnStride(kd.base, stride, phase), min_lo, stride, acc);
+    AvRange<R, C>(kd, p, plan::NextOnStride(begin, stride, phase), min_lo, stride, acc);
   // 2. each row's keys in [min_lo, max_lo): strided columns, then its dense start.
   for (int r = 0; r < R; ++r) {
     const float* pr[1] = {p[r]};
@@ -56,7 +95,7 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
     const int64_t lo = keys[r].lo;
     if (stride > 0 && keys[r].strided_end > min_lo)
-      AvRange<1, C>(kd, pr, plan::NextOnStride(plan::MaxI(min_lo, kd.base), stride, phase),
+      AvRange<1, C>(kd, pr, plan::NextOnStride(plan::MaxI(min_lo, begin), stride, phase),
                     keys[r].strided_end, stride, a);
     AvRange<1, C>(kd, pr, lo, plan::MinI(max_lo, keys[r].hi), 1, a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];

@@ -51,3 +51,6 @@ static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t 
   *row = dvp;
   return scratch;
 }
+
+// exp(x) of one float, by the vector Exp (the same bits as a lane of it).
+static inline float ExpScalar(float x) { return S::ReduceMax(S::Exp(S::Set(x))); }

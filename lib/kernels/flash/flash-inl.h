@@ -42,8 +42,6 @@ static inline void ResetState(float* st, int64_t rows, size_t stride, int64_t dv
   }
 }
 
-static inline float ExpScalar(float x) { return S::ReduceMax(S::Exp(S::Set(x))); }
-
 // run <- run merged with cur (both unnormalized states of one row).
 static inline void MergeState(float* run, const float* cur, int64_t dvp) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
@@ -61,20 +59,34 @@ static inline void MergeState(float* run, const float* cur, int64_t dvp) {
     S::Store(S::MulAdd(S::Load(cur + 2 + d), vb, S::Mul(S::Load(run + 2 + d), va)), run + 2 + d);
 }
 
-// o row and lse from a final state.
+// o row and lse from a final state; `sink` (-inf: none) joins the denominator last, in
+// prefill and decode alike.
 static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, float* o,
-                             int64_t o_dim, float* lse, float* tmp) {
+                             int64_t o_dim, float* lse, float* tmp, float sink) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const bool empty = st[0] == -__builtin_inff();
   const bool direct = o_dim == 1 && value_dim % L == 0;
   float* dst = direct ? o : tmp;
-  const typename S::V inv = S::Set(empty ? 0.0f : 1.0f / st[1]);
+  float factor = empty ? 0.0f : 1.0f / st[1];
+  float row_lse = empty ? -__builtin_inff() : st[0] + __builtin_logf(st[1]);
+  if (sink != -__builtin_inff()) {
+    if (empty) {
+      row_lse = sink;
+    } else {
+      const float m = sink > st[0] ? sink : st[0];
+      const float a = ExpScalar(st[0] - m);
+      const float l = st[1] * a + ExpScalar(sink - m);
+      factor = a / l;
+      row_lse = m + __builtin_logf(l);
+    }
+  }
+  const typename S::V inv = S::Set(factor);
   for (int64_t d = 0; d < dvp; d += L) S::Store(S::Mul(S::Load(st + 2 + d), inv), dst + d);
   if (empty)
     for (int64_t d = 0; d < dvp; ++d) dst[d] = 0.0f;  // also when the state holds NaN
   if (!direct)
     for (int64_t d = 0; d < value_dim; ++d) o[d * o_dim] = dst[d];
-  if (lse) *lse = empty ? -__builtin_inff() : st[0] + __builtin_logf(st[1]);
+  if (lse) *lse = row_lse;
 }
 
 // Keys of a row inside the tile [t0, t1).
@@ -85,6 +97,7 @@ static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
   c.stride = k.stride;
   c.phase = k.phase;
   c.strided_end = plan::MaxI(plan::MinI(k.strided_end, t1), t0);
+  c.strided_begin = plan::MinI(plan::MaxI(k.strided_begin, t0), t1);
   return c;
 }
 
@@ -93,8 +106,9 @@ static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
 // count - 1).
 struct FlashSpace {
   plan::Mask mask;
-  int64_t kv_len;  // keys of the space
-  bool floors;     // the rows' floors apply (real keys)
+  int64_t kv_len;       // keys of the space
+  bool floors;          // the rows' floors apply (real keys)
+  int64_t first, step;  // space key g is real key first + g * step
 };
 
 // The packed tile a block of rows works on.
@@ -123,6 +137,10 @@ struct FlashRow {
   int64_t qpos;     // position of the row in the current space
   int64_t floor;    // real keys below this (a multiple of kTileKeys) are not the row's
   int64_t strided;  // strided columns below the floor: the gathered unit's keys
+  RowMods mod;      // the row's score modifiers (qpos: its real position)
+  // With a mask tensor: the real keys of the row's dense run from its first to its last
+  // allowed entry (the others are masked by the tensor).
+  int64_t env_lo, env_hi;
 };
 
 // Brings the caller's K and V rows of the next tile toward the core while the current
@@ -145,6 +163,20 @@ struct FlashPrefetch {
     }
   }
 };
+
+// The weighted sums of the rows with holes, each alone.
+template <int R, int C>
+static inline void FlashHoleRows(const KeyData& kd, const plan::RowKeys* keys, const bool* holey,
+                                 const uint64_t (*holes)[kTileKeys / kHoleBits],
+                                 typename S::V (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r) {
+    if (!holey[r]) continue;
+    typename S::V a[1][C];
+    for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
+    AvRowHoles<C>(kd, kd.p[r], keys[r], holes[r], a);
+    for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
+  }
+}
 
 // R rows against one tile: scores, online softmax update, weighted sum into the states.
 template <int R>
@@ -173,17 +205,45 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   // Each row's keys in the tile, and the packed columns [a, b) (whole vectors) that
   // hold them: the scores outside are never read, so neither computed nor scanned.
   // Dropping masked scores (-inf, exp 0) changes no max and no sum.
+  // With modifiers, keys masked by the tensors are the rows' holes (bits from t0); the
+  // mask tensor is read here, once, and a row none of whose keys it allows here is
+  // skipped like a masked tile.
+  const bool modded = t.op.mods.Scores();
+  constexpr int64_t kWords = kTileKeys / kHoleBits;
+  uint64_t holes[R][kWords];
+  bool holey[R];
   plan::RowKeys keys[R];
   int64_t a[R], b[R], block_a = tile.tpad, block_b = 0;
   for (int r = 0; r < R; ++r) {
     keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
     a[r] = b[r] = 0;
+    holey[r] = false;
     if (!active[r]) continue;  // below the row's floor: another unit holds these keys
-    const plan::RowKeys k = ClipKeys(plan::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
-    const bool strided = k.stride > 0 && k.strided_end > tile.t0;
-    const int64_t jb = strided ? tile.t0 : k.lo;
-    const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
+    plan::RowKeys k = ClipKeys(plan::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
+    const RowMods& mod = rows[r].mod;
+    if (sp.floors && mod.mask) {  // the dense run within the row's mask envelope
+      k.lo = plan::MinI(plan::MaxI(k.lo, rows[r].env_lo), k.hi);
+      k.hi = plan::MaxI(plan::MinI(k.hi, rows[r].env_hi), k.lo);
+    }
+    const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
+    int64_t jb = strided ? k.strided_begin : k.lo;
+    int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
     if (je <= jb) continue;
+    if (modded) {
+      for (int64_t w = 0; w < kWords; ++w) holes[r][w] = 0;
+      if (mod.mask) {
+        const KeySpan span =
+            ScanMaskRow(mod.mask, mod.mask_col, sp.first, sp.step, tile.t0, jb, je, holes[r]);
+        if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
+        // The keys outside the span are holes: dropped from the row's keys here.
+        jb = span.begin;
+        je = span.end;
+        k.lo = plan::MinI(plan::MaxI(k.lo, jb), je);
+        k.hi = plan::MaxI(plan::MinI(k.hi, je), k.lo);
+        k.strided_begin = plan::MaxI(k.strided_begin, jb);
+        k.strided_end = plan::MaxI(plan::MinI(k.strided_end, je), k.strided_begin);
+      }
+    }
     keys[r] = k;
     a[r] = (jb - tile.t0) / L * L;
     b[r] = plan::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
@@ -195,8 +255,15 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
     pf->Step();
     QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
-                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s, full);
+                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
+                            full || modded);
   }
+  if (modded)  // the raw scores get the modifiers, then the mask and the holes
+    for (int r = 0; r < R; ++r) {
+      if (a[r] == b[r]) continue;
+      ModRow(s[r], a[r], b[r], tile.t0, tile.t1, sp.first, sp.step, rows[r].mod, holes[r]);
+      holey[r] = MaskRowLanes(s[r], a[r], b[r], tile.t0, tile.t1, keys[r], holes[r]);
+    }
 
   const int64_t dvp = PadKeys(t.op.value_dim);
   for (int r = 0; r < R; ++r) {
@@ -212,6 +279,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
         if (s[r][j] != s[r][j]) m_new = s[r][j];
       if (m_new == -__builtin_inff()) {  // nothing readable yet: no change
         keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+        holey[r] = false;
         continue;
       }
       st[r][0] = m_new;
@@ -235,13 +303,22 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
 
   const float* p[R];
   for (int r = 0; r < R; ++r) p[r] = s[r];
+  // Rows with holes sum their keys alone, skipping the holes (same chains otherwise).
+  bool any_holey = false;
+  plan::RowKeys block_keys[R];
+  for (int r = 0; r < R; ++r) {
+    any_holey |= holey[r];
+    block_keys[r] = holey[r] ? plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
+  }
   int64_t c0 = 0, v_row = 0;
   for (; c0 + kAvVecs * L <= dvp; c0 += kAvVecs * L) {
     typename S::V acc[R][kAvVecs];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
     const float* v = tile.Values(c0, dvp, &v_row);
-    AvRows<R, kAvVecs>(KeyData{p, 1, v, v_row, tile.t0}, keys, acc);
+    const KeyData kd{p, 1, v, v_row, tile.t0};
+    AvRows<R, kAvVecs>(kd, block_keys, acc);
+    if (any_holey) FlashHoleRows<R, kAvVecs>(kd, keys, holey, holes, acc);
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
   }
@@ -249,7 +326,9 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     typename S::V acc[R][1];
     for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
     const float* v = tile.Values(c0, dvp, &v_row);
-    AvRows<R, 1>(KeyData{p, 1, v, v_row, tile.t0}, keys, acc);
+    const KeyData kd{p, 1, v, v_row, tile.t0};
+    AvRows<R, 1>(kd, block_keys, acc);
+    if (any_holey) FlashHoleRows<R, 1>(kd, keys, holey, holes, acc);
     for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
   }
 }
@@ -389,6 +468,8 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     sp.mask = plan::Mask{1, 0, 0, 0, 0};
     sp.kv_len = 0;
     sp.floors = false;
+    sp.first = t.op.mask.phase;
+    sp.step = t.op.mask.stride;
     for (int64_t r = 0; r < rows; ++r) {
       f.rows[r].qpos = f.rows[r].strided - 1;
       sp.kv_len = plan::MaxI(sp.kv_len, f.rows[r].strided);
@@ -402,6 +483,8 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     sp.mask = t.op.mask;
     sp.kv_len = t.op.kv_len;
     sp.floors = true;
+    sp.first = 0;
+    sp.step = 1;
     int64_t floor = f.rows[0].floor;
     for (int64_t r = 0; r < rows; ++r) {
       f.rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
@@ -412,7 +495,20 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     first = 0;
     step = 1;
     load = plan::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
-    below = plan::StridedBelow(t.op.mask);
+    below = plan::StridedBelow(t.op.mask, t.op.mask.q_start + t.row_begin);
+  }
+  // With a mask tensor (and no strided columns among the real keys), the tiles outside
+  // every row's envelope are neither packed nor read.
+  int64_t env_lo = 0, env_hi = end;
+  if (chunk >= 0 && t.op.mods.mask &&
+      !(t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0)) {
+    env_lo = end;
+    env_hi = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      if (f.rows[r].env_lo < f.rows[r].env_hi) {
+        env_lo = plan::MinI(env_lo, f.rows[r].env_lo);
+        env_hi = plan::MaxI(env_hi, f.rows[r].env_hi);
+      }
   }
   // Rows are in order of position, so the first and last rows bound what the task reads.
   const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
@@ -421,7 +517,8 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
       const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
       if (chunk < 0 ||
-          plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != plan::kTileEmpty)
+          (t1 > env_lo && t0 < env_hi &&
+           plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != plan::kTileEmpty))
         break;  // else no row reads this tile: not even packed
     }
     return t0;
@@ -459,11 +556,25 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
     row.q = t.op.q + h * t.op.q_head + i * t.op.q_row;
-    const plan::RowKeys k = plan::KeysOf(t.op.mask, t.op.mask.q_start + i, t.op.kv_len);
-    row.floor = t.op.mask.window > 0 ? k.lo / kTileKeys * kTileKeys : 0;
-    row.strided = has_strided ? plan::StridedCount(t.op.mask.stride, t.op.mask.phase,
-                                                   plan::MinI(row.floor, k.strided_end))
-                              : 0;
+    const int64_t qpos = t.op.mask.q_start + i;
+    const plan::RowKeys k = plan::KeysOf(t.op.mask, qpos, t.op.kv_len);
+    row.floor = k.lo / kTileKeys * kTileKeys;
+    // With chunks, a row's strided columns lie in its chunk: read among the real keys
+    // (from the chunk's tile on), not gathered.
+    if (has_strided && t.op.mask.chunk > 0)
+      row.floor = plan::MinI(row.floor, k.strided_begin / kTileKeys * kTileKeys);
+    row.strided = has_strided && t.op.mask.chunk <= 0
+                      ? plan::StridedCount(t.op.mask.stride, t.op.mask.phase,
+                                           plan::MinI(row.floor, k.strided_end))
+                      : 0;
+    row.mod = RowModsOf(t.op.mods, h, i, qpos);
+    row.env_lo = k.lo;
+    row.env_hi = k.hi;
+    if (row.mod.mask) {
+      const KeySpan env = MaskEnvelope(row.mod.mask, row.mod.mask_col, k.lo, k.hi);
+      row.env_lo = env.begin;
+      row.env_hi = env.end;
+    }
   }
   bool first = true;
   auto unit = [&](int64_t chunk) {
@@ -485,7 +596,8 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
     }
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FinishRow(st, dvp, t.op.value_dim, t.op.o + h * t.op.o_head + i * t.op.o_row, t.op.o_dim,
-              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, f.cur);
+              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, f.cur,
+              t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
   }
 }
 
@@ -503,6 +615,7 @@ static void FlashMerge(const FlashTask& t, const float* partials, int64_t units,
       MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FinishRow(run, dvp, t.op.value_dim, t.op.o + h * t.op.o_head + i * t.op.o_row, t.op.o_dim,
-              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, tmp);
+              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, tmp,
+              t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
   }
 }

@@ -20,8 +20,9 @@ static void MaskRows(Matrix s, int64_t rows, int64_t cols, const plan::Mask& mas
     const plan::RowKeys keys = plan::KeysOf(mask, mask.q_start + i, cols);
     // Below the dense run: only the strided columns stay.
     if (keys.stride > 0) {
-      FillRun(row, s.col, 0, plan::MinI(keys.phase, keys.lo), ninf);
-      for (int64_t c = keys.phase; c < keys.strided_end; c += keys.stride)
+      int64_t c = plan::NextOnStride(keys.strided_begin, keys.stride, keys.phase);
+      FillRun(row, s.col, 0, plan::MinI(c, keys.lo), ninf);
+      for (; c < keys.strided_end; c += keys.stride)
         FillRun(row, s.col, c + 1, plan::MinI(c + keys.stride, keys.lo), ninf);
     } else {
       FillRun(row, s.col, 0, keys.lo, ninf);

@@ -1,15 +1,36 @@
 // The naive path: the scores of one head materialized in scratch, then softmax, then the
 // weighted sum. Included inside a per-target namespace that defines the SIMD vocabulary
-// S, after the common, qk, softmax and av families.
+// S, after the common, qk, softmax, mods and av families.
 
 static size_t NaiveScratchFloats(const Operands& t) {
   const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
   const int64_t kpad = PadKeys(kend);
   size_t n = Piece2(t.head_dim, KtStride(kpad));
   n = plan::SatAdd(n, Piece2(t.q_len, kpad));
-  n = plan::SatAdd(n, Piece(plan::Count(t.q_len)));
+  n = plan::SatAdd(n, plan::SatMul(2, Piece(plan::Count(t.q_len))));  // row_lse, row_any
   n = plan::SatAdd(n, ValuesScratch(kend, t.value_dim, t.v_dim));
-  return plan::SatAdd(n, Piece2(kRowBlock, PadKeys(t.value_dim)));
+  n = plan::SatAdd(n, Piece2(kRowBlock, PadKeys(t.value_dim)));
+  // With modifiers: each row's hole bits (two floats per word).
+  if (t.mods.Scores()) n = plan::SatAdd(n, Piece2(t.q_len, 2 * HoleWords(kpad)));
+  return n;
+}
+
+// o row i = sum of the row's keys other than its holes, one row at a time.
+static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p, const float* v,
+                                   int64_t v_row, const plan::RowKeys& keys, const uint64_t* holes,
+                                   float* tmp) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(t.value_dim);
+  const bool direct = t.o_dim == 1 && t.value_dim % L == 0;
+  float* dst = direct ? t.o + i * t.o_row : tmp;
+  const float* pr[1] = {p};
+  for (int64_t c0 = 0; c0 < dvp; c0 += L) {
+    typename S::V acc[1][1] = {{S::Zero()}};
+    AvRowHoles<1>(KeyData{pr, 1, v + c0, v_row, 0}, p, keys, holes, acc);
+    S::Store(acc[0][0], dst + c0);
+  }
+  if (!direct)
+    for (int64_t d = 0; d < t.value_dim; ++d) t.o[i * t.o_row + d * t.o_dim] = dst[d];
 }
 
 static void NaiveHead(const Operands& t, float* scratch) {
@@ -17,13 +38,17 @@ static void NaiveHead(const Operands& t, float* scratch) {
   // head may read: nothing else is loaded (other packed keys are zeros, and masked).
   const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
   const int64_t kbegin = plan::MinI(plan::KeyBegin(t.mask, t.mask.q_start), kend);
-  const plan::Columns below = plan::StridedBelow(t.mask);
+  const plan::Columns below = plan::StridedBelow(t.mask, t.mask.q_start);
   const int64_t kpad = PadKeys(kend);
+  const bool modded = t.mods.Scores();
+  const int64_t hole_words = HoleWords(kpad);
   float* kt = scratch;
   float* s = kt + Piece2(t.head_dim, KtStride(kpad));
   float* row_lse = s + Piece2(t.q_len, kpad);
-  float* vpack = row_lse + Piece(plan::Count(t.q_len));
+  float* row_any = row_lse + Piece(plan::Count(t.q_len));
+  float* vpack = row_any + Piece(plan::Count(t.q_len));
   float* otmp = vpack + ValuesScratch(kend, t.value_dim, t.v_dim);
+  uint64_t* holes = reinterpret_cast<uint64_t*>(otmp + Piece2(kRowBlock, PadKeys(t.value_dim)));
   PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, below, kpad, t.head_dim, kt,
             KeyLayout::Flat(KtStride(kpad)));
 
@@ -32,16 +57,45 @@ static void NaiveHead(const Operands& t, float* scratch) {
     float* dst[kRowBlock];
     for (int r = 0; r < kRowBlock; ++r) dst[r] = s + (i + r) * kpad;
     QkRows<kRowBlock>(t.q, t.q_row, t.q_dim, t.head_dim, i, kt, kpad, kend, t.kv_len, t.mask,
-                      t.scale, dst);
+                      t.scale, dst, modded);
   }
   for (; i < t.q_len; ++i) {
     float* dst[1] = {s + i * kpad};
-    QkRows<1>(t.q, t.q_row, t.q_dim, t.head_dim, i, kt, kpad, kend, t.kv_len, t.mask, t.scale, dst);
+    QkRows<1>(t.q, t.q_row, t.q_dim, t.head_dim, i, kt, kpad, kend, t.kv_len, t.mask, t.scale, dst,
+              modded);
+  }
+
+  const plan::RowKeys none{0, 0, 0, 0, 0};
+  auto keys_of = [&](int64_t row) { return plan::KeysOf(t.mask, t.mask.q_start + row, t.kv_len); };
+  // With modifiers: the raw scores get them, then the analytic mask and the holes.
+  auto row_holes = [&](int64_t row) { return holes + row * hole_words; };
+  if (modded) {
+    for (i = 0; i < t.q_len; ++i) {
+      uint64_t* h = row_holes(i);
+      for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
+      const int64_t qpos = t.mask.q_start + i;
+      const RowMods m = RowModsOf(t.mods, 0, i, qpos);
+      const plan::RowKeys k = keys_of(i);
+      if (m.mask) {
+        const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
+        const int64_t jb = strided ? k.strided_begin : k.lo;
+        const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
+        ScanMaskRow(m.mask, m.mask_col, 0, 1, 0, jb, plan::MaxI(jb, je), h);
+      }
+      float* row = s + i * kpad;
+      ModRow(row, 0, kpad, 0, kend, 0, 1, m, h);
+      // Holes outside the row's keys change nothing: cleared, the row's value sum then
+      // takes the blocked path.
+      if (!MaskRowLanes(row, 0, kpad, 0, kend, k, h))
+        for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
+    }
   }
 
   for (i = 0; i < t.q_len; ++i) {
     float* row = s + i * kpad;
-    SoftmaxRow(row, kpad, &row_lse[i]);
+    const float sink = t.mods.sinks ? t.mods.sinks[0] : -__builtin_inff();
+    // A row whose every allowed score is -inf reads no value row (row_any 0).
+    row_any[i] = SoftmaxRow(row, kpad, &row_lse[i], sink) ? 1.0f : 0.0f;
     if (t.lse) t.lse[i * t.lse_row] = row_lse[i];
     if (t.weights) {
       float* w = t.weights + i * t.w_row;
@@ -52,25 +106,39 @@ static void NaiveHead(const Operands& t, float* scratch) {
   int64_t v_row = 0;
   const float* v =
       PrepareValues(t.v, t.v_row, t.v_dim, t.value_dim, 0, kbegin, kend, below, vpack, &v_row);
-  const plan::RowKeys none{0, 0, 0, 0, 0};
-  auto keys_of = [&](int64_t row) {
-    return row_lse[row] == -__builtin_inff() ? none
-                                             : plan::KeysOf(t.mask, t.mask.q_start + row, t.kv_len);
+  auto keys_av = [&](int64_t row) { return row_any[row] == 0.0f ? none : keys_of(row); };
+  auto has_holes = [&](int64_t row) {
+    if (!modded) return false;
+    const uint64_t* h = row_holes(row);
+    for (int64_t w = 0; w < hole_words; ++w)
+      if (h[w]) return true;
+    return false;
   };
   i = 0;
   for (; i + kRowBlock <= t.q_len; i += kRowBlock) {
     const float* p[kRowBlock];
     plan::RowKeys keys[kRowBlock];
+    bool holey = false;
     for (int r = 0; r < kRowBlock; ++r) {
       p[r] = s + (i + r) * kpad;
-      keys[r] = keys_of(i + r);
+      keys[r] = keys_av(i + r);
+      holey |= has_holes(i + r);
     }
-    AvStoreRows<kRowBlock>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys,
-                           otmp);
+    if (!holey) {
+      AvStoreRows<kRowBlock>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0},
+                             keys, otmp);
+      continue;
+    }
+    for (int r = 0; r < kRowBlock; ++r)
+      AvStoreRowHoles(t, i + r, p[r], v, v_row, keys[r], row_holes(i + r), otmp);
   }
   for (; i < t.q_len; ++i) {
     const float* p[1] = {s + i * kpad};
-    plan::RowKeys keys[1] = {keys_of(i)};
-    AvStoreRows<1>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys, otmp);
+    plan::RowKeys keys[1] = {keys_av(i)};
+    if (has_holes(i)) {
+      AvStoreRowHoles(t, i, p[0], v, v_row, keys[0], row_holes(i), otmp);
+    } else {
+      AvStoreRows<1>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys, otmp);
+    }
   }
 }

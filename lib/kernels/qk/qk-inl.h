@@ -143,7 +143,7 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
         const int64_t j = a0 + jj;
         bool allowed = j < a1 && j >= k.lo && j < k.hi;
         if (j == column) {
-          allowed |= j < a1 && j < k.strided_end;
+          allowed |= j < a1 && j < k.strided_end && j >= k.strided_begin;
           column += k.stride;
         }
         if (!allowed) out[r][jj] = -__builtin_inff();
@@ -155,11 +155,13 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
 constexpr int kRowBlock = 4;
 constexpr int kQkVecs = 2;
 
-// Scaled, masked scores of rows [i0, i0 + R) of q into dst rows, keys [0, padded) of kt.
+// Scaled, masked scores of rows [i0, i0 + R) of q into dst rows, keys [0, padded) of kt
+// (`raw`: scaled, not masked, every key).
 template <int R>
 static inline void QkRows(const float* q, int64_t q_row, int64_t q_dim, int64_t head_dim,
                           int64_t i0, const float* kt, int64_t padded, int64_t key_end,
-                          int64_t kv_len, const plan::Mask& mask, float scale, float* const* dst) {
+                          int64_t kv_len, const plan::Mask& mask, float scale, float* const* dst,
+                          bool raw = false) {
   const int64_t kt_stride = KtStride(padded);
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const float* qr[R];
@@ -171,10 +173,10 @@ static inline void QkRows(const float* q, int64_t q_row, int64_t q_dim, int64_t 
   int64_t j0 = 0;
   for (; j0 + kQkVecs * L <= padded; j0 += kQkVecs * L)
     QkTile<R, kQkVecs>(qr, q_dim, kt + j0, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos,
-                       scale, dst);
+                       scale, dst, raw);
   for (; j0 < padded; j0 += L)
     QkTile<R, 1>(qr, q_dim, kt + j0, kt_stride, head_dim, j0, 0, key_end, kv_len, mask, qpos, scale,
-                 dst);
+                 dst, raw);
 }
 
 // Stage: unscaled, unmasked q k^T of one head, kRowBlock rows at a time.

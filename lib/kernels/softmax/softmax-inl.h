@@ -10,19 +10,28 @@ static inline void ScaleRow(float* row, int64_t n, float scale) {
   for (; j < n; ++j) row[j] *= scale;
 }
 
-// `n` is a multiple of the lane count; padding entries are -inf. A row whose maximum is
-// -inf (nothing allowed) becomes zeros with lse -inf. NaN anywhere makes the row NaN.
-static inline void SoftmaxRow(float* row, int64_t n, float* lse) {
+// `n` is a multiple of the lane count; padding entries are -inf. `sink` (-inf: none) is
+// one more logit of the denominator, with no weight of its own. A row whose maximum and
+// sink are -inf (nothing allowed) becomes zeros with lse -inf; with a sink, a row with
+// nothing allowed becomes zeros with lse = sink. NaN anywhere makes the row NaN.
+// Returns whether some entry was above -inf (or NaN).
+static inline bool SoftmaxRow(float* row, int64_t n, float* lse, float sink = -__builtin_inff()) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   typename S::V vmax = S::Set(-__builtin_inff());
   for (int64_t j = 0; j < n; j += L) vmax = S::Max(vmax, S::Load(row + j));
-  const float m = S::ReduceMax(vmax);
+  float m = S::ReduceMax(vmax);
   if (m == -__builtin_inff()) {
+    for (int64_t j = 0; j < n; ++j)
+      if (row[j] != row[j]) m = row[j];  // the vector max may drop a NaN
+  }
+  const bool any = m != -__builtin_inff();
+  if (!any) {  // zeros; lse = sink (-inf without one)
     const typename S::V zero = S::Zero();
     for (int64_t j = 0; j < n; j += L) S::Store(zero, row + j);
-    if (lse) *lse = -__builtin_inff();
-    return;
+    if (lse) *lse = sink;
+    return false;
   }
+  if (sink > m) m = sink;
   const typename S::V vm = S::Set(m);
   typename S::V vsum = S::Zero();
   for (int64_t j = 0; j < n; j += L) {
@@ -30,10 +39,12 @@ static inline void SoftmaxRow(float* row, int64_t n, float* lse) {
     S::Store(e, row + j);
     vsum = S::Add(vsum, e);
   }
-  const float sum = S::ReduceSum(vsum);
+  float sum = S::ReduceSum(vsum);
+  if (sink != -__builtin_inff()) sum += ExpScalar(sink - m);
   const typename S::V inv = S::Set(1.0f / sum);
   for (int64_t j = 0; j < n; j += L) S::Store(S::Mul(S::Load(row + j), inv), row + j);
   if (lse) *lse = m + __builtin_logf(sum);
+  return true;
 }
 
 // Stage: rows *= scale. Strided rows get one IEEE multiply per element: the same bits as
@@ -53,14 +64,14 @@ static void ScaleRows(Matrix s, int64_t rows, int64_t cols, float scale) {
 static size_t SoftmaxScratchFloats(int64_t cols) { return Piece(plan::Count(PadKeys(cols))); }
 
 static void SoftmaxRows(Matrix s, int64_t rows, int64_t cols, float* lse, int64_t lse_row,
-                        float* buf) {
+                        float sink, float* buf) {
   const int64_t padded = PadKeys(cols);
   for (int64_t i = 0; i < rows; ++i) {
     float* row = s.data + i * s.row;
     for (int64_t j = 0; j < cols; ++j) buf[j] = row[j * s.col];
     for (int64_t j = cols; j < padded; ++j) buf[j] = -__builtin_inff();
     float row_lse;
-    SoftmaxRow(buf, padded, &row_lse);
+    SoftmaxRow(buf, padded, &row_lse, sink);
     for (int64_t j = 0; j < cols; ++j) row[j * s.col] = buf[j];
     if (lse) lse[i * lse_row] = row_lse;
   }

@@ -1,0 +1,221 @@
+// Score modifiers (softcap, ALiBi, bias) and the mask tensor on rows of scores, shared by
+// the naive and fused paths and the modifier stage. Included inside a per-target
+// namespace that defines the SIMD vocabulary S, after the common and mask families.
+//
+// A row's scores are addressed by "space keys" g (the real keys, or the fused path's
+// gathered strided columns), real key first + g * step; score jj of a row buffer is space
+// key key_base + jj. Keys masked by the tensors (mask entry 0, bias -inf) are "holes":
+// bit jj of the row's hole words, so that the weighted sum skips their value rows.
+
+constexpr int64_t kHoleBits = 64;
+static inline bool HoleAt(const uint64_t* holes, int64_t jj) {
+  return (holes[jj / kHoleBits] >> (jj % kHoleBits)) & 1u;
+}
+static inline void SetHole(uint64_t* holes, int64_t jj) {
+  holes[jj / kHoleBits] |= uint64_t{1} << (jj % kHoleBits);
+}
+static inline int64_t HoleWords(int64_t keys) { return (keys + kHoleBits - 1) / kHoleBits; }
+
+// The modifiers of one row.
+struct RowMods {
+  float cap = 0.0f, inv_cap = 0.0f;  // cap 0: off
+  bool alibi = false;
+  float slope = 0.0f;
+  int64_t qpos = 0;             // the row's position in key coordinates (ALiBi)
+  const float* bias = nullptr;  // the row's bias at real key 0
+  int64_t bias_col = 0;
+  const uint8_t* mask = nullptr;  // the row's mask at real key 0
+  int64_t mask_col = 0;
+};
+
+// Row `row` of query head `head` (counted from the Operands' head) at position qpos.
+static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_t qpos) {
+  RowMods r;
+  if (m.softcap > 0.0f) {
+    r.cap = m.softcap;
+    r.inv_cap = 1.0f / m.softcap;
+  }
+  if (m.slopes) {
+    r.alibi = true;
+    r.slope = m.slopes[head];
+  }
+  r.qpos = qpos;
+  if (m.bias) {
+    r.bias = m.bias + head * m.bias_head + row * m.bias_row;
+    r.bias_col = m.bias_col;
+  }
+  if (m.mask) {
+    r.mask = m.mask + head * m.mask_head + row * m.mask_row;
+    r.mask_col = m.mask_col;
+  }
+  return r;
+}
+
+// Bits of the 8 bytes of w that are zero (bit k: byte k, little-endian order).
+static inline uint32_t ZeroBytes(uint64_t w) {
+  uint32_t bits = 0;
+  for (int k = 0; k < 8; ++k) bits |= static_cast<uint32_t>(((w >> (8 * k)) & 0xFF) == 0) << k;
+  return bits;
+}
+
+struct KeySpan {
+  int64_t begin, end;
+};
+
+// Reads the mask entries of space keys [jb, je) once: their holes (entry 0) become bits
+// of `holes` (relative to key_base; the caller zeroed them). Returns the space keys
+// [first, last + 1) of the first and last allowed entry ([je, je) when none is).
+static inline KeySpan ScanMaskRow(const uint8_t* mask, int64_t col, int64_t first, int64_t step,
+                                  int64_t key_base, int64_t jb, int64_t je, uint64_t* holes) {
+  int64_t lo = je, hi = je;
+  int64_t g = jb;
+  if (step == 1 && col == 1) {
+    const uint8_t* m = mask + first;
+    const uint64_t high = 0x8080808080808080ull, low = 0x7F7F7F7F7F7F7F7Full;
+    for (; g + 8 <= je; g += 8) {
+      uint64_t w;
+      __builtin_memcpy(&w, m + g, 8);
+      const uint64_t nonzero = (((w & low) + low) | w) & high;  // high bit of nonzero bytes
+      if (nonzero == high) {                                    // all 8 allowed
+        if (lo == je) lo = g;
+        hi = g + 8;
+        continue;
+      }
+      const uint32_t zero = nonzero == 0 ? 0xFFu : ZeroBytes(w);
+      for (int k = 0; k < 8; ++k) {
+        if ((zero >> k) & 1u) {
+          SetHole(holes, g + k - key_base);
+        } else {
+          if (lo == je) lo = g + k;
+          hi = g + k + 1;
+        }
+      }
+    }
+  }
+  for (; g < je; ++g) {
+    if (mask[(first + g * step) * col] == 0) {
+      SetHole(holes, g - key_base);
+    } else {
+      if (lo == je) lo = g;
+      hi = g + 1;
+    }
+  }
+  return lo == je ? KeySpan{je, je} : KeySpan{lo, hi};
+}
+
+// The first and last allowed mask entries of real keys [lo, hi) of a row, read from both
+// ends: the entries between them are not read here.
+static inline KeySpan MaskEnvelope(const uint8_t* mask, int64_t col, int64_t lo, int64_t hi) {
+  int64_t b = lo, e = hi;
+  while (b < e && mask[b * col] == 0) ++b;
+  while (e > b && mask[(e - 1) * col] == 0) --e;
+  return KeySpan{b, e};
+}
+
+alignas(64) static constexpr float kIota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                8, 9, 10, 11, 12, 13, 14, 15};
+
+// Softcap, ALiBi and bias on scores [a, b) (whole vectors) of a row, in that order;
+// scores of space keys at or past key_end are left alone (the caller masks them) and
+// their bias is not read. Biases of -inf become holes.
+static inline void ModRow(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
+                          int64_t first, int64_t step, const RowMods& m, uint64_t* holes) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  using V = typename S::V;
+  const V cap = S::Set(m.cap), inv = S::Set(m.inv_cap), slope = S::Set(m.slope);
+  const V offsets = S::Mul(S::Load(kIota), S::Set(static_cast<float>(step)));
+  V ninf = S::Zero();
+  alignas(64) float tmp[L];
+  for (int64_t jj = a; jj < b; jj += L) {
+    const int64_t g0 = key_base + jj;
+    const int64_t valid = plan::MinI(L, key_end - g0);
+    if (valid <= 0) break;
+    V x = S::Load(s + jj);
+    if (m.cap > 0.0f) x = S::Mul(S::Tanh(S::Mul(x, inv)), cap);
+    const int64_t j0 = first + g0 * step;  // real key of lane 0
+    if (m.alibi) x = S::MulAdd(slope, S::Add(S::Set(static_cast<float>(j0 - m.qpos)), offsets), x);
+    if (m.bias) {
+      V bv;
+      if (valid == L && step == 1 && m.bias_col == 1) {
+        bv = S::Load(m.bias + j0);
+      } else {
+        for (int64_t l = 0; l < L; ++l)
+          tmp[l] = l < valid ? m.bias[(j0 + l * step) * m.bias_col] : 0.0f;
+        bv = S::Load(tmp);
+      }
+      x = S::Add(x, bv);
+      ninf = S::Add(ninf, S::Indicator(bv, -__builtin_inff()));
+    }
+    S::Store(x, s + jj);
+  }
+  if (m.bias && S::ReduceSum(ninf) > 0.0f)
+    for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
+      if (m.bias[(first + (key_base + jj) * step) * m.bias_col] == -__builtin_inff())
+        SetHole(holes, jj);
+}
+
+// Scores [a, b) of a row with space keys `keys`: those of keys outside them, at or past
+// key_end, or on a hole become -inf. Returns whether a hole lies among the row's keys.
+static inline bool MaskRowLanes(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
+                                const plan::RowKeys& keys, const uint64_t* holes) {
+  const float ninf = -__builtin_inff();
+  const int64_t lo = plan::MinI(plan::MaxI(keys.lo - key_base, a), b);
+  const int64_t hi = plan::MaxI(plan::MinI(plan::MinI(keys.hi, key_end) - key_base, b), lo);
+  // Below the dense run: the strided columns in [strided_begin, strided_end) stay.
+  int64_t jj = a;
+  int64_t col_end = a;  // one past the last strided column kept
+  if (keys.stride > 0 && keys.strided_end > keys.strided_begin) {
+    int64_t c =
+        plan::NextOnStride(plan::MaxI(keys.strided_begin, key_base + a), keys.stride, keys.phase) -
+        key_base;
+    const int64_t end = plan::MinI(plan::MinI(keys.strided_end, key_end) - key_base, lo);
+    for (; c < end; c += keys.stride) {
+      FillRun(s, 1, jj, c, ninf);
+      jj = c + 1;
+      col_end = jj;
+    }
+  }
+  FillRun(s, 1, jj, lo, ninf);
+  FillRun(s, 1, hi, b, ninf);
+  bool inside = false;
+  if (holes) {
+    for (int64_t w = a / kHoleBits; w * kHoleBits < b; ++w) {
+      uint64_t bits = holes[w];
+      while (bits) {
+        const int64_t k = w * kHoleBits + __builtin_ctzll(bits);
+        bits &= bits - 1;
+        if (k < a || k >= b) continue;
+        const int64_t g = key_base + k;
+        if ((k >= lo && k < hi) ||
+            (k < col_end && g >= keys.strided_begin && g % keys.stride == keys.phase))
+          inside = true;
+        s[k] = ninf;
+      }
+    }
+  }
+  return inside;
+}
+
+// Stage: the modifiers of one head in place, row i at q_start + i, through a padded
+// copy of each row; -inf biases mask their entries (-inf, whatever the score was).
+static size_t ModifyScratchFloats(int64_t cols) {
+  return plan::SatAdd(Piece(plan::Count(PadKeys(cols))),
+                      Piece(plan::SatMul(plan::Count(HoleWords(cols)), 2)));
+}
+
+static void ModifyRows(Matrix s, int64_t rows, int64_t cols, int64_t q_start, const Mods& mods,
+                       float* scratch) {
+  const int64_t padded = PadKeys(cols);
+  float* buf = scratch;
+  uint64_t* holes = reinterpret_cast<uint64_t*>(scratch + Piece(plan::Count(padded)));
+  const plan::RowKeys all{0, cols, 0, 0, 0};
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s.data + i * s.row;
+    for (int64_t j = 0; j < cols; ++j) buf[j] = row[j * s.col];
+    for (int64_t j = cols; j < padded; ++j) buf[j] = 0.0f;
+    for (int64_t w = 0; w < HoleWords(padded); ++w) holes[w] = 0;
+    ModRow(buf, 0, padded, 0, cols, 0, 1, RowModsOf(mods, 0, i, q_start + i), holes);
+    MaskRowLanes(buf, 0, padded, 0, cols, all, holes);
+    for (int64_t j = 0; j < cols; ++j) row[j * s.col] = buf[j];
+  }
+}
