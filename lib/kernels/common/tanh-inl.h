@@ -1,20 +1,24 @@
-// The vocabulary's Tanh, for soft-capped scores: Cephes' tanhf (about 2 ulp). Included
-// inside each backend's vocabulary struct after Exp; its ops provide Abs, Div, IfLess and
-// CopySign.
+// The vocabulary's Tanh, for soft-capped scores. Included inside each backend's
+// vocabulary struct after Exp; its ops provide Min, Max, Div and NaNOr.
 //
-// |x| < 0.625: x + x^3 P(x^2), no cancellation near 0. Else (1 - e) / (1 + e) with
-// e = exp(-2|x|) <= 0.29, which never overflows (e is 0 past |x| = 43.5: tanh is 1),
-// and the sign of x. NaN stays NaN; +-inf gives +-1.
+// tanh(x) = x P(x^2) / Q(x^2) on |x| <= 7.905 (x clamped there, where tanh rounds to 1
+// within 5 ulp), P of degree 6 and Q of degree 3 in x^2: a rational fit of this library
+// (weighted least squares on relative error, 5.9e-9 in double; in float with FMA Horner
+// steps 3.4e-7 relative at most, measured over [-12, 12] in steps of 3e-6 and down to
+// 1e-38). One division, no exp: a third of the cost of exp-based forms. Odd, so
+// tanh(-x) = -tanh(x) exactly; NaN stays NaN, +-inf gives +-1.
 
 static OCTATTN_INLINE V Tanh(V x) {
-  const V ax = Abs(x);
-  const V z = Mul(x, x);
-  V p = MulAdd(Set(-5.70498872745e-3f), z, Set(2.06390887954e-2f));
-  p = MulAdd(p, z, Set(-5.37397155531e-2f));
-  p = MulAdd(p, z, Set(1.33314422036e-1f));
-  p = MulAdd(p, z, Set(-3.33332819422e-1f));
-  const V small = MulAdd(Mul(p, z), x, x);
-  const V e = Exp(Mul(ax, Set(-2.0f)));
-  const V big = CopySign(Div(Sub(Set(1.0f), e), Add(Set(1.0f), e)), x);
-  return IfLess(ax, Set(0.625f), small, big);
+  const V xc = Min(Max(x, Set(-7.90531110763549805f)), Set(7.90531110763549805f));
+  const V z = Mul(xc, xc);
+  V p = MulAdd(z, Set(-1.2698795002363326e-13f), Set(6.741329183748366e-11f));
+  p = MulAdd(p, z, Set(-2.3000655605430819e-08f));
+  p = MulAdd(p, z, Set(1.1797460261181404e-05f));
+  p = MulAdd(p, z, Set(3.1635591515054694e-03f));
+  p = MulAdd(p, z, Set(1.3136907468558004e-01f));
+  p = MulAdd(p, z, Set(9.999999997566843e-01f));
+  V q = MulAdd(z, Set(2.6339896489606602e-04f), Set(2.473104106451296e-02f));
+  q = MulAdd(q, z, Set(4.6470240110660871e-01f));
+  q = MulAdd(q, z, Set(1.0f));
+  return NaNOr(x, Div(Mul(p, xc), q));
 }

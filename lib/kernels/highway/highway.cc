@@ -65,11 +65,7 @@ struct S {
   static HWY_INLINE V NaNOr(V x, V r) { return hn::IfThenElse(hn::Eq(x, x), r, x); }
 #include "lib/kernels/common/exp-inl.h"
   static HWY_INLINE V Min(V a, V b) { return hn::Min(a, b); }
-  static HWY_INLINE V Abs(V a) { return hn::Abs(a); }
   static HWY_INLINE V Div(V a, V b) { return hn::Div(a, b); }
-  static HWY_INLINE V CopySign(V magnitude, V sign) { return hn::CopySign(magnitude, sign); }
-  // x where a < b, else y.
-  static HWY_INLINE V IfLess(V a, V b, V x, V y) { return hn::IfThenElse(hn::Lt(a, b), x, y); }
   // 1 where a == b, else 0.
   static HWY_INLINE V Indicator(V a, float b) {
     return hn::IfThenElseZero(hn::Eq(a, Set(b)), Set(1.0f));

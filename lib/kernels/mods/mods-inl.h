@@ -107,6 +107,11 @@ static inline KeySpan ScanMaskRow(const uint8_t* mask, int64_t col, int64_t firs
 // ends: the entries between them are not read here.
 static inline KeySpan MaskEnvelope(const uint8_t* mask, int64_t col, int64_t lo, int64_t hi) {
   int64_t b = lo, e = hi;
+  if (col == 1) {  // 8 entries at a time while they are all 0
+    uint64_t w;
+    while (b + 8 <= e && (__builtin_memcpy(&w, mask + b, 8), w == 0)) b += 8;
+    while (e - 8 >= b && (__builtin_memcpy(&w, mask + e - 8, 8), w == 0)) e -= 8;
+  }
   while (b < e && mask[b * col] == 0) ++b;
   while (e > b && mask[(e - 1) * col] == 0) --e;
   return KeySpan{b, e};

@@ -50,10 +50,7 @@ struct S {
   static OCTATTN_INLINE V NaNOr(V x, V r) { return xsimd::select(x == x, r, x); }
 #include "lib/kernels/common/exp-inl.h"
   static OCTATTN_INLINE V Min(V a, V b) { return xsimd::min(a, b); }
-  static OCTATTN_INLINE V Abs(V a) { return xsimd::abs(a); }
   static OCTATTN_INLINE V Div(V a, V b) { return a / b; }
-  static OCTATTN_INLINE V CopySign(V magnitude, V sign) { return xsimd::copysign(magnitude, sign); }
-  static OCTATTN_INLINE V IfLess(V a, V b, V x, V y) { return xsimd::select(a < b, x, y); }
   static OCTATTN_INLINE V Indicator(V a, float b) {
     return xsimd::select(a == V(b), V(1.0f), V(0.0f));
   }
