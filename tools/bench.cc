@@ -25,6 +25,12 @@ struct Case {
   int64_t batch = 1, q_heads = 8, kv_heads = 0, q_len = 1024, kv_len = 0, head_dim = 64;
   int32_t causal = 1;
   int64_t window = 0, stride = 0;
+  // Score modifiers: softcap (0: off), ALiBi slopes, sinks, chunk (0: off), a broadcast
+  // bool mask tensor equal to the analytic mask (which the call then leaves out), a
+  // broadcast f32 bias.
+  float softcap = 0;
+  bool alibi = false, sinks = false, mask_tensor = false, bias_tensor = false;
+  int64_t chunk = 0;
   octattn_algorithm algo = OCTATTN_ALGORITHM_AUTO;
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
@@ -50,6 +56,9 @@ const char* kHelp =
     "  --batch N --q-heads N --kv-heads N (default: q-heads)\n"
     "  --q-len LIST --kv-len LIST (default: q-len) --head-dim LIST\n"
     "  --full | --window N --stride N\n"
+    "  --softcap X --alibi --sinks --chunk N   score modifiers\n"
+    "  --mask-tensor (a broadcast bool mask equal to the mask of the other flags, passed\n"
+    "                 instead of them) --bias-tensor (a broadcast f32 bias)\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
     "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,scalar) --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
@@ -111,6 +120,18 @@ bool Parse(int argc, char** argv, Args* a) {
       a->base.window = i64(next());
     else if (f == "--stride")
       a->base.stride = i64(next());
+    else if (f == "--softcap")
+      a->base.softcap = std::stof(next());
+    else if (f == "--alibi")
+      a->base.alibi = true;
+    else if (f == "--sinks")
+      a->base.sinks = true;
+    else if (f == "--chunk")
+      a->base.chunk = i64(next());
+    else if (f == "--mask-tensor")
+      a->base.mask_tensor = true;
+    else if (f == "--bias-tensor")
+      a->base.bias_tensor = true;
     else if (f == "--threads")
       a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
     else if (f == "--repeat")
@@ -144,18 +165,41 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Allowed (query, key) pairs of one head, by the header's formula.
+// The keys row i may read by the header's formula (default alignment, k_start 0): the
+// dense run [lo, hi) and the strided columns in [sb, lo).
+struct RowRange {
+  int64_t lo, hi, sb;
+};
+RowRange RowOf(const Case& c, int64_t i) {
+  const int64_t qpos = c.kv_len - c.q_len + i;
+  int64_t lo = 0, hi = c.kv_len;
+  if (c.chunk > 0) {
+    const int64_t c0 = qpos - ((qpos % c.chunk) + c.chunk) % c.chunk;
+    lo = std::max<int64_t>(c0, 0);
+    hi = std::min(hi, c0 + c.chunk);
+  }
+  const int64_t sb = lo;
+  if (c.causal) hi = std::min(hi, qpos + 1);
+  if (hi <= lo) return {0, 0, 0};
+  if (c.causal && c.window > 0) lo = std::min(std::max(lo, qpos - c.window + 1), hi);
+  return {lo, hi, sb};
+}
+bool PairAllowed(const Case& c, int64_t i, int64_t j) {
+  const RowRange r = RowOf(c, i);
+  if (j >= r.lo && j < r.hi) return true;
+  return c.causal && c.window > 0 && c.stride > 0 && j >= r.sb && j < r.lo && j % c.stride == 0;
+}
+
+// Allowed (query, key) pairs of one head: the useful work.
 double AllowedPairs(const Case& c) {
-  if (!c.causal) return static_cast<double>(c.q_len) * c.kv_len;
   double n = 0;
   for (int64_t i = 0; i < c.q_len; ++i) {
-    const int64_t qpos = c.kv_len - c.q_len + i;
-    const int64_t hi = std::min(qpos + 1, c.kv_len);
-    if (hi <= 0) continue;
-    int64_t lo = 0;
-    if (c.window > 0) lo = std::min(std::max<int64_t>(qpos - c.window + 1, 0), hi);
-    n += static_cast<double>(hi - lo);
-    if (c.window > 0 && c.stride > 0 && lo > 0) n += static_cast<double>((lo - 1) / c.stride + 1);
+    const RowRange r = RowOf(c, i);
+    n += static_cast<double>(r.hi - r.lo);
+    if (c.causal && c.window > 0 && c.stride > 0 && r.lo > r.sb) {
+      auto below = [&](int64_t e) { return e > 0 ? (e - 1) / c.stride + 1 : 0; };
+      n += static_cast<double>(below(r.lo) - below(r.sb));
+    }
   }
   return n;
 }
@@ -163,6 +207,9 @@ double AllowedPairs(const Case& c) {
 struct Buffers {
   std::vector<float> q, k, v, o;
   octattn_tensor tq, tk, tv, to;
+  std::vector<float> slopes, sinks, bias;
+  std::vector<uint8_t> mask;
+  octattn_tensor tbias{}, tmask{};
   explicit Buffers(const Case& c) {
     const int64_t qs[4] = {c.batch, c.q_heads, c.q_len, c.head_dim};
     const int64_t ks[4] = {c.batch, c.kv_heads, c.kv_len, c.head_dim};
@@ -179,6 +226,24 @@ struct Buffers {
     octattn_tensor_init(&tk, k.data(), ks, OCTATTN_LAYOUT_BHTD);
     octattn_tensor_init(&tv, v.data(), ks, OCTATTN_LAYOUT_BHTD);
     octattn_tensor_init(&to, o.data(), qs, OCTATTN_LAYOUT_BHTD);
+    for (int64_t h = 0; h < c.q_heads; ++h) {
+      // The ALiBi paper's slopes: a geometric sequence from 2^(-8 / heads).
+      slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / c.q_heads));
+      sinks.push_back(dist(rng));
+    }
+    const int64_t ms[4] = {1, 1, c.q_len, c.kv_len};
+    if (c.bias_tensor) {
+      bias.resize(static_cast<size_t>(c.q_len * c.kv_len));
+      for (float& x : bias) x = dist(rng);
+      octattn_tensor_init(&tbias, bias.data(), ms, OCTATTN_LAYOUT_BHTD);
+    }
+    if (c.mask_tensor) {
+      mask.resize(static_cast<size_t>(c.q_len * c.kv_len));
+      for (int64_t i = 0; i < c.q_len; ++i)
+        for (int64_t j = 0; j < c.kv_len; ++j) mask[i * c.kv_len + j] = PairAllowed(c, i, j);
+      octattn_tensor_init(&tmask, mask.data(), ms, OCTATTN_LAYOUT_BHTD);
+      tmask.dtype = OCTATTN_DTYPE_BOOL;
+    }
   }
 };
 
@@ -194,14 +259,37 @@ octattn_context* MakeContext(const Case& c, std::string* error) {
   return ctx;
 }
 
-octattn_attention_options OptionsOf(const Case& c) {
+octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
   octattn_attention_options o;
   octattn_attention_options_init(&o);
   o.causal = c.causal;
   o.window = c.window;
   o.stride = c.stride;
+  o.chunk = c.chunk;
   o.algorithm = c.algo;
+  o.softcap = c.softcap;
+  if (c.alibi) o.alibi_slopes = b.slopes.data();
+  if (c.sinks) o.sinks = b.sinks.data();
+  if (c.bias_tensor) o.bias = &b.tbias;
+  if (c.mask_tensor) {  // the tensor holds the mask: the call's own mask is full
+    o.mask = &b.tmask;
+    o.causal = 0;
+    o.window = o.stride = o.chunk = 0;
+  }
   return o;
+}
+
+// The modifiers of a case, as a short label ("none" without any).
+std::string ModsOf(const Case& c) {
+  std::string s;
+  auto add = [&](const std::string& x) { s += (s.empty() ? "" : ",") + x; };
+  if (c.softcap > 0) add("softcap=" + std::to_string(c.softcap).substr(0, 5));
+  if (c.alibi) add("alibi");
+  if (c.sinks) add("sinks");
+  if (c.chunk > 0) add("chunk=" + std::to_string(c.chunk));
+  if (c.mask_tensor) add("mask_tensor");
+  if (c.bias_tensor) add("bias_tensor");
+  return s.empty() ? "none" : s;
 }
 
 long MaxRssKib() {
@@ -222,7 +310,7 @@ double ExtraRssMib(const Case& c) {
     octattn_context* ctx = MakeContext(c, &err);
     double mib = -1;
     if (ctx) {
-      const octattn_attention_options opt = OptionsOf(c);
+      const octattn_attention_options opt = OptionsOf(c, b);
       const long before = MaxRssKib();
       if (octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0) ==
           OCTATTN_OK)
@@ -250,8 +338,8 @@ double PeakFor(const Limits& l, octattn_target t) {
 void RunCase(const Case& c, const Args& a, const Limits& limits) {
   std::string err;
   octattn_context* ctx = MakeContext(c, &err);
-  const octattn_attention_options opt = OptionsOf(c);
   Buffers b(c);
+  const octattn_attention_options opt = OptionsOf(c, b);
   octattn_status st =
       ctx ? octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0)
           : OCTATTN_ERROR_UNSUPPORTED;
@@ -293,23 +381,24 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     std::printf(
         "{\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"batch\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
-        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%."
-        "6g,"
+        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\",\"seconds_median\":%.6g,"
+        "\"seconds_min\":%.6g,"
         "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
         "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f}\n",
         octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
         (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
-        (long long)c.head_dim, c.causal, (long long)c.window, (long long)c.stride, median,
-        times.front(), times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, rss);
+        (long long)c.head_dim, c.causal, (long long)c.window, (long long)c.stride,
+        ModsOf(c).c_str(), median, times.front(), times.back(), gflops, peak,
+        gflops / (peak * info.threads), kv_gbps, rss);
   } else {
     std::printf(
-        "%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld  "
+        "%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s  "
         "%9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
         octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
         (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
         (long long)c.head_dim, c.causal ? "causal" : "full", (long long)c.window,
-        (long long)c.stride, median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps,
-        rss);
+        (long long)c.stride, ModsOf(c).c_str(), median * 1e3, gflops,
+        100 * gflops / (peak * info.threads), kv_gbps, rss);
   }
   std::fflush(stdout);
 }
