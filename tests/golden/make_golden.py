@@ -3,8 +3,11 @@
 Run with PyTorch 2.x installed: python3 tests/golden/make_golden.py
 Each case stores q, k, v ([B, H, T, D], row-major) and PyTorch's output o. Masks are
 built as explicit boolean tensors from the reference model's attention_mask(), so the
-fixture checks the library's mask formula against an independent construction.
+fixture checks the library's mask formula against an independent construction. The
+modifier cases (softcap, ALiBi, sinks, chunks, bias and mask tensors) are built with
+explicit torch operations and store their options on lines of their own.
 """
+import math
 import pathlib
 
 import torch
@@ -43,6 +46,99 @@ def attend(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def modified_attention(q, k, v, allowed, softcap=0.0, slopes=None, sinks=None, bias=None):
+    """The modifiers with explicit torch operations: softcap with torch.tanh, ALiBi and the
+    bias as an additive mask, the boolean mask with masked_fill, sinks as an extra logit
+    column dropped after the softmax. Bottom-right aligned positions."""
+    groups = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)
+    v = v.repeat_interleave(groups, dim=1)
+    tq, tk = q.shape[2], k.shape[2]
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if slopes is not None:
+        qpos = torch.arange(tq, dtype=s.dtype).view(tq, 1) + (tk - tq)
+        kpos = torch.arange(tk, dtype=s.dtype).view(1, tk)
+        s = s + slopes.view(1, -1, 1, 1) * (kpos - qpos)
+    if bias is not None:
+        s = s + bias
+    s = s.masked_fill(~allowed, float("-inf"))
+    if sinks is not None:
+        column = sinks.view(1, -1, 1, 1).expand(s.shape[0], -1, tq, 1)
+        p = torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :tk]
+    else:
+        p = torch.softmax(s, dim=-1)
+    p = torch.nan_to_num(p, nan=0.0)  # rows with nothing allowed: zeros
+    return p @ v
+
+
+def chunk_mask(tq, tk, chunk):
+    qpos = torch.arange(tq).view(tq, 1) + (tk - tq)
+    kpos = torch.arange(tk).view(1, tk)
+    return (qpos // chunk == kpos // chunk).view(1, 1, tq, tk)
+
+
+def causal_mask(tq, tk, window=0):
+    qpos = torch.arange(tq).view(tq, 1) + (tk - tq)
+    kpos = torch.arange(tk).view(1, tk)
+    allowed = kpos <= qpos
+    if window:
+        allowed = allowed & (qpos - kpos < window)
+    return allowed.view(1, 1, tq, tk)
+
+
+def modifier_cases():
+    """Cases with score modifiers: (name, b, hq, hkv, tq, tk, d, options, q, k, v, o)."""
+    out = []
+    f32 = lambda *ts: [t.to(torch.float32) for t in ts]
+
+    q, k, v = f32(*projected_qkv(1, 16, 4, 2, 8))
+    q = q * 4  # scores well past the cap
+    allowed = causal_mask(16, 16)
+    o = modified_attention(q.double(), k.double(), v.double(), allowed, softcap=2.0)
+    out.append(("softcap", {"softcap": 2.0}, q, k, v, o))
+
+    q, k, v = f32(*projected_qkv(1, 16, 4, 4, 8))
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / 4) for h in range(4)])
+    o = modified_attention(q.double(), k.double(), v.double(), causal_mask(16, 16),
+                           slopes=slopes.double())
+    out.append(("alibi", {"slopes": slopes}, q, k, v, o))
+
+    q, k, v = f32(*projected_qkv(2, 16, 4, 2, 8))
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    o = modified_attention(q.double(), k.double(), v.double(), causal_mask(16, 16, window=4),
+                           sinks=sinks.double())
+    out.append(("sinks_window", {"sinks": sinks, "window": 4}, q, k, v, o))
+
+    q, k, v = f32(*projected_qkv(1, 16, 2, 2, 8))
+    o = modified_attention(q.double(), k.double(), v.double(),
+                           causal_mask(16, 16) & chunk_mask(16, 16, 5))
+    out.append(("chunked", {"chunk": 5}, q, k, v, o))
+
+    q, k, v = f32(*projected_qkv(2, 16, 4, 2, 8))
+    bias = torch.randn(2, 4, 16, 16).to(torch.float32)
+    mask = torch.rand(2, 4, 16, 16) > 0.3
+    mask = mask | torch.eye(16, dtype=torch.bool).view(1, 1, 16, 16)
+    o = modified_attention(q.double(), k.double(), v.double(), causal_mask(16, 16) & mask,
+                           bias=bias.double())
+    out.append(("bias_mask", {"bias": bias, "mask": mask}, q, k, v, o))
+
+    # Everything at once on a decode tail: 3 queries against 12 keys, GQA 2.
+    q, k, v = f32(*projected_qkv(1, 12, 4, 2, 8))
+    q = q[:, :, 9:, :].contiguous() * 3
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    sinks = torch.tensor([1.0, 0.0, -0.5, 3.0])
+    bias = torch.randn(1, 4, 3, 12).to(torch.float32)
+    mask = torch.rand(1, 4, 3, 12) > 0.2
+    allowed = causal_mask(3, 12) & chunk_mask(3, 12, 6) & mask
+    o = modified_attention(q.double(), k.double(), v.double(), allowed, softcap=1.5,
+                           slopes=slopes.double(), sinks=sinks.double(), bias=bias.double())
+    out.append(("all_decode", {"softcap": 1.5, "slopes": slopes, "sinks": sinks, "chunk": 6,
+                               "bias": bias, "mask": mask}, q, k, v, o))
+    return out
+
+
 def main():
     torch.manual_seed(0)
     cases = []
@@ -72,6 +168,19 @@ def main():
             _, hkv, tk, _ = k.shape
             f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} {window} {stride}\n")
             for label, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+                f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
+        for name, opts, q, k, v, o in modifier_cases():
+            b, hq, tq, d = q.shape
+            _, hkv, tk, _ = k.shape
+            f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} {opts.get('window', 0)} 0\n")
+            for key in ("softcap", "chunk"):
+                if key in opts:
+                    f.write(f"{key} {opts[key]}\n")
+            for key in ("slopes", "sinks", "bias", "mask"):
+                if key in opts:
+                    values = opts[key].to(torch.float32).flatten().tolist()
+                    f.write(key + " " + " ".join(f"{x:.9e}" for x in values) + "\n")
+            for label, t in (("q", q), ("k", k), ("v", v), ("o", o.float())):
                 f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
     print(f"wrote {out}")
 
