@@ -130,6 +130,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (om & 32) opt->stride = in.Bool() ? in.Range(-2, 9) : static_cast<int64_t>(in.U64());
   if (om & 64) opt->q_start = in.Bool() ? in.Range(-20, 20) : static_cast<int64_t>(in.U64());
   if (om & 128) opt->scale = in.AnyBits();
+  const uint8_t om2 = in.Byte();  // the 0.3 fields (arrays and tensors: other targets)
+  if (om2 & 1) opt->softcap = in.AnyBits();
+  if (om2 & 2) opt->chunk = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
+  if (om2 & 4) opt->reserved2 = in.Byte();
   const bool null_opt = in.Range(0, 15) == 0;
 
   octattn_context* ctx = nullptr;

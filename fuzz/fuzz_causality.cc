@@ -1,7 +1,8 @@
 // Causality: overwriting position p of q, k and v with any bits (NaN, infinities,
-// denormals, huge values) leaves every output row before p byte-identical, for every
-// mask, alignment, GQA ratio, layout, algorithm (AUTO too), backend, target and thread
-// count; the lse and weights rows too when the input requests them.
+// denormals, huge values), and the bias and mask entries of key p, leaves every output
+// row before p byte-identical, for every mask, alignment, GQA ratio, layout, algorithm
+// (AUTO too), backend, target, thread count and score modifier; the lse and weights
+// rows too when the input requests them.
 #include "fuzz_support.h"
 
 using namespace fuzz;
@@ -29,12 +30,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (p.opt.causal && row >= 0 && row < p.q_len)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t d = 0; d < p.head_dim; ++d) edited.q.at(edit_batch, h, row, d) = bits[n++ % 4];
-  FUZZ_CHECK(Attend(ctx, p.opt, edited) == OCTATTN_OK);
+  // The modifier tensors' entries of key pos: read only by rows at pos or later.
+  ModData& m = *p.mods;
+  std::unique_ptr<Tensor> bias;
+  std::unique_ptr<BoolTensor> mask;
+  octattn_attention_options opt = p.opt;
+  if (m.bias) {
+    bias = std::make_unique<Tensor>(*m.bias);
+    for (int64_t a = 0; a < bias->t.shape[0]; ++a)
+      for (int64_t h = 0; h < bias->t.shape[1]; ++h)
+        for (int64_t i = 0; i < bias->t.shape[2]; ++i) bias->at(a, h, i, pos) = bits[n++ % 4];
+    opt.bias = &bias->t;
+  }
+  if (m.mask) {
+    mask = std::make_unique<BoolTensor>(*m.mask);
+    mask->t.data = mask->buf.data();
+    for (int64_t a = 0; a < mask->t.shape[0]; ++a)
+      for (int64_t h = 0; h < mask->t.shape[1]; ++h)
+        for (int64_t i = 0; i < mask->t.shape[2]; ++i) {
+          uint8_t& x = mask->at(a, h, i, pos);
+          x = x ? 0 : 1;
+        }
+    opt.mask = &mask->t;
+  }
+  FUZZ_CHECK(Attend(ctx, opt, edited) == OCTATTN_OK);
   if (!p.opt.causal) return 0;  // full attention: every row may read position pos
+  // A sink makes no row read a key; chunks only narrow what rows read.
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i)
-        if (b != edit_batch || q_start + i < pos)
+        // The tensors' edits reach every batch that shares them: rows at pos or later
+        // in other batches may change then.
+        if (q_start + i < pos || (b != edit_batch && !m.bias && !m.mask))
           FUZZ_CHECK(OutputRowsEqual(edited, base, b, h, i));
   return 0;
 }

@@ -1,5 +1,6 @@
 // Decode: a one-row decode at position i (and a short chunked prefill ending at i)
-// equals prefill row i byte for byte on the fused path, as the header promises.
+// equals prefill row i byte for byte on the fused path, as the header promises, with
+// the score modifiers the input draws (the bias and mask tensors viewed at the rows).
 #include <algorithm>
 
 #include "fuzz_support.h"
@@ -24,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     p.value_dim = std::min<int64_t>(p.value_dim, 16);
   }
   p.q_len = p.kv_len = n;
+  p.ReadMods(in, n);
+  if (long_seq) p.opt.bias = p.opt.mask = nullptr;  // [n, n] tensors: too slow per input
   Tensors full(p, p.layout);
   FillInputs(in, full);
   Context ctx(p, p.threads);
@@ -36,7 +39,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     q.shape[2] = rows;
     k.shape[2] = v.shape[2] = i + 1;
     Tensor o(p.batch, p.q_heads, rows, p.value_dim, kBHTD);
-    FUZZ_CHECK(octattn_attention(ctx, &p.opt, &q, &k, &v, &o.t, nullptr, nullptr, nullptr, 0) ==
+    octattn_attention_options opt = p.opt;
+    octattn_tensor bias{}, mask{};
+    if (opt.bias) {  // rows i + 1 - rows .. i, keys 0 .. i of the same memory
+      bias = *opt.bias;
+      if (bias.shape[2] > 1) {
+        bias.data = static_cast<float*>(bias.data) + (i + 1 - rows) * bias.stride[2];
+        bias.shape[2] = rows;
+      }
+      bias.shape[3] = i + 1;
+      opt.bias = &bias;
+    }
+    if (opt.mask) {
+      mask = *opt.mask;
+      if (mask.shape[2] > 1) {
+        mask.data = static_cast<uint8_t*>(mask.data) + (i + 1 - rows) * mask.stride[2];
+        mask.shape[2] = rows;
+      }
+      mask.shape[3] = i + 1;
+      opt.mask = &mask;
+    }
+    FUZZ_CHECK(octattn_attention(ctx, &opt, &q, &k, &v, &o.t, nullptr, nullptr, nullptr, 0) ==
                OCTATTN_OK);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)

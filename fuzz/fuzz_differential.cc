@@ -1,7 +1,7 @@
 // Differential: naive, fused and AUTO against the fp64 reference within the documented
-// tolerance, lse and weights too when requested; the same bytes for 1 and 2 threads,
-// for another layout of the same numbers, for one batch computed alone, and for a
-// second run.
+// tolerance, lse and weights too when requested, with any score modifiers the input
+// draws; the same bytes for 1 and 2 threads, for another layout of the same numbers,
+// for one batch computed alone, and for a second run.
 #include <algorithm>
 
 #include "fuzz_support.h"
@@ -71,7 +71,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       x->data = static_cast<float*>(x->data) + x->stride[0];
       x->shape[0] = 1;
     }
-    FUZZ_CHECK(octattn_attention(one, &p.opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
+    octattn_attention_options opt = p.opt;
+    octattn_tensor bias{}, mask{};
+    if (opt.bias && opt.bias->shape[0] == 2) {
+      bias = *opt.bias;
+      bias.data = static_cast<float*>(bias.data) + bias.stride[0];
+      bias.shape[0] = 1;
+      opt.bias = &bias;
+    }
+    if (opt.mask && opt.mask->shape[0] == 2) {
+      mask = *opt.mask;
+      mask.data = static_cast<uint8_t*>(mask.data) + mask.stride[0];
+      mask.shape[0] = 1;
+      opt.mask = &mask;
+    }
+    FUZZ_CHECK(octattn_attention(one, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
                OCTATTN_OK);
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(shard.o.RowEquals(t.o, 1, h, i));
@@ -84,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (float x : t.v.buf) max_v = std::max(max_v, std::fabs(x));
   double s_max, c_max;
   ScoreRange(p, t, &s_max, &c_max);
-  s_max = std::max(1.0, s_max);
+  s_max = std::max(1.0, p.ModifiedScoreBound(s_max));
   const double bound = max_v * (5e-7 * s_max + 1e-8 * c_max);
   // lse and weights within the tests' bounds (tests/README.md).
   for (int64_t b = 0; b < p.batch; ++b)

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <vector>
 
 #include "octattn.h"
@@ -110,6 +112,35 @@ struct Tensor {
   }
 };
 
+// A bool tensor (mask) with its own buffer, logical [a, b, c, d]; sizes of 1 broadcast.
+struct BoolTensor {
+  std::vector<uint8_t> buf;
+  octattn_tensor t{};
+  BoolTensor(int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t s[4] = {a, b, c, d};
+    int64_t stride = 1;
+    for (int i = 3; i >= 0; --i) {
+      t.shape[i] = s[i];
+      t.stride[i] = stride;
+      stride *= s[i];
+    }
+    buf.assign(static_cast<size_t>(stride), 1);
+    t.data = buf.data();
+    t.dtype = OCTATTN_DTYPE_BOOL;
+  }
+  uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
+    return buf[(t.shape[0] > 1 ? a : 0) * t.stride[0] + (t.shape[1] > 1 ? b : 0) * t.stride[1] +
+               (t.shape[2] > 1 ? c : 0) * t.stride[2] + d * t.stride[3]];
+  }
+};
+
+// The score modifiers a fuzzed problem draws; opt points into it (shared by copies).
+struct ModData {
+  std::vector<float> slopes, sinks;
+  std::unique_ptr<Tensor> bias;
+  std::unique_ptr<BoolTensor> mask;
+};
+
 // A fuzzed attention problem: sizes, mask and how to run it.
 struct Problem {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
@@ -119,6 +150,7 @@ struct Problem {
   octattn_target target;  // AUTO or one this CPU runs
   int32_t threads;
   bool lse, weights;  // request the optional outputs (weights never with FUSED)
+  std::shared_ptr<ModData> mods;
 
   static Problem Read(Input& in, int64_t max_len) {
     Problem p;
@@ -151,7 +183,66 @@ struct Problem {
     p.lse = flags & 2;
     p.weights = (flags & 4) && p.opt.algorithm != OCTATTN_ALGORITHM_FUSED;
     if (flags & 8) p.opt.k_start = (flags >> 4) * 7 - 30;  // keys at other positions
+    p.ReadMods(in, max_len);
     return p;
+  }
+  // Score modifiers: one byte of switches (0, also past the input's end: none).
+  void ReadMods(Input& in, int64_t max_len) {
+    mods = std::make_shared<ModData>();
+    opt.softcap = 0;
+    opt.chunk = 0;
+    opt.alibi_slopes = opt.sinks = nullptr;
+    opt.bias = opt.mask = nullptr;
+    const uint8_t m = in.Byte();
+    if (m & 1) opt.softcap = static_cast<float>(in.Range(1, 64)) / 8.0f;
+    if (m & 2) {
+      for (int64_t h = 0; h < q_heads; ++h) mods->slopes.push_back(in.Small() / 4.0f);
+      opt.alibi_slopes = mods->slopes.data();
+    }
+    if (m & 4) {
+      for (int64_t h = 0; h < q_heads; ++h)
+        mods->sinks.push_back(in.Range(0, 7) == 0 ? -std::numeric_limits<float>::infinity()
+                                                  : in.Small());
+      opt.sinks = mods->sinks.data();
+    }
+    if (m & 8) opt.chunk = in.Range(1, max_len);
+    if (m & 16) {  // sizes of 1 broadcast
+      const uint8_t b = in.Byte();
+      mods->bias = std::make_unique<Tensor>((b & 1) ? 1 : batch, (b & 2) ? 1 : q_heads,
+                                            (b & 4) ? 1 : q_len, kv_len, layout);
+      Tensor& t = *mods->bias;
+      for (int64_t a = 0; a < t.t.shape[0]; ++a)
+        for (int64_t h = 0; h < t.t.shape[1]; ++h)
+          for (int64_t i = 0; i < t.t.shape[2]; ++i)
+            for (int64_t j = 0; j < kv_len; ++j)
+              t.at(a, h, i, j) =
+                  in.Range(0, 15) == 0 ? -std::numeric_limits<float>::infinity() : in.Small();
+      opt.bias = &t.t;
+    }
+    if (m & 32) {
+      const uint8_t b = in.Byte();
+      mods->mask = std::make_unique<BoolTensor>((b & 1) ? 1 : batch, (b & 2) ? 1 : q_heads,
+                                                (b & 4) ? 1 : q_len, kv_len);
+      for (uint8_t& x : mods->mask->buf) x = in.Range(0, 3) == 0 ? 0 : in.Byte() | 1;
+      opt.mask = &mods->mask->t;
+    }
+  }
+  // An upper bound of |s| after the modifiers, from the largest |scaled score|.
+  double ModifiedScoreBound(double s) const {
+    if (opt.softcap > 0) s = std::fmin(s, opt.softcap);
+    double slope = 0;
+    for (float x : mods->slopes) slope = std::fmax(slope, std::fabs(x));
+    const int64_t qs =
+        opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start - opt.k_start;
+    const double far = static_cast<double>(std::llabs(qs) + q_len + kv_len);
+    s += slope * far;
+    if (mods->bias) {
+      double b = 0;
+      for (float x : mods->bias->buf)
+        if (std::isfinite(x)) b = std::fmax(b, std::fabs(x));
+      s += b;
+    }
+    return s;
   }
   // The first query's position relative to key row 0 (k_start subtracted).
   int64_t q_start() const {
