@@ -1,7 +1,17 @@
 """octattn and its peers on the same shapes, in the same run, as JSON lines.
 
     python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--q-heads 32 --kv-heads 8]
-        [--threads 1] [--window W [--stride S]] [--rounds 3] [--ggml-lib DIR] [--check]
+        [--threads 1] [--window W [--stride S]] [--mod MOD] [--rounds 3] [--ggml-lib DIR]
+        [--check]
+
+--mod runs one score modifier (octattn's `bench` flag of the same name), and the peers
+with its equivalent: softcap=X, alibi, sinks, chunk=N, mask_tensor (a boolean mask equal
+to the causal one, passed explicitly), bias_tensor (a broadcast [Tq, Tk] f32 bias).
+PyTorch's SDPA takes alibi, chunk, mask_tensor and bias_tensor as its explicit mask
+(boolean, or float with -inf: the additive mask); softcap and sinks have no SDPA form,
+so torch_sdpa computes them by hand (tanh, or an extra logit column dropped after the
+softmax). ggml takes softcap, alibi (max_bias 8: the same slopes for a power of two of
+heads) and the masks (in its f16 mask); ONNX Runtime's GQA runs none of them here.
 
 Peers, where installed:
 - octattn: `octattn bench` (--octattn PATH, default build/release/tools/octattn), fused.
@@ -33,21 +43,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def allowed_pairs(q_len, kv_len, window, stride):
-    n = 0
-    for i in range(q_len):
-        qpos = kv_len - q_len + i
-        hi = min(qpos + 1, kv_len)
-        if hi <= 0:
-            continue
-        lo = min(max(qpos - window + 1, 0), hi) if window else 0
-        n += hi - lo
-        if window and stride and lo > 0:
-            n += (lo - 1) // stride + 1
-    return n
+def modifier(args):
+    """(name, value) of --mod: ("", 0) without one."""
+    if not args.mod:
+        return "", 0
+    name, _, value = args.mod.partition("=")
+    if name not in ("softcap", "alibi", "sinks", "chunk", "mask_tensor", "bias_tensor"):
+        raise SystemExit(f"unknown modifier {name}")
+    return name, float(value) if value else 0
 
 
-def mask(q_len, kv_len, window, stride, np):
+def mask(q_len, kv_len, window, stride, np, chunk=0):
     """The allowed (query, key) pairs, bottom-right aligned, as a boolean array."""
     rows = np.arange(q_len)[:, None] + (kv_len - q_len)
     cols = np.arange(kv_len)[None, :]
@@ -58,7 +64,26 @@ def mask(q_len, kv_len, window, stride, np):
         if stride:
             local = local | (cols % stride == 0)
         allowed = allowed & local
+    if chunk:
+        allowed = allowed & (rows // chunk == cols // chunk)
     return allowed
+
+
+def allowed_pairs(args, q_len, kv_len):
+    import numpy as np
+    name, value = modifier(args)
+    return int(mask(q_len, kv_len, args.window, args.stride, np,
+                    int(value) if name == "chunk" else 0).sum())
+
+
+def mod_arrays(args, q_len, kv_len, np):
+    """The modifier's data, as octattn's bench makes it: ALiBi slopes, sinks, a bias."""
+    rng = np.random.default_rng(1)
+    h = args.q_heads
+    slopes = np.array([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], np.float32)
+    sinks = rng.uniform(-1, 1, h).astype(np.float32)
+    bias = rng.uniform(-1, 1, (q_len, kv_len)).astype(np.float32)
+    return slopes, sinks, bias
 
 
 def inputs(args, q_len, kv_len, dim):
@@ -80,18 +105,37 @@ def torch_call(peer, args, q_len, kv_len, dim):
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    m = torch.from_numpy(mask(q_len, kv_len, args.window, args.stride, np))
-    square = q_len == kv_len and not args.window
+    name, value = modifier(args)
+    m = torch.from_numpy(mask(q_len, kv_len, args.window, args.stride, np,
+                              int(value) if name == "chunk" else 0))
+    square = q_len == kv_len and not args.window and not name
     F = torch.nn.functional
+    slopes, sinks, bias = (torch.from_numpy(x) for x in mod_arrays(args, q_len, kv_len, np))
+    if name in ("alibi", "bias_tensor"):  # SDPA's additive float mask
+        if name == "alibi":
+            rows = torch.arange(q_len).view(q_len, 1) + (kv_len - q_len)
+            add = slopes.view(-1, 1, 1) * (torch.arange(kv_len).view(1, kv_len) - rows)
+        else:
+            add = bias
+        m = add.masked_fill(~m, float("-inf"))
+    by_hand = peer != "torch_sdpa" or name in ("softcap", "sinks")
 
     def call():
         with torch.no_grad():
-            if peer == "torch_sdpa":
+            if not by_hand:
                 if square:
                     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
             s = (q @ k.transpose(-2, -1)) / dim ** 0.5
-            s = s.masked_fill(~m, float("-inf"))
+            if name == "softcap":
+                s = value * torch.tanh(s / value)
+            if m.dtype == torch.bool:
+                s = s.masked_fill(~m, float("-inf"))
+            else:
+                s = s + m
+            if name == "sinks":
+                col = sinks.view(1, -1, 1, 1).expand(s.shape[0], -1, q_len, 1)
+                return torch.cat([s, col], dim=-1).softmax(dim=-1)[..., :kv_len] @ v
             return s.softmax(dim=-1) @ v
     return call
 
@@ -100,18 +144,31 @@ def numpy_call(args, q_len, kv_len, dim):
     import numpy as np
     q, k, v = inputs(args, q_len, kv_len, dim)
     group = args.q_heads // (args.kv_heads or args.q_heads)
-    m = mask(q_len, kv_len, args.window, args.stride, np)
+    name, value = modifier(args)
+    m = mask(q_len, kv_len, args.window, args.stride, np, int(value) if name == "chunk" else 0)
+    slopes, sinks, bias = mod_arrays(args, q_len, kv_len, np)
+    dist = np.arange(kv_len)[None, :] - (np.arange(q_len)[:, None] + (kv_len - q_len))
 
     def call():
         out = np.empty((args.batch, args.q_heads, q_len, dim), np.float32)
         for b in range(args.batch):
             for h in range(args.q_heads):
                 s = q[b, h] @ k[b, h // group].T * np.float32(dim ** -0.5)
+                if name == "softcap":
+                    s = np.float32(value) * np.tanh(s / np.float32(value))
+                if name == "alibi":
+                    s = s + slopes[h] * dist
+                if name == "bias_tensor":
+                    s = s + bias
                 s[~m] = -np.inf
-                s -= s.max(axis=1, keepdims=True)
-                np.exp(s, out=s)
-                s /= s.sum(axis=1, keepdims=True)
-                out[b, h] = s @ v[b, h // group]
+                mx = s.max(axis=1, keepdims=True)
+                if name == "sinks":
+                    mx = np.maximum(mx, sinks[h])
+                s = np.exp(s - mx)
+                total = s.sum(axis=1, keepdims=True)
+                if name == "sinks":
+                    total = total + np.exp(sinks[h] - mx)
+                out[b, h] = (s / total) @ v[b, h // group]
         return out
     return call
 
@@ -122,6 +179,8 @@ def onnxruntime_call(args, q_len, kv_len, dim):
     from onnx import TensorProto, helper
     if q_len != kv_len or args.stride:
         raise SystemExit("onnxruntime_gqa: q_len == kv_len and no strided columns only")
+    if args.mod:
+        raise SystemExit("onnxruntime_gqa: no score modifier here")
     hq, hkv, b = args.q_heads, args.kv_heads or args.q_heads, args.batch
     node = helper.make_node(
         "GroupQueryAttention",
@@ -184,7 +243,14 @@ def ggml_call(args, q_len, kv_len, dim):
     f32, f16, prec_f32 = 0, 1, 10  # GGML_TYPE_F32, GGML_TYPE_F16, GGML_PREC_F32
 
     q, k, v = inputs(args, q_len, kv_len, dim)
-    m = np.where(mask(q_len, kv_len, args.window, args.stride, np), 0.0, -np.inf).astype(np.float16)
+    name, value = modifier(args)
+    if name == "sinks":
+        raise SystemExit("ggml_flash: sinks are not wired here")
+    allowed = mask(q_len, kv_len, args.window, args.stride, np, int(value) if name == "chunk" else 0)
+    add = mod_arrays(args, q_len, kv_len, np)[2] if name == "bias_tensor" else 0.0
+    m = np.where(allowed, add, -np.inf).astype(np.float16)
+    max_bias = 8.0 if name == "alibi" else 0.0
+    softcap = value if name == "softcap" else 0.0
     size = q.nbytes * 2 + k.nbytes + v.nbytes + m.nbytes + (256 << 20)
     ctx = base.ggml_init(InitParams(size, None, False))
 
@@ -194,7 +260,7 @@ def ggml_call(args, q_len, kv_len, dim):
         ctypes.memmove(base.ggml_get_data(t), a.ctypes.data, a.nbytes)
         return t
     out = base.ggml_flash_attn_ext(ctx, tensor(f32, q), tensor(f32, k), tensor(f32, v),
-                                   tensor(f16, m), dim ** -0.5, 0.0, 0.0)
+                                   tensor(f16, m), dim ** -0.5, max_bias, softcap)
     base.ggml_flash_attn_ext_set_prec(out, prec_f32)
     graph = base.ggml_new_graph(ctx)
     base.ggml_build_forward_expand(graph, out)
@@ -269,6 +335,10 @@ def octattn_case(args, q_len, kv_len, dim):
            "--threads", str(args.threads), "--repeat", str(args.repeat)]
     if args.window:
         cmd += ["--window", str(args.window), "--stride", str(args.stride)]
+    name, value = modifier(args)
+    if name:
+        cmd += ["--" + name.replace("_", "-")] + ([args.mod.partition("=")[2]]
+                                                  if name in ("softcap", "chunk") else [])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError((r.stderr.strip().splitlines() or ["octattn bench failed"])[-1])
@@ -301,6 +371,8 @@ def main():
     ap.add_argument("--head-dim", default="64")
     ap.add_argument("--window", type=int, default=0)
     ap.add_argument("--stride", type=int, default=0)
+    ap.add_argument("--mod", default="", help="one score modifier: softcap=X, alibi, sinks, "
+                    "chunk=N, mask_tensor, bias_tensor")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
@@ -326,13 +398,12 @@ def main():
     best = {}
     for rnd in range(args.rounds):
         for q_len, kv_len, dim in shapes:
-            flops = 2.0 * 2 * dim * allowed_pairs(q_len, kv_len, args.window, args.stride) * \
-                args.batch * args.q_heads
+            flops = 2.0 * 2 * dim * allowed_pairs(args, q_len, kv_len) * args.batch * args.q_heads
             for peer in peers:
                 case = {"peer": peer, "round": rnd, "threads": args.threads, "batch": args.batch,
                         "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
                         "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
-                        "window": args.window, "stride": args.stride}
+                        "window": args.window, "stride": args.stride, "mod": args.mod}
                 try:
                     med, lo, hi, extra = child(peer, args, q_len, kv_len, dim)
                 except RuntimeError as e:
@@ -349,7 +420,7 @@ def main():
         print(json.dumps({
             "summary": True, "threads": args.threads, "q_heads": args.q_heads,
             "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
-            "head_dim": dim, "window": args.window, "stride": args.stride,
+            "head_dim": dim, "window": args.window, "stride": args.stride, "mod": args.mod,
             "best_gflops": {p: round(g, 2) for p, g in got.items()},
             "octattn_ratio": {p: round(ours / g, 2) for p, g in got.items()
                               if ours and p != "octattn"}}), flush=True)
