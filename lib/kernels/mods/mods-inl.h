@@ -16,41 +16,6 @@ static inline void SetHole(uint64_t* holes, int64_t jj) {
 }
 static inline int64_t HoleWords(int64_t keys) { return (keys + kHoleBits - 1) / kHoleBits; }
 
-// The modifiers of one row.
-struct RowMods {
-  float cap = 0.0f, inv_cap = 0.0f;  // cap 0: off
-  bool alibi = false;
-  float slope = 0.0f;
-  int64_t qpos = 0;             // the row's position in key coordinates (ALiBi)
-  const float* bias = nullptr;  // the row's bias at real key 0
-  int64_t bias_col = 0;
-  const uint8_t* mask = nullptr;  // the row's mask at real key 0
-  int64_t mask_col = 0;
-};
-
-// Row `row` of query head `head` (counted from the Operands' head) at position qpos.
-static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_t qpos) {
-  RowMods r;
-  if (m.softcap > 0.0f) {
-    r.cap = m.softcap;
-    r.inv_cap = 1.0f / m.softcap;
-  }
-  if (m.slopes) {
-    r.alibi = true;
-    r.slope = m.slopes[head];
-  }
-  r.qpos = qpos;
-  if (m.bias) {
-    r.bias = m.bias + head * m.bias_head + row * m.bias_row;
-    r.bias_col = m.bias_col;
-  }
-  if (m.mask) {
-    r.mask = m.mask + head * m.mask_head + row * m.mask_row;
-    r.mask_col = m.mask_col;
-  }
-  return r;
-}
-
 // Bits of the 8 bytes of w that are zero (bit k: byte k, little-endian order).
 static inline uint32_t ZeroBytes(uint64_t w) {
   uint32_t bits = 0;
@@ -117,8 +82,16 @@ static inline KeySpan MaskEnvelope(const uint8_t* mask, int64_t col, int64_t lo,
   return KeySpan{b, e};
 }
 
-alignas(64) static constexpr float kIota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
-                                                8, 9, 10, 11, 12, 13, 14, 15};
+// After ModVec: the holes of -inf biases among scores [a, b), when `ninf` counted any.
+static inline void BiasHoles(const float* s, int64_t a, int64_t b, int64_t key_base,
+                             int64_t key_end, int64_t first, int64_t step, const RowMods& m,
+                             typename S::V ninf, uint64_t* holes) {
+  (void)s;
+  if (!m.bias || !(S::ReduceSum(ninf) > 0.0f)) return;
+  for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
+    if (m.bias[(first + (key_base + jj) * step) * m.bias_col] == -__builtin_inff())
+      SetHole(holes, jj);
+}
 
 // Softcap, ALiBi and bias on scores [a, b) (whole vectors) of a row, in that order;
 // scores of space keys at or past key_end are left alone (the caller masks them) and
@@ -126,37 +99,10 @@ alignas(64) static constexpr float kIota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
 static inline void ModRow(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
                           int64_t first, int64_t step, const RowMods& m, uint64_t* holes) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  using V = typename S::V;
-  const V cap = S::Set(m.cap), inv = S::Set(m.inv_cap), slope = S::Set(m.slope);
-  const V offsets = S::Mul(S::Load(kIota), S::Set(static_cast<float>(step)));
-  V ninf = S::Zero();
-  alignas(64) float tmp[L];
-  for (int64_t jj = a; jj < b; jj += L) {
-    const int64_t g0 = key_base + jj;
-    const int64_t valid = plan::MinI(L, key_end - g0);
-    if (valid <= 0) break;
-    V x = S::Load(s + jj);
-    if (m.cap > 0.0f) x = S::Mul(S::Tanh(S::Mul(x, inv)), cap);
-    const int64_t j0 = first + g0 * step;  // real key of lane 0
-    if (m.alibi) x = S::MulAdd(slope, S::Add(S::Set(static_cast<float>(j0 - m.qpos)), offsets), x);
-    if (m.bias) {
-      V bv;
-      if (valid == L && step == 1 && m.bias_col == 1) {
-        bv = S::Load(m.bias + j0);
-      } else {
-        for (int64_t l = 0; l < L; ++l)
-          tmp[l] = l < valid ? m.bias[(j0 + l * step) * m.bias_col] : 0.0f;
-        bv = S::Load(tmp);
-      }
-      x = S::Add(x, bv);
-      ninf = S::Add(ninf, S::Indicator(bv, -__builtin_inff()));
-    }
-    S::Store(x, s + jj);
-  }
-  if (m.bias && S::ReduceSum(ninf) > 0.0f)
-    for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
-      if (m.bias[(first + (key_base + jj) * step) * m.bias_col] == -__builtin_inff())
-        SetHole(holes, jj);
+  typename S::V ninf = S::Zero();
+  for (int64_t jj = a; jj < b && key_base + jj < key_end; jj += L)
+    S::Store(ModVec(m, S::Load(s + jj), key_base + jj, key_end, first, step, &ninf), s + jj);
+  BiasHoles(s, a, b, key_base, key_end, first, step, m, ninf, holes);
 }
 
 // Scores [a, b) of a row with space keys `keys`: those of keys outside them, at or past
