@@ -1,12 +1,17 @@
-/* A caller built against the 0.1 header (abi/v0.1/octattn.h, frozen) and run against
- * the current library: its structs are the 0.1 sizes, followed here by canary bytes
- * that the library must never write, and every call must keep working. */
+/* A caller built against an older header (abi/v0.1/octattn.h or abi/v0.2/octattn.h,
+ * frozen; CALLER_VERSION and OPTIONS_SIZE name it) and run against the current library:
+ * its structs are that version's sizes, followed here by canary bytes that the library
+ * must never write, and every call must keep working. */
 #include <stdio.h>
 #include <string.h>
 
 #include "octattn.h"
 
 #define CANARY 0xA5
+#ifndef CALLER_VERSION
+#define CALLER_VERSION "0.1"
+#define OPTIONS_SIZE 48
+#endif
 
 static int failures = 0;
 
@@ -25,7 +30,7 @@ static int canary_intact(const unsigned char* p, size_t n) {
 }
 
 int main(void) {
-  /* A 0.1 struct followed by 64 canary bytes. */
+  /* An old struct followed by 64 canary bytes. */
   union {
     octattn_attention_options opt;
     unsigned char bytes[sizeof(octattn_attention_options) + 64];
@@ -45,13 +50,14 @@ int main(void) {
     k[i] = (float)(i % 5) * 0.3f - 0.6f;
     v[i] = (float)i;
   }
-  expect(sizeof(octattn_attention_options) == 48 && sizeof(octattn_run_info) == 24,
-         "the frozen header has the 0.1 sizes");
+  expect(sizeof(octattn_attention_options) == OPTIONS_SIZE && sizeof(octattn_run_info) == 24,
+         "the frozen header has its version's sizes");
   memset(o.bytes, CANARY, sizeof(o.bytes));
   expect(octattn_attention_options_init(&o.opt) == OCTATTN_OK, "options_init");
-  expect(o.opt.struct_size == sizeof(octattn_attention_options), "options_init sets the 0.1 size");
+  expect(o.opt.struct_size == sizeof(octattn_attention_options),
+         "options_init sets the caller's size");
   expect(canary_intact(o.bytes + sizeof(octattn_attention_options), 64),
-         "options_init writes only the 0.1 struct");
+         "options_init writes only the caller's struct");
   o.opt.window = 3;
   expect(octattn_context_create(&ctx) == OCTATTN_OK, "context_create");
   octattn_tensor_init(&tq, q, qs, OCTATTN_LAYOUT_BHTD);
@@ -61,7 +67,7 @@ int main(void) {
   octattn_tensor_init(&tl, lse, ls, OCTATTN_LAYOUT_BHTD);
   st = octattn_attention(ctx, &o.opt, &tq, &tk, &tv, &to, &tl, NULL, NULL, 0);
   if (st != OCTATTN_OK) fprintf(stderr, "%s\n", octattn_context_last_error(ctx));
-  expect(st == OCTATTN_OK, "attention with a 0.1 options struct");
+  expect(st == OCTATTN_OK, "attention with an old options struct");
   /* Row 0 reads key 0 alone: its output is value row 0 and its lse the one score. */
   expect(memcmp(out, v, 4 * sizeof(float)) == 0, "row 0 is value row 0");
   memset(r.bytes, CANARY, sizeof(r.bytes));
@@ -82,6 +88,6 @@ int main(void) {
          "a struct_size below 0.1's is refused");
   octattn_context_destroy(ctx);
   if (failures) return 1;
-  printf("0.1 caller: ok against library %s\n", octattn_version_string());
+  printf("%s caller: ok against library %s\n", CALLER_VERSION, octattn_version_string());
   return 0;
 }
