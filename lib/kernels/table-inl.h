@@ -4,7 +4,6 @@
 // Each family builds on the ones before it: the order matters.
 // clang-format off
 #include "lib/kernels/common/common-inl.h"
-#include "lib/kernels/mods/score-inl.h"
 #include "lib/kernels/qk/qk-inl.h"
 #include "lib/kernels/softmax/softmax-inl.h"
 #include "lib/kernels/mask/mask-inl.h"

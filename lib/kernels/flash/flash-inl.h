@@ -252,33 +252,17 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   }
   float* s[R];
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
-  // With modifiers the scores are modified as they are stored, unmasked; the mask and
-  // the holes follow.
-  QkMods qm_store;
-  QkMods* qm = nullptr;
-  if (modded) {
-    qm = &qm_store;
-    for (int r = 0; r < R; ++r) {
-      qm->rows[r] = &rows[r].mod;
-      qm->ninf[r] = S::Zero();
-    }
-    qm->key_base = tile.t0;
-    qm->key_end = tile.t1;
-    qm->first = sp.first;
-    qm->step = sp.step;
-  }
   for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
     pf->Step();
     QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
                             j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
-                            full || modded, qm);
+                            full || modded);
   }
-  if (modded)
+  if (modded)  // the raw scores get the modifiers, then the mask and the holes
     for (int r = 0; r < R; ++r) {
       if (a[r] == b[r]) continue;
-      BiasHoles(s[r], a[r], b[r], tile.t0, tile.t1, sp.first, sp.step, rows[r].mod, qm->ninf[r],
-                holes[r]);
-      holey[r] = MaskRowLanes(s[r], a[r], b[r], tile.t0, tile.t1, keys[r], holes[r]);
+      holey[r] = ModifyAndMask(s[r], a[r], b[r], tile.t0, tile.t1, sp.first, sp.step, rows[r].mod,
+                               keys[r], holes[r]);
     }
 
   const int64_t dvp = PadKeys(t.op.value_dim);

@@ -1,6 +1,7 @@
 // Score modifiers (softcap, ALiBi, bias) and the mask tensor on rows of scores, shared by
 // the naive and fused paths and the modifier stage. Included inside a per-target
 // namespace that defines the SIMD vocabulary S, after the common and mask families.
+// Each runs once per row (and tile), after the row's scores: one copy per target.
 //
 // A row's scores are addressed by "space keys" g (the real keys, or the fused path's
 // gathered strided columns), real key first + g * step; score jj of a row buffer is space
@@ -16,6 +17,75 @@ static inline void SetHole(uint64_t* holes, int64_t jj) {
 }
 static inline int64_t HoleWords(int64_t keys) { return (keys + kHoleBits - 1) / kHoleBits; }
 
+// The modifiers of one row.
+struct RowMods {
+  float cap = 0.0f, inv_cap = 0.0f;  // cap 0: off
+  bool alibi = false;
+  float slope = 0.0f;
+  int64_t qpos = 0;             // the row's position in key coordinates (ALiBi)
+  const float* bias = nullptr;  // the row's bias at real key 0
+  int64_t bias_col = 0;
+  const uint8_t* mask = nullptr;  // the row's mask at real key 0
+  int64_t mask_col = 0;
+};
+
+// Row `row` of query head `head` (counted from the Operands' head) at position qpos.
+static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_t qpos) {
+  RowMods r;
+  if (m.softcap > 0.0f) {
+    r.cap = m.softcap;
+    r.inv_cap = 1.0f / m.softcap;
+  }
+  if (m.slopes) {
+    r.alibi = true;
+    r.slope = m.slopes[head];
+  }
+  r.qpos = qpos;
+  if (m.bias) {
+    r.bias = m.bias + head * m.bias_head + row * m.bias_row;
+    r.bias_col = m.bias_col;
+  }
+  if (m.mask) {
+    r.mask = m.mask + head * m.mask_head + row * m.mask_row;
+    r.mask_col = m.mask_col;
+  }
+  return r;
+}
+
+alignas(64) static constexpr float kIota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                8, 9, 10, 11, 12, 13, 14, 15};
+
+// Softcap, ALiBi and bias of row m on the scaled scores x of space keys g0 .. g0 + L - 1,
+// in that order. Lanes at or past key_end keep x (the caller masks them) and read no
+// bias. `ninf` counts the -inf biases read (they become holes: BiasHoles).
+static OCTATTN_INLINE typename S::V ModVec(const RowMods& m, typename S::V x, int64_t g0,
+                                           int64_t key_end, int64_t first, int64_t step,
+                                           typename S::V* ninf) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  if (m.cap > 0.0f) x = S::Mul(S::Tanh(S::Mul(x, S::Set(m.inv_cap))), S::Set(m.cap));
+  const int64_t j0 = first + g0 * step;  // real key of lane 0
+  if (m.alibi) {
+    const typename S::V d = S::MulAdd(S::Load(kIota), S::Set(static_cast<float>(step)),
+                                      S::Set(static_cast<float>(j0 - m.qpos)));
+    x = S::MulAdd(S::Set(m.slope), d, x);
+  }
+  if (m.bias) {
+    const int64_t valid = key_end - g0;
+    typename S::V bv;
+    if (valid >= L && step == 1 && m.bias_col == 1) {
+      bv = S::Load(m.bias + j0);
+    } else {
+      alignas(64) float tmp[L];
+      for (int64_t l = 0; l < L; ++l)
+        tmp[l] = l < valid ? m.bias[(j0 + l * step) * m.bias_col] : 0.0f;
+      bv = S::Load(tmp);
+    }
+    x = S::Add(x, bv);
+    *ninf = S::Add(*ninf, S::Indicator(bv, -__builtin_inff()));
+  }
+  return x;
+}
+
 // Bits of the 8 bytes of w that are zero (bit k: byte k, little-endian order).
 static inline uint32_t ZeroBytes(uint64_t w) {
   uint32_t bits = 0;
@@ -30,8 +100,9 @@ struct KeySpan {
 // Reads the mask entries of space keys [jb, je) once: their holes (entry 0) become bits
 // of `holes` (relative to key_base; the caller zeroed them). Returns the space keys
 // [first, last + 1) of the first and last allowed entry ([je, je) when none is).
-static inline KeySpan ScanMaskRow(const uint8_t* mask, int64_t col, int64_t first, int64_t step,
-                                  int64_t key_base, int64_t jb, int64_t je, uint64_t* holes) {
+__attribute__((noinline)) static KeySpan ScanMaskRow(const uint8_t* mask, int64_t col,
+                                                     int64_t first, int64_t step, int64_t key_base,
+                                                     int64_t jb, int64_t je, uint64_t* holes) {
   int64_t lo = je, hi = je;
   int64_t g = jb;
   if (step == 1 && col == 1) {
@@ -102,7 +173,10 @@ static inline void ModRow(float* s, int64_t a, int64_t b, int64_t key_base, int6
   typename S::V ninf = S::Zero();
   for (int64_t jj = a; jj < b && key_base + jj < key_end; jj += L)
     S::Store(ModVec(m, S::Load(s + jj), key_base + jj, key_end, first, step, &ninf), s + jj);
-  BiasHoles(s, a, b, key_base, key_end, first, step, m, ninf, holes);
+  if (!m.bias || !(S::ReduceSum(ninf) > 0.0f)) return;
+  for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
+    if (m.bias[(first + (key_base + jj) * step) * m.bias_col] == -__builtin_inff())
+      SetHole(holes, jj);
 }
 
 // Scores [a, b) of a row with space keys `keys`: those of keys outside them, at or past
@@ -145,6 +219,16 @@ static inline bool MaskRowLanes(float* s, int64_t a, int64_t b, int64_t key_base
     }
   }
   return inside;
+}
+
+// ModRow, then MaskRowLanes: one call per row and tile of the fused path, kept out of
+// line so that the micro-kernel holds one copy of it, not one per row of its block.
+__attribute__((noinline)) static bool ModifyAndMask(float* s, int64_t a, int64_t b,
+                                                    int64_t key_base, int64_t key_end,
+                                                    int64_t first, int64_t step, const RowMods& m,
+                                                    const plan::RowKeys& keys, uint64_t* holes) {
+  ModRow(s, a, b, key_base, key_end, first, step, m, holes);
+  return MaskRowLanes(s, a, b, key_base, key_end, keys, holes);
 }
 
 // Stage: the modifiers of one head in place, row i at q_start + i, through a padded

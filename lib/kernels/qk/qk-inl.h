@@ -80,13 +80,11 @@ constexpr int64_t kDotBlock = 64;
 // out[r][c * lanes + lane] = scale * sum_d q_r[d] * kt[d][c * lanes + lane], for R rows
 // and C key vectors: one FMA chain per block of kDotBlock dimensions, each block's sum
 // added to the sum of the blocks before it in block order (through `out`, so that the
-// partial sums take no registers), then scaled, then (qm) modified: the score modifiers
-// of the rows, for space keys from g0. The order is fixed by head_dim alone, so a score
-// has the same bits in every call.
+// partial sums take no registers), then scaled. The order is fixed by head_dim alone, so
+// a score has the same bits in every call.
 template <int R, int C>
 OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* kt,
-                            int64_t kt_stride, int64_t head_dim, float scale, float* const* out,
-                            QkMods* qm = nullptr, int64_t g0 = 0) {
+                            int64_t kt_stride, int64_t head_dim, float scale, float* const* out) {
   constexpr size_t L = S::kLanes;
   const typename S::V vs = S::Set(scale);
   for (int64_t d0 = 0; d0 < head_dim; d0 += kDotBlock) {
@@ -99,12 +97,7 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
       for (int c = 0; c < C; ++c) {
         typename S::V x = acc[r][c];
         if (d0 > 0) x = S::Add(S::Load(out[r] + c * L), x);
-        if (d1 == head_dim) {
-          x = S::Mul(x, vs);
-          if (qm)
-            x = ModVec(*qm->rows[r], x, g0 + c * static_cast<int64_t>(L), qm->key_end, qm->first,
-                       qm->step, &qm->ninf[r]);
-        }
+        if (d1 == head_dim) x = S::Mul(x, vs);
         S::Store(x, out[r] + c * L);
       }
   }
@@ -114,13 +107,12 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
 // j0, scaled and masked. `kt` points at pack column j0 (rows kt_stride apart); `dst[r]`
 // points at row r's score for pack column 0; pack column c holds key key_base + c; keys
 // at or past `key_end` are masked. `all_allowed`: the caller has classified the block as
-// full (every row reads every key up to key_end, and key_end is past the block). `qm`:
-// the rows' score modifiers, applied to every score (the caller masks afterwards).
+// full (every row reads every key up to key_end, and key_end is past the block).
 template <int R, int C>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const plan::Mask& mask, const int64_t* qpos, float scale,
-                           float* const* dst, bool all_allowed = false, QkMods* qm = nullptr) {
+                           float* const* dst, bool all_allowed = false) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
   const int64_t a1 = plan::MinI(a0 + C * L, key_end);
@@ -140,7 +132,7 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
       for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
     return;
   }
-  QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out, qm, a0);
+  QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   if (kind == plan::kTilePartial || a1 < a0 + C * L) {
     // Each row's keys as ranges (the mask's own description of a row): a dense run and
     // the strided columns below it, stepped to without a division per key.
