@@ -55,37 +55,6 @@ static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_
 alignas(64) static constexpr float kIota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
                                                 8, 9, 10, 11, 12, 13, 14, 15};
 
-// Softcap, ALiBi and bias of row m on the scaled scores x of space keys g0 .. g0 + L - 1,
-// in that order. Lanes at or past key_end keep x (the caller masks them) and read no
-// bias. `ninf` counts the -inf biases read (they become holes: BiasHoles).
-static OCTATTN_INLINE typename S::V ModVec(const RowMods& m, typename S::V x, int64_t g0,
-                                           int64_t key_end, int64_t first, int64_t step,
-                                           typename S::V* ninf) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  if (m.cap > 0.0f) x = S::Mul(S::Tanh(S::Mul(x, S::Set(m.inv_cap))), S::Set(m.cap));
-  const int64_t j0 = first + g0 * step;  // real key of lane 0
-  if (m.alibi) {
-    const typename S::V d = S::MulAdd(S::Load(kIota), S::Set(static_cast<float>(step)),
-                                      S::Set(static_cast<float>(j0 - m.qpos)));
-    x = S::MulAdd(S::Set(m.slope), d, x);
-  }
-  if (m.bias) {
-    const int64_t valid = key_end - g0;
-    typename S::V bv;
-    if (valid >= L && step == 1 && m.bias_col == 1) {
-      bv = S::Load(m.bias + j0);
-    } else {
-      alignas(64) float tmp[L];
-      for (int64_t l = 0; l < L; ++l)
-        tmp[l] = l < valid ? m.bias[(j0 + l * step) * m.bias_col] : 0.0f;
-      bv = S::Load(tmp);
-    }
-    x = S::Add(x, bv);
-    *ninf = S::Add(*ninf, S::Indicator(bv, -__builtin_inff()));
-  }
-  return x;
-}
-
 // Bits of the 8 bytes of w that are zero (bit k: byte k, little-endian order).
 static inline uint32_t ZeroBytes(uint64_t w) {
   uint32_t bits = 0;
@@ -153,30 +122,85 @@ static inline KeySpan MaskEnvelope(const uint8_t* mask, int64_t col, int64_t lo,
   return KeySpan{b, e};
 }
 
-// After ModVec: the holes of -inf biases among scores [a, b), when `ninf` counted any.
-static inline void BiasHoles(const float* s, int64_t a, int64_t b, int64_t key_base,
-                             int64_t key_end, int64_t first, int64_t step, const RowMods& m,
-                             typename S::V ninf, uint64_t* holes) {
-  (void)s;
-  if (!m.bias || !(S::ReduceSum(ninf) > 0.0f)) return;
-  for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
+// Softcap, ALiBi and bias on scores [a, b) (whole vectors) of a row, in that order;
+// scores of space keys at or past key_end are left alone (the caller masks them) and
+// their bias is not read. Biases of -inf become holes. One loop per combination of
+// modifiers (the vector loop holds no branch on them). ALiBi's distances are exact
+// integers in float below 2^24, where stepping them by whole vectors gives the same
+// bits as converting each; beyond, each vector's is converted.
+template <bool kCap, bool kAlibi, bool kBias>
+static inline void ModRowLoop(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
+                              int64_t first, int64_t step, const RowMods& m, uint64_t* holes) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  using V = typename S::V;
+  const V cap = S::Set(m.cap), inv = S::Set(m.inv_cap), slope = S::Set(m.slope);
+  const V offsets = S::Mul(S::Load(kIota), S::Set(static_cast<float>(step)));
+  const int64_t full_end = key_base + b <= key_end ? b : a + (key_end - key_base - a) / L * L;
+  const int64_t d_first = first + (key_base + a) * step - m.qpos;
+  const int64_t d_last = first + (key_base + b) * step - m.qpos;
+  const bool exact = d_first > -(int64_t{1} << 24) && d_first < (int64_t{1} << 24) &&
+                     d_last > -(int64_t{1} << 24) && d_last < (int64_t{1} << 24);
+  V dist = S::Add(S::Set(static_cast<float>(d_first)), offsets);
+  const V dist_step = S::Set(static_cast<float>(L * step));
+  V ninf = S::Zero();
+  int64_t jj = a;
+  auto one = [&](int64_t at, typename S::V bv) {
+    V x = S::Load(s + at);
+    if (kCap) x = S::Mul(S::Tanh(S::Mul(x, inv)), cap);
+    if (kAlibi) {
+      if (!exact)
+        dist = S::Add(S::Set(static_cast<float>(first + (key_base + at) * step - m.qpos)), offsets);
+      x = S::MulAdd(slope, dist, x);
+      dist = S::Add(dist, dist_step);
+    }
+    if (kBias) {
+      x = S::Add(x, bv);
+      ninf = S::Add(ninf, S::Indicator(bv, -__builtin_inff()));
+    }
+    S::Store(x, s + at);
+  };
+  if (kBias && step == 1 && m.bias_col == 1) {
+    const float* bias = m.bias + first + key_base;
+    for (; jj < full_end; jj += L) one(jj, S::Load(bias + jj));
+  } else if (!kBias) {
+    for (; jj < full_end; jj += L) one(jj, S::Zero());
+  }
+  alignas(64) float tmp[L];
+  for (; jj < b && key_base + jj < key_end; jj += L) {  // strided biases, or the last keys
+    if (kBias) {
+      const int64_t j0 = first + (key_base + jj) * step, valid = key_end - key_base - jj;
+      for (int64_t l = 0; l < L; ++l)
+        tmp[l] = l < valid ? m.bias[(j0 + l * step) * m.bias_col] : 0.0f;
+    }
+    one(jj, kBias ? S::Load(tmp) : S::Zero());
+  }
+  if (!kBias || !(S::ReduceSum(ninf) > 0.0f)) return;
+  for (jj = a; jj < b && key_base + jj < key_end; ++jj)
     if (m.bias[(first + (key_base + jj) * step) * m.bias_col] == -__builtin_inff())
       SetHole(holes, jj);
 }
 
-// Softcap, ALiBi and bias on scores [a, b) (whole vectors) of a row, in that order;
-// scores of space keys at or past key_end are left alone (the caller masks them) and
-// their bias is not read. Biases of -inf become holes.
 static inline void ModRow(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
                           int64_t first, int64_t step, const RowMods& m, uint64_t* holes) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  typename S::V ninf = S::Zero();
-  for (int64_t jj = a; jj < b && key_base + jj < key_end; jj += L)
-    S::Store(ModVec(m, S::Load(s + jj), key_base + jj, key_end, first, step, &ninf), s + jj);
-  if (!m.bias || !(S::ReduceSum(ninf) > 0.0f)) return;
-  for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
-    if (m.bias[(first + (key_base + jj) * step) * m.bias_col] == -__builtin_inff())
-      SetHole(holes, jj);
+  const int which = (m.cap > 0.0f ? 4 : 0) | (m.alibi ? 2 : 0) | (m.bias ? 1 : 0);
+  switch (which) {
+    case 1:
+      return ModRowLoop<false, false, true>(s, a, b, key_base, key_end, first, step, m, holes);
+    case 2:
+      return ModRowLoop<false, true, false>(s, a, b, key_base, key_end, first, step, m, holes);
+    case 3:
+      return ModRowLoop<false, true, true>(s, a, b, key_base, key_end, first, step, m, holes);
+    case 4:
+      return ModRowLoop<true, false, false>(s, a, b, key_base, key_end, first, step, m, holes);
+    case 5:
+      return ModRowLoop<true, false, true>(s, a, b, key_base, key_end, first, step, m, holes);
+    case 6:
+      return ModRowLoop<true, true, false>(s, a, b, key_base, key_end, first, step, m, holes);
+    case 7:
+      return ModRowLoop<true, true, true>(s, a, b, key_base, key_end, first, step, m, holes);
+    default:
+      return;  // nothing to apply (a mask tensor alone)
+  }
 }
 
 // Scores [a, b) of a row with space keys `keys`: those of keys outside them, at or past
