@@ -9,6 +9,9 @@
 // bit jj of the row's hole words, so that the weighted sum skips their value rows.
 
 constexpr int64_t kHoleBits = 64;
+// Entries of a row's mask or bias prefetched past the ones a call reads now: about the
+// next key tile's (kernels.h: kTileKeys). Prefetches never fault and change no result.
+constexpr int64_t kPrefetchKeys = 256;
 static inline bool HoleAt(const uint64_t* holes, int64_t jj) {
   return (holes[jj / kHoleBits] >> (jj % kHoleBits)) & 1u;
 }
@@ -76,7 +79,19 @@ __attribute__((noinline)) static KeySpan ScanMaskRow(const uint8_t* mask, int64_
   int64_t g = jb;
   if (step == 1 && col == 1) {
     const uint8_t* m = mask + first;
+    // The row's entries of the next tile, toward the cache for the row's next visit (a
+    // short run of lines per row that the hardware prefetchers do not follow).
+    for (int64_t p = je; p < je + kPrefetchKeys; p += 64) __builtin_prefetch(m + p, 0, 2);
     const uint64_t high = 0x8080808080808080ull, low = 0x7F7F7F7F7F7F7F7Full;
+    auto allowed8 = [&](uint64_t w) { return (((w & low) + low) | w) & high; };
+    // 32 entries at a time while all are allowed (a dense mask's common case).
+    for (; g + 32 <= je; g += 32) {
+      uint64_t w[4];
+      __builtin_memcpy(w, m + g, 32);
+      if ((allowed8(w[0]) & allowed8(w[1]) & allowed8(w[2]) & allowed8(w[3])) != high) break;
+      if (lo == je) lo = g;
+      hi = g + 32;
+    }
     for (; g + 8 <= je; g += 8) {
       uint64_t w;
       __builtin_memcpy(&w, m + g, 8);
@@ -161,6 +176,7 @@ static inline void ModRowLoop(float* s, int64_t a, int64_t b, int64_t key_base, 
   };
   if (kBias && step == 1 && m.bias_col == 1) {
     const float* bias = m.bias + first + key_base;
+    for (int64_t p = b; p < b + kPrefetchKeys; p += 16) __builtin_prefetch(bias + p, 0, 2);
     for (; jj < full_end; jj += L) one(jj, S::Load(bias + jj));
   } else if (!kBias) {
     for (; jj < full_end; jj += L) one(jj, S::Zero());
