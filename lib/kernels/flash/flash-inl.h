@@ -22,6 +22,8 @@ constexpr int64_t kAvPanel = kAvVecs * static_cast<int64_t>(S::kLanes);
 // every row block); fewer rows (decode) read the caller's value rows where they are full
 // vectors. Both give the same bits: the same products summed in the same order.
 constexpr int64_t kPackValueRows = 16;
+// Rows ahead whose mask ends are prefetched while a row's mask envelope is found.
+constexpr int64_t kEnvelopeAhead = 4;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
 static size_t FlashStateFloats(int64_t value_dim) {
@@ -570,6 +572,15 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
     row.mod = RowModsOf(t.op.mods, h, i, qpos);
     row.env_lo = k.lo;
     row.env_hi = k.hi;
+    if (row.mod.mask && r + kEnvelopeAhead < rows) {
+      // The mask rows' ends are read backward, each from a new place: fetched a few rows
+      // ahead, so that the lines arrive before their row's scan.
+      const int64_t ra = r + kEnvelopeAhead, ha = ra / nq, ia = t.row_begin + ra % nq;
+      const int64_t end = plan::KeysOf(t.op.mask, t.op.mask.q_start + ia, t.op.kv_len).hi;
+      const uint8_t* m = t.op.mods.mask + ha * t.op.mods.mask_head + ia * t.op.mods.mask_row;
+      if (end > 0) __builtin_prefetch(m + (end - 1) * t.op.mods.mask_col, 0, 0);
+      if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.mask_col, 0, 0);
+    }
     if (row.mod.mask) {
       const KeySpan env = MaskEnvelope(row.mod.mask, row.mod.mask_col, k.lo, k.hi);
       row.env_lo = env.begin;
