@@ -64,7 +64,7 @@ static void call_every_function(void) {
   octattn_run_info info;
   const octattn_status null = OCTATTN_ERROR_NULL_POINTER;
   expect(octattn_version_number() == OCTATTN_VERSION_NUMBER, "octattn_version_number");
-  expect(strcmp(octattn_version_string(), "0.3.0") >= 0, "octattn_version_string");
+  expect(strcmp(octattn_version_string(), "0.4.0") >= 0, "octattn_version_string");
   expect(
       strcmp(octattn_status_string(OCTATTN_ERROR_ALIASING), "output overlaps another tensor") == 0,
       "octattn_status_string");
@@ -106,6 +106,8 @@ static void call_every_function(void) {
   expect(octattn_merge_heads(NULL, &t, &t) == null, "octattn_merge_heads");
   expect(octattn_split_qkv(NULL, &t, 1, 1, &t, &t, &t) == null, "octattn_split_qkv");
   expect(octattn_merge(NULL, 1, &t, &t, &t, NULL) == null, "octattn_merge");
+  expect(octattn_struct_layout("octattn_tensor", NULL, &bytes) == OCTATTN_OK && bytes == sizeof(t),
+         "octattn_struct_layout");
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* A caller built against an older header (abi/v0.1/octattn.h or abi/v0.2/octattn.h,
+/* A caller built against an older header (abi/v0.1, v0.2 or v0.3/octattn.h,
  * frozen; CALLER_VERSION and OPTIONS_SIZE name it) and run against the current library:
  * its structs are that version's sizes, followed here by canary bytes that the library
  * must never write, and every call must keep working. */

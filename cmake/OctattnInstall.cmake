@@ -1,4 +1,5 @@
-# Installs the libraries, the header and a CMake package (find_package(octattn)).
+# Installs the libraries, the header, a CMake package (find_package(octattn)) and a
+# pkg-config file (pkg-config --cflags --libs [--static] octattn).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 install(TARGETS octattn octattn_static EXPORT octattnTargets
@@ -17,3 +18,9 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/octattnConfig.cmake
 if(OCTATTN_BUILD_TOOLS)
   install(TARGETS octattn_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
+
+# The .pc file finds the prefix from its own place: libdir/pkgconfig up to the prefix.
+file(RELATIVE_PATH OCTATTN_PC_UP "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" OCTATTN_PC_UP "${OCTATTN_PC_UP}")
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/octattn.pc.in ${CMAKE_CURRENT_BINARY_DIR}/octattn.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/octattn.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

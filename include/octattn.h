@@ -120,7 +120,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 3
+#define OCTATTN_VERSION_MINOR 4
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -172,6 +172,15 @@ typedef int32_t octattn_status;
 /* @return a static, never NULL, English name of the status ("unknown status" for
  * values this library does not define). */
 OCTATTN_API const char* octattn_status_string(octattn_status status);
+
+/* The layout of a public struct as this library was built, for bindings that declare
+ * the structs themselves (FFI, other languages) to check their view when they load:
+ * with field NULL, *out = sizeof(type); else *out = offsetof(type, field). `type` is
+ * "octattn_tensor", "octattn_attention_options" or "octattn_run_info"; `field` is a
+ * member's name as this header spells it.
+ * @return OCTATTN_OK, NULL_POINTER (type or out), INVALID_OPTION (unknown type or
+ *   field; *out is not written). Since 0.4. */
+OCTATTN_API octattn_status octattn_struct_layout(const char* type, const char* field, size_t* out);
 
 /* ---------------------------------------------------------------------- enums */
 
@@ -243,7 +252,9 @@ typedef struct octattn_context octattn_context;
 /* Creates a context: thread cap = all hardware threads, backend and target auto, no
  * memory limit. The environment variables OCTATTN_BACKEND (highway|xsimd) and
  * OCTATTN_TARGET (scalar|sse2|ssse3|sse4|avx2|avx512) set the initial choice; a value
- * this machine cannot run is ignored.
+ * this machine cannot run is ignored. OCTATTN_THREADS (a decimal integer >= 0, as
+ * octattn_context_set_threads takes; since 0.4) sets the initial thread cap; any other
+ * value is ignored.
  * @return OCTATTN_OK, NULL_POINTER (out), OUT_OF_MEMORY. */
 OCTATTN_API octattn_status octattn_context_create(octattn_context** out);
 /* Frees the context and its scratch memory. Accepts NULL. */

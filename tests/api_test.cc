@@ -393,6 +393,22 @@ TEST_CASE("introspection: last run, targets, threads, environment", "[api][dispa
   }
   unsetenv("OCTATTN_BACKEND");
   unsetenv("OCTATTN_TARGET");
+  // OCTATTN_THREADS sets a new context's thread cap (a value above the hardware's is
+  // capped, as set_threads caps it); anything but a decimal integer is ignored.
+  int32_t all = 0, got = 0;
+  octattn_context* raw = nullptr;
+  REQUIRE(octattn_context_create(&raw) == OCTATTN_OK);
+  REQUIRE(octattn_context_get_threads(raw, &all) == OCTATTN_OK);
+  octattn_context_destroy(raw);
+  for (const char* text : {"1", "0", "99999", "-1", "2x", "", "99999999999"}) {
+    setenv("OCTATTN_THREADS", text, 1);
+    REQUIRE(octattn_context_create(&raw) == OCTATTN_OK);
+    REQUIRE(octattn_context_get_threads(raw, &got) == OCTATTN_OK);
+    octattn_context_destroy(raw);
+    INFO("OCTATTN_THREADS=" << text);
+    CHECK(got == (std::string(text) == "1" ? 1 : all));
+  }
+  unsetenv("OCTATTN_THREADS");
   CHECK(std::string(octattn_context_last_error(nullptr)).empty());
   octattn_context_destroy(nullptr);  // accepted
 }
@@ -578,4 +594,26 @@ TEST_CASE("options: a struct_size between two versions reads only the fields it 
   REQUIRE(octattn_attention(ctx, &opt, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(),
                             b.lse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
   CHECK(BytesEqual(a.o, b.o));
+}
+
+TEST_CASE("layout: the structs' sizes and offsets as the library was built", "[api]") {
+  size_t n = 12345;
+  CHECK(octattn_struct_layout("octattn_tensor", nullptr, &n) == OCTATTN_OK);
+  CHECK(n == sizeof(octattn_tensor));
+  CHECK(octattn_struct_layout("octattn_tensor", "stride", &n) == OCTATTN_OK);
+  CHECK(n == offsetof(octattn_tensor, stride));
+  CHECK(octattn_struct_layout("octattn_attention_options", nullptr, &n) == OCTATTN_OK);
+  CHECK(n == sizeof(octattn_attention_options));
+  CHECK(octattn_struct_layout("octattn_attention_options", "mask", &n) == OCTATTN_OK);
+  CHECK(n == offsetof(octattn_attention_options, mask));
+  CHECK(octattn_struct_layout("octattn_attention_options", "k_start", &n) == OCTATTN_OK);
+  CHECK(n == offsetof(octattn_attention_options, k_start));
+  CHECK(octattn_struct_layout("octattn_run_info", "threads", &n) == OCTATTN_OK);
+  CHECK(n == offsetof(octattn_run_info, threads));
+  n = 777;
+  CHECK(octattn_struct_layout("octattn_tensor", "strides", &n) == OCTATTN_ERROR_INVALID_OPTION);
+  CHECK(octattn_struct_layout("octattn_context", nullptr, &n) == OCTATTN_ERROR_INVALID_OPTION);
+  CHECK(n == 777);  // not written on failure
+  CHECK(octattn_struct_layout(nullptr, nullptr, &n) == OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_struct_layout("octattn_tensor", nullptr, nullptr) == OCTATTN_ERROR_NULL_POINTER);
 }

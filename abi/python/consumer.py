@@ -48,9 +48,24 @@ def check_layouts():
             assert got == offset, (struct.__name__, name, got, offset)
 
 
+def check_library_layouts(lib):
+    """The pinned layouts are the library's own (octattn_struct_layout, since 0.4)."""
+    lib.octattn_struct_layout.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    names = {Tensor: b"octattn_tensor", Options: b"octattn_attention_options",
+             RunInfo: b"octattn_run_info"}
+    got = ctypes.c_size_t()
+    for struct, size, offsets in PINNED:
+        assert lib.octattn_struct_layout(names[struct], None, ctypes.byref(got)) == 0
+        assert got.value == size, (struct.__name__, got.value, size)
+        for name, offset in offsets.items():
+            assert lib.octattn_struct_layout(names[struct], name.encode(), ctypes.byref(got)) == 0, name
+            assert got.value == offset, (struct.__name__, name, got.value, offset)
+
+
 def main(path):
     check_layouts()
     lib = ctypes.CDLL(path)
+    check_library_layouts(lib)
     lib.octattn_status_string.restype = ctypes.c_char_p
     lib.octattn_version_string.restype = ctypes.c_char_p
     lib.octattn_context_last_error.restype = ctypes.c_char_p

@@ -2,6 +2,8 @@
 // Nothing here computes; nothing below here knows about statuses.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -244,9 +246,86 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const Atte
   return api::Check();
 }
 
+// One public struct's size and field offsets, for octattn_struct_layout.
+struct FieldOffset {
+  const char* name;
+  size_t offset;
+};
+struct StructLayout {
+  const char* name;
+  size_t size;
+  const FieldOffset* fields;
+  size_t count;
+};
+#define OCTATTN_FIELD(type, field) \
+  FieldOffset { #field, offsetof(type, field) }
+constexpr FieldOffset kTensorFields[] = {
+    OCTATTN_FIELD(octattn_tensor, data), OCTATTN_FIELD(octattn_tensor, dtype),
+    OCTATTN_FIELD(octattn_tensor, reserved), OCTATTN_FIELD(octattn_tensor, shape),
+    OCTATTN_FIELD(octattn_tensor, stride)};
+constexpr FieldOffset kOptionsFields[] = {OCTATTN_FIELD(octattn_attention_options, struct_size),
+                                          OCTATTN_FIELD(octattn_attention_options, causal),
+                                          OCTATTN_FIELD(octattn_attention_options, algorithm),
+                                          OCTATTN_FIELD(octattn_attention_options, window),
+                                          OCTATTN_FIELD(octattn_attention_options, stride),
+                                          OCTATTN_FIELD(octattn_attention_options, q_start),
+                                          OCTATTN_FIELD(octattn_attention_options, scale),
+                                          OCTATTN_FIELD(octattn_attention_options, reserved),
+                                          OCTATTN_FIELD(octattn_attention_options, k_start),
+                                          OCTATTN_FIELD(octattn_attention_options, chunk),
+                                          OCTATTN_FIELD(octattn_attention_options, softcap),
+                                          OCTATTN_FIELD(octattn_attention_options, reserved2),
+                                          OCTATTN_FIELD(octattn_attention_options, alibi_slopes),
+                                          OCTATTN_FIELD(octattn_attention_options, sinks),
+                                          OCTATTN_FIELD(octattn_attention_options, bias),
+                                          OCTATTN_FIELD(octattn_attention_options, mask)};
+constexpr FieldOffset kRunInfoFields[] = {
+    OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
+    OCTATTN_FIELD(octattn_run_info, backend), OCTATTN_FIELD(octattn_run_info, target),
+    OCTATTN_FIELD(octattn_run_info, threads)};
+#undef OCTATTN_FIELD
+template <size_t N>
+constexpr StructLayout Layout(const char* name, size_t size, const FieldOffset (&fields)[N]) {
+  return StructLayout{name, size, fields, N};
+}
+constexpr StructLayout kLayouts[] = {
+    Layout("octattn_tensor", sizeof(octattn_tensor), kTensorFields),
+    Layout("octattn_attention_options", sizeof(octattn_attention_options), kOptionsFields),
+    Layout("octattn_run_info", sizeof(octattn_run_info), kRunInfoFields)};
+
+// A thread cap from OCTATTN_THREADS: a decimal integer in [0, INT32_MAX], else none (-1).
+int32_t ThreadsFromEnvironment() {
+  const char* text = std::getenv("OCTATTN_THREADS");
+  if (!text || !*text) return -1;
+  int64_t n = 0;
+  for (const char* c = text; *c; ++c) {
+    if (*c < '0' || *c > '9') return -1;
+    n = n * 10 + (*c - '0');
+    if (n > INT32_MAX) return -1;
+  }
+  return static_cast<int32_t>(n);
+}
+
 }  // namespace
 
 extern "C" {
+
+octattn_status octattn_struct_layout(const char* type, const char* field, size_t* out) {
+  if (!type || !out) return OCTATTN_ERROR_NULL_POINTER;
+  for (const StructLayout& s : kLayouts) {
+    if (std::strcmp(s.name, type) != 0) continue;
+    if (!field) {
+      *out = s.size;
+      return OCTATTN_OK;
+    }
+    for (size_t i = 0; i < s.count; ++i)
+      if (std::strcmp(s.fields[i].name, field) == 0) {
+        *out = s.fields[i].offset;
+        return OCTATTN_OK;
+      }
+  }
+  return OCTATTN_ERROR_INVALID_OPTION;
+}
 
 uint32_t octattn_version_number(void) { return OCTATTN_VERSION_NUMBER; }
 
@@ -379,7 +458,8 @@ octattn_status octattn_context_create(octattn_context** out) {
   return api::Guard(nullptr, [&]() -> api::Check {
     if (!out) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "out is NULL");
     auto ctx = std::make_unique<octattn_context>();
-    ctx->pool = std::make_unique<octattn::parallel::Pool>(0);
+    const int32_t threads = ThreadsFromEnvironment();
+    ctx->pool = std::make_unique<octattn::parallel::Pool>(threads < 0 ? 0 : threads);
     const char* backend = std::getenv("OCTATTN_BACKEND");
     const char* target = std::getenv("OCTATTN_TARGET");
     octattn_backend b = OCTATTN_BACKEND_AUTO;
