@@ -1,0 +1,308 @@
+"""octattn: SIMD CPU attention kernels, on numpy arrays and PyTorch tensors.
+
+    import octattn
+    o = octattn.attention(q, k, v)                  # causal, q/k/v [B, H, T, D]
+    o, lse = octattn.attention(q, k, v, window=256, return_lse=True)
+
+Arrays of any strides are read in place (numpy arrays, torch CPU tensors, any DLPack
+producer); the output is allocated like q (or written into `out`). Every option of the C
+API is a keyword; failures raise octattn.Error with the library's status and message.
+Semantics, accuracy and determinism are those of include/octattn.h.
+"""
+import threading
+
+from numpy import ndarray as _ndarray
+
+from . import _octattn
+
+__all__ = [
+    "Context", "Error", "attention", "workspace_size", "scores", "scale", "mask",
+    "modify_scores", "softmax", "weighted_sum", "split_heads", "merge_heads", "split_qkv",
+    "merge", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
+    "version", "STATUS",
+]
+
+version = _octattn.version()
+__version__ = version
+
+# Status codes of include/octattn.h, by name.
+STATUS = {
+    "OK": 0, "NULL_POINTER": 1, "INVALID_SHAPE": 2, "INVALID_STRIDE": 3, "OVERFLOW": 4,
+    "ALIASING": 5, "INVALID_OPTION": 6, "STRUCT_SIZE": 7, "WORKSPACE_TOO_SMALL": 8,
+    "UNSUPPORTED": 9, "OUT_OF_MEMORY": 10, "MISALIGNED": 11, "INTERNAL": 12,
+}
+_STATUS_NAME = {v: k for k, v in STATUS.items()}
+_ALGORITHMS = {"auto": 0, "reference": 1, "naive": 2, "fused": 3}
+_BACKENDS = {"auto": 0, "highway": 1, "xsimd": 2}
+_TARGETS = {"auto": 0, "scalar": 1, "sse2": 2, "ssse3": 3, "sse4": 4, "avx2": 5, "avx512": 6}
+
+
+class Error(RuntimeError):
+    """A failed library call: `status` (int), `status_name` (e.g. "INVALID_SHAPE") and
+    `message` (the library's text)."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.status_name = _STATUS_NAME.get(self.status, str(self.status))
+        self.message = message
+        super().__init__(f"{self.status_name}: {message}")
+
+
+_octattn._set_error_class(Error)
+
+
+def _check_layouts():
+    """The extension's view of every public struct is the library's (octattn_struct_layout)."""
+    for name, size in (("octattn_tensor", _octattn.sizeof_tensor()),
+                       ("octattn_attention_options", _octattn.sizeof_options()),
+                       ("octattn_run_info", _octattn.sizeof_run_info())):
+        got = _octattn.struct_layout(name, None)
+        if got != size:
+            raise ImportError(f"octattn: {name} is {got} bytes in the library, {size} in the "
+                              "extension: rebuild the package against this library")
+
+
+_check_layouts()
+
+
+class Context(_octattn.Context):
+    """A thread cap, a backend/target choice and scratch memory, reused across calls. One
+    context must not be used by two threads at once; the module functions use one
+    context per Python thread."""
+
+    def set_target(self, backend="auto", target="auto"):
+        super().set_target(_BACKENDS[backend], _TARGETS[target])
+
+
+_local = threading.local()
+
+
+def _context():
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        ctx = _local.ctx = Context()
+        _local.threads = None  # None: follow torch.get_num_threads() for torch inputs
+        _local.torch_threads = None
+    return ctx
+
+
+def set_threads(threads):
+    """Caps the threads of this Python thread's calls (0: all hardware threads). Without
+    it, calls on torch tensors follow torch.get_num_threads() and others use the
+    library's default (OCTATTN_THREADS, else every hardware thread)."""
+    _context().set_threads(int(threads))
+    _local.threads = int(threads)
+
+
+def get_threads():
+    return _context().threads()
+
+
+def set_target(backend="auto", target="auto"):
+    """Chooses the backend ("highway", "xsimd") and target ("avx2", ...) of this Python
+    thread's calls; "auto" picks the best this CPU runs."""
+    _context().set_target(backend, target)
+
+
+def last_run():
+    """What the last call on this Python thread ran: algorithm, backend, target, threads."""
+    return _context().last_run()
+
+
+def available_targets(backend="highway"):
+    return _octattn.available_targets(_BACKENDS[backend])
+
+
+def _is_torch(x):
+    t = type(x)
+    return t is not _ndarray and t.__module__.startswith("torch")
+
+
+_to_dlpack = None
+
+
+def _dl(t):
+    """A torch tensor as a DLPack capsule: torch.utils.dlpack.to_dlpack is a C function,
+    several times faster than Tensor.__dlpack__ (which the extension would call)."""
+    global _to_dlpack
+    if t is None:
+        return None
+    if _to_dlpack is None:
+        from torch.utils.dlpack import to_dlpack
+        _to_dlpack = to_dlpack
+    return _to_dlpack(t.detach() if t.requires_grad else t)
+
+
+def _ctx_for(x, context):
+    if context is not None:
+        return context
+    ctx = _context()
+    if _local.threads is None and _is_torch(x):
+        import torch
+        n = torch.get_num_threads()
+        if n != _local.torch_threads:
+            ctx.set_threads(n)
+            _local.torch_threads = n
+    return ctx
+
+
+def _empty(like, shape, dtype=None):
+    """An uninitialized array of `shape`, of like's kind (torch or numpy)."""
+    if _is_torch(like):
+        import torch
+        return like.new_empty(shape, dtype=dtype if dtype is not None else torch.float32)
+    import numpy as np
+    return np.empty(shape, dtype=dtype if dtype is not None else np.float32)
+
+
+def _per_head(a, like):
+    """ALiBi slopes and sinks as contiguous float32 arrays of one kind with q."""
+    if a is None:
+        return None
+    if _is_torch(a):
+        import torch
+        return a.detach().to(dtype=torch.float32).contiguous()
+    import numpy as np
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def attention(q, k, v, *, causal=True, window=0, stride=0, scale=None, q_start=None,
+              k_start=0, chunk=0, softcap=0.0, alibi_slopes=None, sinks=None, bias=None,
+              mask=None, out=None, return_lse=False, return_weights=False,
+              algorithm="auto", layout="bhtd", context=None):
+    """o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
+
+    q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
+    each), float32, any strides; Hq % Hkv == 0 (grouped queries, no copies).
+    causal/window/stride/chunk: the mask; q_start/k_start: positions (q_start None: the
+    queries are the newest tokens); scale None: 1/sqrt(D); softcap, alibi_slopes [Hq],
+    sinks [Hq], bias [B, Hq, Tq, Tk] and mask [B, Hq, Tq, Tk] (bool; broadcast with
+    stride 0): the score modifiers. out: the output to write (same layout as q).
+    Returns o, or (o, lse[, weights]) as asked (lse [B, Hq, Tq], weights [B, Hq, Tq, Tk]:
+    naive algorithm only)."""
+    ctx = _ctx_for(q, context)
+    bthd = layout == "bthd"
+    if not bthd and layout != "bhtd":
+        raise ValueError("layout is 'bhtd' or 'bthd'")
+    s = q.shape
+    if len(s) != 4 or len(v.shape) != 4:
+        raise ValueError("q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D])")
+    if out is None:
+        out = _empty(q, (s[0], s[1], s[2], v.shape[3]))
+    lse = weights = None
+    if return_lse or return_weights:
+        B, H, T = (q.shape[0], q.shape[2], q.shape[1]) if bthd else tuple(q.shape[:3])
+        if return_lse:
+            lse = _empty(q, (B, H, T))
+        if return_weights:
+            weights = _empty(q, (B, H, T, k.shape[1] if bthd else k.shape[2]))
+    slopes, sink = _per_head(alibi_slopes, q), _per_head(sinks, q)
+    if _is_torch(q):
+        ctx.attention(_dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), _dl(weights), bthd,
+                      bool(causal), window, stride, q_start, k_start,
+                      0.0 if scale is None else scale, chunk, softcap, _dl(slopes), _dl(sink),
+                      _dl(bias), _dl(mask), _ALGORITHMS[algorithm])
+    else:
+        ctx.attention(q, k, v, out, lse, weights, bthd, bool(causal), window, stride, q_start,
+                      k_start, 0.0 if scale is None else scale, chunk, softcap, slopes, sink,
+                      bias, mask, _ALGORITHMS[algorithm])
+    if not (return_lse or return_weights):
+        return out
+    return (out,) + ((lse,) if return_lse else ()) + ((weights,) if return_weights else ())
+
+
+def workspace_size(q, k, v, *, causal=True, window=0, stride=0, q_start=None, k_start=0,
+                   chunk=0, algorithm="auto", layout="bhtd", context=None):
+    """Bytes of scratch octattn_attention needs for this call (the context allocates
+    and keeps it)."""
+    ctx = _ctx_for(q, context)
+    bthd = layout == "bthd"
+    s = q.shape
+    o = _empty(q, (s[0], s[1], s[2], v.shape[3]))
+    return ctx.workspace_size(q, k, v, o, bthd, bool(causal), window, stride, q_start, k_start,
+                              chunk, _ALGORITHMS[algorithm])
+
+
+# ----------------------------------------------------------------------- the stages
+def scores(q, k, *, out=None, context=None):
+    """q k^T (unscaled) [B, Hq, Tq, Tk], with the GQA rule."""
+    if out is None:
+        out = _empty(q, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+    _ctx_for(q, context).scores(q, k, out)
+    return out
+
+
+def scale(s, factor, *, context=None):
+    """s *= factor, in place; returns s."""
+    _ctx_for(s, context).scale(s, float(factor))
+    return s
+
+
+def mask(s, *, causal=True, window=0, stride=0, q_start=None, k_start=0, chunk=0,
+         mask=None, context=None):
+    """Sets the masked scores to -inf, in place; returns s."""
+    _ctx_for(s, context).mask(s, bool(causal), window, stride, q_start, k_start, chunk, mask)
+    return s
+
+
+def modify_scores(s, *, q_start=None, k_start=0, softcap=0.0, alibi_slopes=None, bias=None,
+                  context=None):
+    """Softcap, ALiBi and bias applied to scaled scores, in place; returns s."""
+    _ctx_for(s, context).modify_scores(s, q_start, k_start, softcap,
+                                       _per_head(alibi_slopes, s), bias)
+    return s
+
+
+def softmax(s, *, sinks=None, return_lse=False, context=None):
+    """Row-wise stable softmax of s, in place; returns s (and lse [B, H, T])."""
+    lse = _empty(s, tuple(s.shape[:3])) if return_lse else None
+    _ctx_for(s, context).softmax(s, _per_head(sinks, s), lse)
+    return (s, lse) if return_lse else s
+
+
+def weighted_sum(w, v, *, out=None, context=None):
+    """w v [B, Hq, Tq, Dv], with the GQA rule."""
+    if out is None:
+        out = _empty(w, (w.shape[0], w.shape[1], w.shape[2], v.shape[3]))
+    _ctx_for(w, context).weighted_sum(w, v, out)
+    return out
+
+
+def split_heads(x, heads, *, out=None, context=None):
+    """[B, T, C] -> [B, heads, T, C / heads] (a byte-exact copy)."""
+    B, T, C = x.shape
+    if out is None:
+        out = _empty(x, (B, heads, T, C // heads))
+    _ctx_for(x, context).split_heads(x, heads, out)
+    return out
+
+
+def merge_heads(x, *, out=None, context=None):
+    """[B, H, T, D] -> [B, T, H * D]."""
+    B, H, T, D = x.shape
+    if out is None:
+        out = _empty(x, (B, T, H * D))
+    _ctx_for(x, context).merge_heads(x, out)
+    return out
+
+
+def split_qkv(x, q_heads, kv_heads, *, context=None):
+    """A packed [B, T, (Hq + 2 Hkv) D] projection -> q [B, Hq, T, D], k, v [B, Hkv, T, D]."""
+    B, T, C = x.shape
+    D = C // (q_heads + 2 * kv_heads)
+    q = _empty(x, (B, q_heads, T, D))
+    k = _empty(x, (B, kv_heads, T, D))
+    v = _empty(x, (B, kv_heads, T, D))
+    _ctx_for(x, context).split_qkv(x, q_heads, kv_heads, q, k, v)
+    return q, k, v
+
+
+def merge(o_parts, lse_parts, *, out=None, return_lse=False, context=None):
+    """Combines partial outputs over key shards by their LSE (octattn_merge)."""
+    o0 = o_parts[0]
+    if out is None:
+        out = _empty(o0, tuple(o0.shape))
+    lse = _empty(o0, tuple(o0.shape[:3])) if return_lse else None
+    _ctx_for(o0, context).merge(list(o_parts), list(lse_parts), out, lse)
+    return (out, lse) if return_lse else out
+

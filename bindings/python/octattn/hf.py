@@ -1,0 +1,147 @@
+"""octattn under Hugging Face transformers models: attn_implementation="octattn".
+
+    import octattn.hf
+    octattn.hf.register()
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="octattn")
+
+register() installs an attention function and its mask function together: the mask
+function does not build a [B, 1, Tq, Tk] tensor for the usual causal and sliding-window
+layers, it describes the call (query offset, the padding of each sequence), and the
+attention function maps that to the library's options: causal, window (the layer's
+sliding_window), q_start from the cache position, the padding as a boolean mask tensor
+[B, Tk] broadcast over heads and rows (stride 0, nothing materialized), softcap and
+sinks where the model has them. A mask the library's options cannot express (custom
+mask functions, packed sequences, block overlays) is built as transformers builds it for
+sdpa and passed as the library's mask tensor, so every model stays exact.
+
+Models must run in float32 (the library's dtype today); dropout must be 0.
+"""
+import torch
+
+import octattn
+
+NAME = "octattn"
+
+
+class Mask:
+    """What the mask function tells the attention function about one forward pass.
+
+    q_start: the position of query row 0 minus that of key row 0; padding: None or a
+    bool tensor [B, Tk] (True: a real token); dense: None or a bool tensor
+    [B, 1 or H, Tq, Tk] to use as is (with causal off); window: the sliding window the
+    mask function applies (0: none)."""
+
+    __slots__ = ("q_start", "padding", "dense", "window")
+    # Generation with a compilable (static) cache prepares the mask once per step and
+    # hands it back to the model, which checks the dimensions of a mask it is given: it
+    # passes a prepared 4-D mask through to the mask function unchanged.
+    ndim = 4
+
+    def __init__(self, q_start, padding=None, dense=None, window=0):
+        self.q_start = q_start
+        self.padding = padding
+        self.dense = dense
+        self.window = window
+
+
+def _pattern(mask_function, config, q_offset, kv_offset, kv_length):
+    """0 when mask_function is plain causal, w for a causal sliding window of w tokens,
+    None for anything else: checked on pairs around the diagonal and the window edge."""
+    from transformers.masking_utils import causal_mask_function
+    if mask_function is causal_mask_function:
+        return 0
+    window = getattr(config, "sliding_window", None) or 0
+    if window <= 0:
+        return None
+    q = torch.tensor([window + 8] * 6 + [3, 0])
+    d = torch.tensor([-1, 0, window - 1, window, window + 1, window + 8, 4, 1])
+    kv = q - d
+    zero = torch.zeros_like(q)
+    try:
+        got = mask_function(zero, zero, q, kv)
+    except Exception:  # a function that wants other arguments: not ours to read
+        return None
+    want = (d >= 0) & (d < window)
+    return window if bool(torch.equal(torch.as_tensor(got, dtype=torch.bool), want)) else None
+
+
+def mask_function(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
+                  mask_function=None, attention_mask=None, config=None, **kwargs):
+    """The AttentionMaskInterface entry: returns a Mask (see there)."""
+    from transformers import masking_utils as mu
+    if isinstance(attention_mask, Mask):  # prepared for this step already
+        return attention_mask
+    if mask_function is None:
+        mask_function = mu.causal_mask_function
+    q_start = int(q_offset) - int(kv_offset)
+    pattern = _pattern(mask_function, config, q_offset, kv_offset, kv_length)
+    if pattern is None:
+        kw = dict(kwargs)
+        kw.pop("allow_is_causal_skip", None)
+        dense = mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                             q_offset=q_offset, kv_offset=kv_offset, mask_function=mask_function,
+                             attention_mask=attention_mask, allow_is_causal_skip=False, **kw)
+        return Mask(q_start, dense=dense)
+    padding = None
+    if attention_mask is not None:
+        # Absolute key positions: the cache holds keys kv_offset .. kv_offset + kv_length.
+        padding = mu.prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        if padding is not None:
+            start = int(kv_offset)
+            padding = padding[:, start:start + kv_length].to(torch.bool)
+            if bool(padding.all()):
+                padding = None
+    return Mask(q_start, padding=padding, window=pattern)
+
+
+def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      sliding_window=None, softcap=None, s_aux=None, **kwargs):
+    """The AttentionInterface entry: query [B, Hq, Tq, D], key/value [B, Hkv, Tk, D]
+    (any strides); returns ([B, Tq, Hq, Dv], None), written in place by the library."""
+    if dropout and module.training:
+        raise NotImplementedError("octattn: attention dropout is not supported")
+    B, H, T, _ = query.shape
+    Tk = key.shape[2]
+    out = query.new_empty((B, T, H, value.shape[3]), dtype=torch.float32)
+    causal = bool(getattr(module, "is_causal", True))
+    window, q_start, mask = 0, None, None
+    if isinstance(attention_mask, Mask):
+        q_start = attention_mask.q_start
+        if attention_mask.dense is not None:
+            causal = False
+            mask = attention_mask.dense
+        else:
+            window = attention_mask.window or 0
+            if attention_mask.padding is not None:  # [B, Tk] seen as [B, H, Tq, Tk]
+                p = attention_mask.padding
+                mask = p.as_strided((B, H, T, Tk), (p.stride(0), 0, 0, p.stride(1)))
+    elif isinstance(attention_mask, torch.Tensor):  # a mask built elsewhere
+        m = attention_mask[:, :, :, :Tk]
+        mask = m if m.dtype == torch.bool else (m == 0)
+        causal = False
+        q_start = Tk - T
+    elif sliding_window:
+        window = int(sliding_window)
+    if mask is not None and mask.shape[1] != H:
+        mask = mask.expand(mask.shape[0], H, T, Tk)
+    if mask is not None and mask.shape[0] != B:
+        mask = mask.expand(B, H, T, Tk)
+    sinks = s_aux.float() if s_aux is not None else None
+    if torch.compiler.is_compiling():
+        from octattn import ops  # noqa: F401 (registers torch.ops.octattn)
+        o, _ = torch.ops.octattn.attention(query, key, value, None, sinks, None, mask,
+                                           causal=causal, window=window, scale=scaling,
+                                           q_start=q_start, softcap=float(softcap or 0.0))
+        return o.transpose(1, 2), None
+    octattn.attention(query, key, value, causal=causal, window=window, scale=scaling, q_start=q_start,
+                      softcap=float(softcap or 0.0), sinks=sinks, mask=mask,
+                      out=out.transpose(1, 2))
+    return out, None
+
+
+def register(name=NAME):
+    """Makes attn_implementation=name use the library (attention and mask functions)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, mask_function)

@@ -1,0 +1,102 @@
+"""attn_implementation="octattn" in tiny random transformers models: the same greedy
+tokens as sdpa, logits within the accuracy bound, padding and sliding windows mapped to
+options (no materialized mask)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import octattn.hf  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    octattn.hf.register()
+
+
+def tiny(config_cls, model_cls, **extra):
+    config = config_cls(vocab_size=128, hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        max_position_embeddings=256, **extra)
+    torch.manual_seed(0)
+    return model_cls(config).eval()
+
+
+def compare(model, cache_implementation=None):
+    """Greedy generation from a left-padded batch of two prompts, with sdpa and with
+    octattn: (tokens equal, max |logit difference| over prompt and generated steps, masks
+    the octattn mask function returned)."""
+    torch.manual_seed(1)
+    ids = torch.randint(1, 128, (2, 21))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[0, :6] = 0  # the first prompt is 6 tokens shorter
+    seen = []
+    original = octattn.hf.mask_function
+
+    def spy(*args, **kwargs):
+        m = original(*args, **kwargs)
+        seen.append(m)
+        return m
+
+    transformers.masking_utils.AttentionMaskInterface.register("octattn", spy)
+    results = {}
+    try:
+        for impl in ("sdpa", "octattn"):
+            model.set_attn_implementation(impl)
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=attention_mask).logits
+                gen = model.generate(input_ids=ids, attention_mask=attention_mask,
+                                     max_new_tokens=24, do_sample=False, pad_token_id=0,
+                                     output_logits=True, return_dict_in_generate=True,
+                                     cache_implementation=cache_implementation)
+            results[impl] = (logits, gen)
+    finally:
+        octattn.hf.register()
+    valid = attention_mask.bool()
+    diff = (results["sdpa"][0] - results["octattn"][0])[valid].abs().max().item()
+    for a, b in zip(results["sdpa"][1].logits, results["octattn"][1].logits):
+        diff = max(diff, (a - b).abs().max().item())
+    same = torch.equal(results["sdpa"][1].sequences, results["octattn"][1].sequences)
+    return same, diff, seen
+
+
+def test_llama_with_grouped_queries():
+    model = tiny(transformers.LlamaConfig, transformers.LlamaForCausalLM)
+    same, diff, seen = compare(model)
+    assert same and diff < 1e-4, diff
+    assert seen and all(m.dense is None for m in seen)  # options, not a mask tensor
+    assert any(m.padding is not None for m in seen)
+
+
+def test_llama_with_a_static_cache():
+    model = tiny(transformers.LlamaConfig, transformers.LlamaForCausalLM)
+    same, diff, seen = compare(model, cache_implementation="static")
+    assert same and diff < 1e-4, diff
+
+
+def test_mistral_with_a_sliding_window():
+    model = tiny(transformers.MistralConfig, transformers.MistralForCausalLM, sliding_window=8)
+    same, diff, seen = compare(model)
+    assert same and diff < 1e-4, diff
+    assert seen and all(m.dense is None for m in seen)
+    assert any(m.window == 8 for m in seen)
+
+
+def test_unknown_mask_functions_fall_back_to_a_mask_tensor():
+    from transformers.masking_utils import and_masks, causal_mask_function
+
+    def even_keys(batch_idx, head_idx, q_idx, kv_idx):
+        return kv_idx % 2 == 0
+
+    m = octattn.hf.mask_function(1, 4, 4, mask_function=and_masks(causal_mask_function,
+                                                                   even_keys))
+    assert m.dense is not None and m.dense.dtype == torch.bool
+    q = torch.randn(1, 2, 4, 8)
+
+    class Module(torch.nn.Module):
+        is_causal = True
+
+    out, _ = octattn.hf.attention_forward(Module(), q, q, q, m)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m.dense)
+    # row 0 reads key 0; rows 1-3 read the even keys up to themselves
+    torch.testing.assert_close(out.transpose(1, 2), ref, atol=1e-5, rtol=0)
