@@ -1,0 +1,3 @@
+module github.com/octattn/octattn/bindings/go
+
+go 1.21

@@ -1,0 +1,411 @@
+// Package octattn computes causal self-attention on the CPU through liboctattn's C API
+// (include/octattn.h), found with pkg-config: set PKG_CONFIG_PATH to an installed
+// prefix's lib/pkgconfig (cmake --install build/release --prefix <prefix>).
+//
+// Tensors are views of []float32 slices with a shape and strides in elements, checked
+// against the slice's length; the library validates everything else before it writes
+// anything, and a failed call returns an *Error with its status and message.
+package octattn
+
+// #cgo pkg-config: octattn
+// #include <stdlib.h>
+// #include <octattn.h>
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Status codes of include/octattn.h.
+const (
+	OK                = 0
+	NullPointer       = 1
+	InvalidShape      = 2
+	InvalidStride     = 3
+	Overflow          = 4
+	Aliasing          = 5
+	InvalidOption     = 6
+	StructSize        = 7
+	WorkspaceTooSmall = 8
+	Unsupported       = 9
+	OutOfMemory       = 10
+	Misaligned        = 11
+	Internal          = 12
+)
+
+// Error is a failed call: the library's status and message.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("octattn: %s (%s)", e.Message, StatusString(e.Status))
+}
+
+// StatusString names a status as octattn_status_string does.
+func StatusString(status int) string {
+	return C.GoString(C.octattn_status_string(C.octattn_status(status)))
+}
+
+// Version is the library's version string.
+func Version() string { return C.GoString(C.octattn_version_string()) }
+
+// Backend, Target and Algorithm choose what runs (see include/octattn.h).
+type Backend int
+type Target int
+type Algorithm int
+
+const (
+	BackendAuto    Backend = 0
+	BackendHighway Backend = 1
+	BackendXsimd   Backend = 2
+
+	TargetAuto   Target = 0
+	TargetScalar Target = 1
+	TargetSSE2   Target = 2
+	TargetSSSE3  Target = 3
+	TargetSSE4   Target = 4
+	TargetAVX2   Target = 5
+	TargetAVX512 Target = 6
+
+	AlgorithmAuto      Algorithm = 0
+	AlgorithmReference Algorithm = 1
+	AlgorithmNaive     Algorithm = 2
+	AlgorithmFused     Algorithm = 3
+)
+
+// checkLayouts compares cgo's view of the public structs (from the header this package
+// was compiled with) with the loaded library's own.
+func checkLayouts() error {
+	type entry struct {
+		typ, field string
+		want       uintptr
+	}
+	var t C.octattn_tensor
+	var o C.octattn_attention_options
+	var r C.octattn_run_info
+	entries := []entry{
+		{"octattn_tensor", "", unsafe.Sizeof(t)},
+		{"octattn_tensor", "data", unsafe.Offsetof(t.data)},
+		{"octattn_tensor", "dtype", unsafe.Offsetof(t.dtype)},
+		{"octattn_tensor", "shape", unsafe.Offsetof(t.shape)},
+		{"octattn_tensor", "stride", unsafe.Offsetof(t.stride)},
+		{"octattn_attention_options", "", unsafe.Sizeof(o)},
+		{"octattn_attention_options", "causal", unsafe.Offsetof(o.causal)},
+		{"octattn_attention_options", "window", unsafe.Offsetof(o.window)},
+		{"octattn_attention_options", "q_start", unsafe.Offsetof(o.q_start)},
+		{"octattn_attention_options", "k_start", unsafe.Offsetof(o.k_start)},
+		{"octattn_attention_options", "chunk", unsafe.Offsetof(o.chunk)},
+		{"octattn_attention_options", "softcap", unsafe.Offsetof(o.softcap)},
+		{"octattn_attention_options", "alibi_slopes", unsafe.Offsetof(o.alibi_slopes)},
+		{"octattn_attention_options", "sinks", unsafe.Offsetof(o.sinks)},
+		{"octattn_attention_options", "bias", unsafe.Offsetof(o.bias)},
+		{"octattn_attention_options", "mask", unsafe.Offsetof(o.mask)},
+		{"octattn_run_info", "", unsafe.Sizeof(r)},
+		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
+	}
+	for _, e := range entries {
+		typ := C.CString(e.typ)
+		var field *C.char
+		if e.field != "" {
+			field = C.CString(e.field)
+		}
+		var got C.size_t
+		status := C.octattn_struct_layout(typ, field, &got)
+		C.free(unsafe.Pointer(typ))
+		if field != nil {
+			C.free(unsafe.Pointer(field))
+		}
+		if status != C.OCTATTN_OK {
+			return fmt.Errorf("octattn: the library does not know %s %s", e.typ, e.field)
+		}
+		if uintptr(got) != e.want {
+			return fmt.Errorf("octattn: %s %s is %d in the library, %d in this package", e.typ, e.field, got, e.want)
+		}
+	}
+	return nil
+}
+
+var layoutErr = checkLayouts()
+
+// Tensor is a view of float32 data as [B, H, T, D] with strides in elements.
+type Tensor struct {
+	Data    []float32
+	Shape   [4]int
+	Strides [4]int
+}
+
+// Mask is a boolean view [B, Hq, Tq, Tk] (true: the pair may be read); a stride of 0
+// broadcasts.
+type Mask struct {
+	Data    []bool
+	Shape   [4]int
+	Strides [4]int
+}
+
+func extent(n int, shape, strides [4]int) error {
+	last := 0
+	for i := 0; i < 4; i++ {
+		if shape[i] < 0 || strides[i] < 0 {
+			return &Error{InvalidShape, "negative size or stride"}
+		}
+		if shape[i] == 0 {
+			return nil
+		}
+		last += (shape[i] - 1) * strides[i]
+	}
+	if last >= n {
+		return &Error{InvalidShape, fmt.Sprintf("a view of shape %v and strides %v needs %d elements, the slice has %d", shape, strides, last+1, n)}
+	}
+	return nil
+}
+
+// BHTD views contiguous [B, H, T, D] data.
+func BHTD(data []float32, b, h, t, d int) (Tensor, error) {
+	x := Tensor{data, [4]int{b, h, t, d}, [4]int{h * t * d, t * d, d, 1}}
+	return x, extent(len(data), x.Shape, x.Strides)
+}
+
+// BTHD views contiguous [B, T, H, D] data (a projection's output) as [B, H, T, D].
+func BTHD(data []float32, b, t, h, d int) (Tensor, error) {
+	x := Tensor{data, [4]int{b, h, t, d}, [4]int{t * h * d, d, h * d, 1}}
+	return x, extent(len(data), x.Shape, x.Strides)
+}
+
+// Options of an attention call. The zero value is plain causal attention with scale
+// 1/sqrt(D), the queries being the newest tokens.
+type Options struct {
+	Full        bool   // full (non-causal) attention
+	Window      int64  // sliding window (0: none)
+	Stride      int64  // global columns, with a window
+	QStart      *int64 // nil: k_start + kv_len - q_len
+	KStart      int64
+	Scale       float32 // 0: 1/sqrt(D)
+	Chunk       int64
+	Softcap     float32
+	Algorithm   Algorithm
+	AlibiSlopes []float32 // one per query head
+	Sinks       []float32 // one per query head
+	Bias        *Tensor
+	Mask        *Mask
+}
+
+// Context holds a thread cap, a backend and target, and scratch memory reused across
+// calls. A context must not be used by two goroutines at once.
+type Context struct {
+	c *C.octattn_context
+}
+
+// NewContext creates a context (thread cap: OCTATTN_THREADS, else every hardware
+// thread). It fails if this package's struct layouts differ from the library's.
+func NewContext() (*Context, error) {
+	if layoutErr != nil {
+		return nil, layoutErr
+	}
+	ctx := &Context{}
+	if s := C.octattn_context_create(&ctx.c); s != C.OCTATTN_OK {
+		return nil, &Error{int(s), "octattn_context_create failed"}
+	}
+	runtime.SetFinalizer(ctx, (*Context).Close)
+	return ctx, nil
+}
+
+// Close frees the context; it may be called more than once.
+func (ctx *Context) Close() {
+	if ctx.c != nil {
+		C.octattn_context_destroy(ctx.c)
+		ctx.c = nil
+	}
+}
+
+func (ctx *Context) check(s C.octattn_status) error {
+	if s == C.OCTATTN_OK {
+		return nil
+	}
+	return &Error{int(s), C.GoString(C.octattn_context_last_error(ctx.c))}
+}
+
+func (ctx *Context) live() error {
+	if ctx == nil || ctx.c == nil {
+		return &Error{NullPointer, "the context is closed"}
+	}
+	return nil
+}
+
+// SetThreads caps the threads of this context's calls (0: every hardware thread).
+func (ctx *Context) SetThreads(n int) error {
+	if err := ctx.live(); err != nil {
+		return err
+	}
+	return ctx.check(C.octattn_context_set_threads(ctx.c, C.int32_t(n)))
+}
+
+// Threads is the context's thread cap.
+func (ctx *Context) Threads() int {
+	var n C.int32_t
+	C.octattn_context_get_threads(ctx.c, &n)
+	return int(n)
+}
+
+// SetTarget chooses the backend and target of this context's calls.
+func (ctx *Context) SetTarget(b Backend, t Target) error {
+	if err := ctx.live(); err != nil {
+		return err
+	}
+	return ctx.check(C.octattn_context_set_target(ctx.c, C.octattn_backend(b), C.octattn_target(t)))
+}
+
+// RunInfo says what a call ran.
+type RunInfo struct {
+	Algorithm, Backend, Target string
+	Threads                    int
+}
+
+// LastRun is what the last call on this context ran.
+func (ctx *Context) LastRun() (RunInfo, error) {
+	var info C.octattn_run_info
+	info.struct_size = C.size_t(unsafe.Sizeof(info))
+	if err := ctx.check(C.octattn_context_last_run(ctx.c, &info)); err != nil {
+		return RunInfo{}, err
+	}
+	backend := C.GoString(C.octattn_backend_name(info.backend))
+	if info.algorithm == C.OCTATTN_ALGORITHM_REFERENCE {
+		backend = "reference"
+	}
+	return RunInfo{C.GoString(C.octattn_algorithm_name(info.algorithm)), backend,
+		C.GoString(C.octattn_target_name(info.target)), int(info.threads)}, nil
+}
+
+// A call's C structs, pointing at pinned Go memory.
+type call struct {
+	pin runtime.Pinner
+}
+
+func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
+	var t C.octattn_tensor
+	if err := extent(len(x.Data), x.Shape, x.Strides); err != nil {
+		return t, fmt.Errorf("%s: %w", name, err)
+	}
+	t.dtype = C.OCTATTN_DTYPE_F32
+	if len(x.Data) > 0 {
+		c.pin.Pin(&x.Data[0])
+		t.data = unsafe.Pointer(&x.Data[0])
+	}
+	for i := 0; i < 4; i++ {
+		t.shape[i] = C.int64_t(x.Shape[i])
+		t.stride[i] = C.int64_t(x.Strides[i])
+	}
+	return t, nil
+}
+
+func (c *call) options(o *Options, qHeads int) (*C.octattn_attention_options, error) {
+	opts := &C.octattn_attention_options{}
+	C.octattn_attention_options_init(opts)
+	if o == nil {
+		return opts, nil
+	}
+	if o.Full {
+		opts.causal = 0
+	}
+	opts.window = C.int64_t(o.Window)
+	opts.stride = C.int64_t(o.Stride)
+	if o.QStart != nil {
+		opts.q_start = C.int64_t(*o.QStart)
+	}
+	opts.k_start = C.int64_t(o.KStart)
+	opts.scale = C.float(o.Scale)
+	opts.chunk = C.int64_t(o.Chunk)
+	opts.softcap = C.float(o.Softcap)
+	opts.algorithm = C.octattn_algorithm(o.Algorithm)
+	for _, a := range []struct {
+		name string
+		s    []float32
+		dst  **C.float
+	}{{"AlibiSlopes", o.AlibiSlopes, &opts.alibi_slopes}, {"Sinks", o.Sinks, &opts.sinks}} {
+		if a.s == nil {
+			continue
+		}
+		if len(a.s) != qHeads {
+			return nil, &Error{InvalidShape, fmt.Sprintf("%s: %d entries for %d query heads", a.name, len(a.s), qHeads)}
+		}
+		c.pin.Pin(&a.s[0])
+		*a.dst = (*C.float)(unsafe.Pointer(&a.s[0]))
+	}
+	if o.Bias != nil {
+		b, err := c.tensor(*o.Bias, "Bias")
+		if err != nil {
+			return nil, err
+		}
+		bp := &b
+		c.pin.Pin(bp)
+		opts.bias = bp
+	}
+	if o.Mask != nil {
+		m := o.Mask
+		if err := extent(len(m.Data), m.Shape, m.Strides); err != nil {
+			return nil, fmt.Errorf("Mask: %w", err)
+		}
+		mt := &C.octattn_tensor{dtype: C.OCTATTN_DTYPE_BOOL}
+		if len(m.Data) > 0 {
+			c.pin.Pin(&m.Data[0])
+			mt.data = unsafe.Pointer(&m.Data[0])
+		}
+		for i := 0; i < 4; i++ {
+			mt.shape[i] = C.int64_t(m.Shape[i])
+			mt.stride[i] = C.int64_t(m.Strides[i])
+		}
+		c.pin.Pin(mt)
+		opts.mask = mt
+	}
+	c.pin.Pin(opts)
+	return opts, nil
+}
+
+// Attention writes o = softmax(scale * q k^T + M) v, and each row's log-sum-exp into
+// lse ([B, Hq, Tq, 1]) when it is not nil. On failure nothing is written.
+func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) error {
+	if err := ctx.live(); err != nil {
+		return err
+	}
+	var c call
+	defer c.pin.Unpin()
+	tq, err := c.tensor(q, "q")
+	if err != nil {
+		return err
+	}
+	tk, err := c.tensor(k, "k")
+	if err != nil {
+		return err
+	}
+	tv, err := c.tensor(v, "v")
+	if err != nil {
+		return err
+	}
+	to, err := c.tensor(o, "o")
+	if err != nil {
+		return err
+	}
+	var tl *C.octattn_tensor
+	if lse != nil {
+		t, err := c.tensor(*lse, "lse")
+		if err != nil {
+			return err
+		}
+		tl = &t
+	}
+	options, err := c.options(opts, q.Shape[1])
+	if err != nil {
+		return err
+	}
+	return ctx.check(C.octattn_attention(ctx.c, options, &tq, &tk, &tv, &to, tl, nil, nil, 0))
+}
+
+// IsStatus reports whether err is an *Error with the given status.
+func IsStatus(err error, status int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == status
+}

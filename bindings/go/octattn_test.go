@@ -1,0 +1,181 @@
+package octattn
+
+import (
+	"math"
+	"testing"
+)
+
+func data(n int, seed uint32) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32((uint32(i)*2654435761+seed)%1000)/500 - 1
+	}
+	return x
+}
+
+// reference is causal attention in float64 over contiguous [B, H, T, D] data.
+func reference(q, k, v []float32, b, hq, hkv, t, d int) []float64 {
+	o := make([]float64, b*hq*t*d)
+	scale := 1 / math.Sqrt(float64(d))
+	for bi := 0; bi < b; bi++ {
+		for h := 0; h < hq; h++ {
+			kh := h / (hq / hkv)
+			for i := 0; i < t; i++ {
+				s := make([]float64, i+1)
+				m := math.Inf(-1)
+				for j := 0; j <= i; j++ {
+					for c := 0; c < d; c++ {
+						s[j] += float64(q[((bi*hq+h)*t+i)*d+c]) * float64(k[((bi*hkv+kh)*t+j)*d+c])
+					}
+					s[j] *= scale
+					m = math.Max(m, s[j])
+				}
+				sum := 0.0
+				for j := range s {
+					s[j] = math.Exp(s[j] - m)
+					sum += s[j]
+				}
+				for j := range s {
+					for c := 0; c < d; c++ {
+						o[((bi*hq+h)*t+i)*d+c] += s[j] / sum * float64(v[((bi*hkv+kh)*t+j)*d+c])
+					}
+				}
+			}
+		}
+	}
+	return o
+}
+
+func TestAgainstFloat64WithGroupedQueries(t *testing.T) {
+	b, hq, hkv, n, d := 2, 4, 2, 9, 16
+	q, k, v := data(b*hq*n*d, 1), data(b*hkv*n*d, 2), data(b*hkv*n*d, 3)
+	o := make([]float32, len(q))
+	lse := make([]float32, b*hq*n)
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	tq, _ := BHTD(q, b, hq, n, d)
+	tk, _ := BHTD(k, b, hkv, n, d)
+	tv, _ := BHTD(v, b, hkv, n, d)
+	to, _ := BHTD(o, b, hq, n, d)
+	tl, _ := BHTD(lse, b, hq, n, 1)
+	if err := ctx.Attention(nil, tq, tk, tv, to, &tl); err != nil {
+		t.Fatal(err)
+	}
+	want := reference(q, k, v, b, hq, hkv, n, d)
+	for i := range o {
+		if math.Abs(float64(o[i])-want[i]) > 1e-5 {
+			t.Fatalf("o[%d] = %v, want %v", i, o[i], want[i])
+		}
+	}
+	run, err := ctx.LastRun()
+	if err != nil || run.Algorithm != "fused" {
+		t.Fatalf("last run %+v %v", run, err)
+	}
+}
+
+func TestBTHDViewsGiveTheSameBytes(t *testing.T) {
+	b, h, n, d := 1, 2, 5, 8
+	x := data(b*n*h*d, 4) // [B, T, H, D]
+	dense := make([]float32, len(x))
+	for ti := 0; ti < n; ti++ {
+		for hi := 0; hi < h; hi++ {
+			copy(dense[(hi*n+ti)*d:][:d], x[(ti*h+hi)*d:][:d])
+		}
+	}
+	ctx, _ := NewContext()
+	defer ctx.Close()
+	o1, o2 := make([]float32, len(x)), make([]float32, len(x))
+	xt, _ := BTHD(x, b, n, h, d)
+	ot, _ := BTHD(o1, b, n, h, d)
+	if err := ctx.Attention(&Options{Window: 3}, xt, xt, xt, ot, nil); err != nil {
+		t.Fatal(err)
+	}
+	dt, _ := BHTD(dense, b, h, n, d)
+	od, _ := BHTD(o2, b, h, n, d)
+	if err := ctx.Attention(&Options{Window: 3}, dt, dt, dt, od, nil); err != nil {
+		t.Fatal(err)
+	}
+	for ti := 0; ti < n; ti++ {
+		for hi := 0; hi < h; hi++ {
+			for c := 0; c < d; c++ {
+				if math.Float32bits(o1[(ti*h+hi)*d+c]) != math.Float32bits(o2[(hi*n+ti)*d+c]) {
+					t.Fatal("layouts differ")
+				}
+			}
+		}
+	}
+}
+
+func TestErrorsCarryStatusAndMessageAndWriteNothing(t *testing.T) {
+	ctx, _ := NewContext()
+	defer ctx.Close()
+	q, k := data(3*4*8, 5), data(2*4*8, 6)
+	o := make([]float32, len(q))
+	for i := range o {
+		o[i] = 7
+	}
+	tq, _ := BHTD(q, 1, 3, 4, 8)
+	tk, _ := BHTD(k, 1, 2, 4, 8)
+	to, _ := BHTD(o, 1, 3, 4, 8)
+	err := ctx.Attention(nil, tq, tk, tk, to, nil)
+	if !IsStatus(err, InvalidShape) {
+		t.Fatalf("got %v", err)
+	}
+	for _, x := range o {
+		if x != 7 {
+			t.Fatal("an output was written")
+		}
+	}
+	tq2, _ := BHTD(q[:64], 1, 2, 4, 8)
+	to2, _ := BHTD(o[:64], 1, 2, 4, 8)
+	err = ctx.Attention(&Options{Full: true, Window: 2}, tq2, tk, tk, to2, nil)
+	if !IsStatus(err, InvalidOption) || err.Error() == "" {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := BHTD(k, 1, 2, 4, 9); !IsStatus(err, InvalidShape) {
+		t.Fatalf("a view past its slice: %v", err)
+	}
+	err = ctx.Attention(&Options{Sinks: []float32{1}}, tq2, tk, tk, to2, nil)
+	if !IsStatus(err, InvalidShape) {
+		t.Fatalf("sinks of the wrong length: %v", err)
+	}
+	closed, _ := NewContext()
+	closed.Close()
+	if err := closed.Attention(nil, tq2, tk, tk, to2, nil); !IsStatus(err, NullPointer) {
+		t.Fatalf("a closed context: %v", err)
+	}
+}
+
+func TestThreadsTargetsAndABroadcastMask(t *testing.T) {
+	ctx, _ := NewContext()
+	defer ctx.Close()
+	if err := ctx.SetThreads(1); err != nil || ctx.Threads() != 1 {
+		t.Fatal(err)
+	}
+	if err := ctx.SetThreads(-1); !IsStatus(err, InvalidOption) {
+		t.Fatal(err)
+	}
+	if err := ctx.SetTarget(BackendXsimd, TargetSSE2); err != nil {
+		t.Fatal(err)
+	}
+	x := data(2*4*8, 7)
+	o := make([]float32, len(x))
+	xt, _ := BHTD(x, 1, 2, 4, 8)
+	ot, _ := BHTD(o, 1, 2, 4, 8)
+	mask := &Mask{Data: []bool{true, false, true, true}, Shape: [4]int{1, 2, 4, 4}, Strides: [4]int{0, 0, 0, 1}}
+	if err := ctx.Attention(&Options{Mask: mask, AlibiSlopes: []float32{0.5, 0.25}}, xt, xt, xt, ot, nil); err != nil {
+		t.Fatal(err)
+	}
+	run, _ := ctx.LastRun()
+	if run.Backend != "xsimd" || run.Target != "sse2" || run.Threads != 1 {
+		t.Fatalf("%+v", run)
+	}
+	for c := 0; c < 8; c++ { // row 1 reads key 0 only
+		if math.Abs(float64(o[8+c]-x[c])) > 1e-6 {
+			t.Fatal("the mask was not applied")
+		}
+	}
+}

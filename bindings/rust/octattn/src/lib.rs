@@ -1,0 +1,722 @@
+//! Causal self-attention on the CPU, through liboctattn's C API, without `unsafe`.
+//!
+//! ```
+//! use octattn::{Context, Options, Tensor, TensorMut};
+//!
+//! let (b, hq, hkv, t, d) = (1, 4, 2, 8, 16);
+//! let q = vec![0.5f32; b * hq * t * d];
+//! let kv = vec![0.25f32; b * hkv * t * d];
+//! let mut o = vec![0.0f32; b * hq * t * d];
+//! let mut ctx = Context::new()?;
+//! ctx.attention(
+//!     &Options { window: 4, ..Options::default() },
+//!     &Tensor::bhtd(&q, [b, hq, t, d])?,
+//!     &Tensor::bhtd(&kv, [b, hkv, t, d])?,
+//!     &Tensor::bhtd(&kv, [b, hkv, t, d])?,
+//!     &mut TensorMut::bhtd(&mut o, [b, hq, t, d])?,
+//!     None,
+//! )?;
+//! assert!((o[0] - 0.25).abs() < 1e-6);
+//! # Ok::<(), octattn::Error>(())
+//! ```
+//!
+//! Tensors are views of slices with a shape and strides in elements (`[B, H, T, D]`,
+//! `[B, T, H, D]` or any other strides), checked against the slice's length; the library
+//! validates everything else (shapes, aliasing, options) before it writes anything.
+//! Semantics, accuracy and determinism are those of include/octattn.h.
+use octattn_sys as sys;
+use std::ffi::CStr;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+/// A failed call: the library's status code and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub status: i32,
+    pub message: String,
+}
+
+impl Error {
+    /// The status's name, as octattn_status_string gives it.
+    pub fn status_name(&self) -> String {
+        text(unsafe { sys::octattn_status_string(self.status) })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "octattn: {} ({})", self.message, self.status_name())
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn text(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn invalid(status: i32, message: impl Into<String>) -> Error {
+    Error {
+        status,
+        message: message.into(),
+    }
+}
+
+/// The library's version string.
+pub fn version() -> String {
+    text(unsafe { sys::octattn_version_string() })
+}
+
+/// Which backend and target run the kernels (see include/octattn.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Auto = 0,
+    Highway = 1,
+    Xsimd = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Auto = 0,
+    Scalar = 1,
+    Sse2 = 2,
+    Ssse3 = 3,
+    Sse4 = 4,
+    Avx2 = 5,
+    Avx512 = 6,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    #[default]
+    Auto = 0,
+    Reference = 1,
+    Naive = 2,
+    Fused = 3,
+}
+
+/// What a call ran: names as octattn_algorithm_name, octattn_backend_name and
+/// octattn_target_name give them.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub algorithm: String,
+    pub backend: String,
+    pub target: String,
+    pub threads: i32,
+}
+
+/// A view of `f32` data: shape and strides in elements, every element inside the slice.
+#[derive(Clone, Copy, Debug)]
+pub struct Tensor<'a> {
+    raw: sys::octattn_tensor,
+    _data: PhantomData<&'a [f32]>,
+}
+
+/// A writable view (outputs).
+#[derive(Debug)]
+pub struct TensorMut<'a> {
+    raw: sys::octattn_tensor,
+    _data: PhantomData<&'a mut [f32]>,
+}
+
+/// A boolean mask tensor (`true`: the pair may be read), as bytes 0/1 or bools.
+#[derive(Clone, Copy, Debug)]
+pub struct MaskTensor<'a> {
+    raw: sys::octattn_tensor,
+    _data: PhantomData<&'a [bool]>,
+}
+
+fn checked(len: usize, shape: [usize; 4], strides: [usize; 4]) -> Result<([i64; 4], [i64; 4])> {
+    let mut last = 0usize;
+    let mut empty = false;
+    for i in 0..4 {
+        if shape[i] == 0 {
+            empty = true;
+        } else {
+            last = (shape[i] - 1)
+                .checked_mul(strides[i])
+                .and_then(|x| x.checked_add(last))
+                .ok_or_else(|| invalid(sys::OCTATTN_ERROR_OVERFLOW, "tensor extent overflows"))?;
+        }
+    }
+    if !empty && last >= len {
+        return Err(invalid(
+            sys::OCTATTN_ERROR_INVALID_SHAPE,
+            format!("a view of shape {shape:?} and strides {strides:?} needs {} elements, the slice has {len}", last + 1),
+        ));
+    }
+    let to_i64 = |a: [usize; 4]| -> Result<[i64; 4]> {
+        let mut r = [0i64; 4];
+        for i in 0..4 {
+            r[i] = i64::try_from(a[i])
+                .map_err(|_| invalid(sys::OCTATTN_ERROR_OVERFLOW, "size beyond i64"))?;
+        }
+        Ok(r)
+    };
+    Ok((to_i64(shape)?, to_i64(strides)?))
+}
+
+fn dense(shape: [usize; 4]) -> [usize; 4] {
+    [
+        shape[1] * shape[2] * shape[3],
+        shape[2] * shape[3],
+        shape[3],
+        1,
+    ]
+}
+
+// [B, T, H, D] memory seen as [B, H, T, D].
+fn bthd(shape: [usize; 4]) -> ([usize; 4], [usize; 4]) {
+    let [b, t, h, d] = shape;
+    ([b, h, t, d], [t * h * d, d, h * d, 1])
+}
+
+fn raw(data: *mut std::ffi::c_void, dtype: i32, s: ([i64; 4], [i64; 4])) -> sys::octattn_tensor {
+    sys::octattn_tensor {
+        data,
+        dtype,
+        reserved: 0,
+        shape: s.0,
+        stride: s.1,
+    }
+}
+
+impl<'a> Tensor<'a> {
+    /// `data` as [B, H, T, D] with any strides (in elements).
+    pub fn new(data: &'a [f32], shape: [usize; 4], strides: [usize; 4]) -> Result<Self> {
+        let s = checked(data.len(), shape, strides)?;
+        Ok(Tensor {
+            raw: raw(data.as_ptr() as *mut _, sys::OCTATTN_DTYPE_F32, s),
+            _data: PhantomData,
+        })
+    }
+    /// Contiguous [B, H, T, D].
+    pub fn bhtd(data: &'a [f32], shape: [usize; 4]) -> Result<Self> {
+        Self::new(data, shape, dense(shape))
+    }
+    /// Contiguous [B, T, H, D] memory (shape given in that order), viewed as [B, H, T, D].
+    pub fn bthd(data: &'a [f32], shape: [usize; 4]) -> Result<Self> {
+        let (s, st) = bthd(shape);
+        Self::new(data, s, st)
+    }
+}
+
+impl<'a> TensorMut<'a> {
+    pub fn new(data: &'a mut [f32], shape: [usize; 4], strides: [usize; 4]) -> Result<Self> {
+        let s = checked(data.len(), shape, strides)?;
+        Ok(TensorMut {
+            raw: raw(data.as_mut_ptr() as *mut _, sys::OCTATTN_DTYPE_F32, s),
+            _data: PhantomData,
+        })
+    }
+    pub fn bhtd(data: &'a mut [f32], shape: [usize; 4]) -> Result<Self> {
+        Self::new(data, shape, dense(shape))
+    }
+    pub fn bthd(data: &'a mut [f32], shape: [usize; 4]) -> Result<Self> {
+        let (s, st) = bthd(shape);
+        Self::new(data, s, st)
+    }
+}
+
+impl<'a> MaskTensor<'a> {
+    /// [B, Hq, Tq, Tk] with any strides (0 broadcasts).
+    pub fn new(data: &'a [bool], shape: [usize; 4], strides: [usize; 4]) -> Result<Self> {
+        let s = checked(data.len(), shape, strides)?;
+        Ok(MaskTensor {
+            raw: raw(data.as_ptr() as *mut _, sys::OCTATTN_DTYPE_BOOL, s),
+            _data: PhantomData,
+        })
+    }
+}
+
+/// The options of an attention call (include/octattn.h); `Options::default()` is
+/// plain causal attention with scale 1/sqrt(D), the queries being the newest tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct Options<'a> {
+    pub causal: bool,
+    pub window: i64,
+    pub stride: i64,
+    /// None: k_start + kv_len - q_len.
+    pub q_start: Option<i64>,
+    pub k_start: i64,
+    /// None: 1/sqrt(head_dim).
+    pub scale: Option<f32>,
+    pub chunk: i64,
+    pub softcap: f32,
+    pub algorithm: Algorithm,
+    /// One slope per query head.
+    pub alibi_slopes: Option<&'a [f32]>,
+    /// One sink logit per query head.
+    pub sinks: Option<&'a [f32]>,
+    pub bias: Option<Tensor<'a>>,
+    pub mask: Option<MaskTensor<'a>>,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Options {
+            causal: true,
+            window: 0,
+            stride: 0,
+            q_start: None,
+            k_start: 0,
+            scale: None,
+            chunk: 0,
+            softcap: 0.0,
+            algorithm: Algorithm::Auto,
+            alibi_slopes: None,
+            sinks: None,
+            bias: None,
+            mask: None,
+        }
+    }
+}
+
+impl Options<'_> {
+    // The C struct; the per-head arrays are checked against the query heads.
+    fn raw(
+        &self,
+        q_heads: i64,
+        bias: &mut sys::octattn_tensor,
+        mask: &mut sys::octattn_tensor,
+    ) -> Result<sys::octattn_attention_options> {
+        let mut o = std::mem::MaybeUninit::<sys::octattn_attention_options>::uninit();
+        unsafe { sys::octattn_attention_options_init(o.as_mut_ptr()) };
+        let mut o = unsafe { o.assume_init() };
+        o.causal = self.causal as i32;
+        o.window = self.window;
+        o.stride = self.stride;
+        o.q_start = self.q_start.unwrap_or(sys::OCTATTN_Q_START_DEFAULT);
+        o.k_start = self.k_start;
+        o.scale = self.scale.unwrap_or(0.0);
+        o.chunk = self.chunk;
+        o.softcap = self.softcap;
+        o.algorithm = self.algorithm as i32;
+        for (name, a, dst) in [
+            ("alibi_slopes", self.alibi_slopes, &mut o.alibi_slopes),
+            ("sinks", self.sinks, &mut o.sinks),
+        ] {
+            if let Some(a) = a {
+                if a.len() as i64 != q_heads {
+                    return Err(invalid(
+                        sys::OCTATTN_ERROR_INVALID_SHAPE,
+                        format!("{name}: {} entries for {q_heads} query heads", a.len()),
+                    ));
+                }
+                *dst = a.as_ptr();
+            }
+        }
+        if let Some(b) = self.bias {
+            *bias = b.raw;
+            o.bias = bias;
+        }
+        if let Some(m) = self.mask {
+            *mask = m.raw;
+            o.mask = mask;
+        }
+        Ok(o)
+    }
+}
+
+fn layouts() -> Result<()> {
+    static CHECKED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    CHECKED
+        .get_or_init(sys::check_layouts)
+        .clone()
+        .map_err(|m| invalid(sys::OCTATTN_ERROR_STRUCT_SIZE, m))
+}
+
+/// A thread cap, a backend and target, and scratch memory reused across calls. A
+/// context is `Send` (it may move to another thread) but not `Sync`: calls take
+/// `&mut self`.
+pub struct Context {
+    raw: *mut sys::octattn_context,
+}
+
+unsafe impl Send for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        unsafe { sys::octattn_context_destroy(self.raw) }
+    }
+}
+
+impl Context {
+    /// A new context (thread cap: OCTATTN_THREADS, else every hardware thread). The
+    /// first context of a process also checks octattn-sys's struct layouts against the
+    /// library's.
+    pub fn new() -> Result<Self> {
+        layouts()?;
+        let mut raw = std::ptr::null_mut();
+        let status = unsafe { sys::octattn_context_create(&mut raw) };
+        if status != sys::OCTATTN_OK {
+            return Err(invalid(status, "octattn_context_create failed"));
+        }
+        Ok(Context { raw })
+    }
+
+    fn check(&self, status: i32) -> Result<()> {
+        if status == sys::OCTATTN_OK {
+            Ok(())
+        } else {
+            Err(Error {
+                status,
+                message: text(unsafe { sys::octattn_context_last_error(self.raw) }),
+            })
+        }
+    }
+
+    /// Caps the threads of this context's calls (0: every hardware thread).
+    pub fn set_threads(&mut self, threads: i32) -> Result<()> {
+        self.check(unsafe { sys::octattn_context_set_threads(self.raw, threads) })
+    }
+
+    pub fn threads(&self) -> i32 {
+        let mut n = 0;
+        unsafe { sys::octattn_context_get_threads(self.raw, &mut n) };
+        n
+    }
+
+    pub fn set_target(&mut self, backend: Backend, target: Target) -> Result<()> {
+        self.check(unsafe {
+            sys::octattn_context_set_target(self.raw, backend as i32, target as i32)
+        })
+    }
+
+    /// What the last call ran.
+    pub fn last_run(&self) -> Result<RunInfo> {
+        let mut info = sys::octattn_run_info {
+            struct_size: std::mem::size_of::<sys::octattn_run_info>(),
+            ..Default::default()
+        };
+        self.check(unsafe { sys::octattn_context_last_run(self.raw, &mut info) })?;
+        let backend = if info.algorithm == sys::OCTATTN_ALGORITHM_REFERENCE {
+            "reference".to_string()
+        } else {
+            text(unsafe { sys::octattn_backend_name(info.backend) })
+        };
+        Ok(RunInfo {
+            algorithm: text(unsafe { sys::octattn_algorithm_name(info.algorithm) }),
+            backend,
+            target: text(unsafe { sys::octattn_target_name(info.target) }),
+            threads: info.threads,
+        })
+    }
+
+    /// o = softmax(scale * q k^T + M) v; lse (optional, [B, Hq, Tq, 1]) gets each row's
+    /// log-sum-exp. On failure nothing is written.
+    pub fn attention(
+        &mut self,
+        options: &Options,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &mut TensorMut,
+        lse: Option<&mut TensorMut>,
+    ) -> Result<()> {
+        let (mut bias, mut mask) = (q.raw, q.raw);
+        let opts = options.raw(q.raw.shape[1], &mut bias, &mut mask)?;
+        let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
+        self.check(unsafe {
+            sys::octattn_attention(
+                self.raw,
+                &opts,
+                &q.raw,
+                &k.raw,
+                &v.raw,
+                &mut o.raw,
+                lse_ptr,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        })
+    }
+
+    /// Bytes of scratch the call would need (the context allocates and keeps it).
+    pub fn workspace_size(
+        &mut self,
+        options: &Options,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &TensorMut,
+    ) -> Result<usize> {
+        let (mut bias, mut mask) = (q.raw, q.raw);
+        let opts = options.raw(q.raw.shape[1], &mut bias, &mut mask)?;
+        let mut bytes = 0usize;
+        self.check(unsafe {
+            sys::octattn_attention_workspace_size(
+                self.raw,
+                &opts,
+                &q.raw,
+                &k.raw,
+                &v.raw,
+                &o.raw,
+                std::ptr::null(),
+                std::ptr::null(),
+                &mut bytes,
+            )
+        })?;
+        Ok(bytes)
+    }
+
+    /// Combines partial outputs over key shards by their LSE (octattn_merge).
+    pub fn merge(
+        &mut self,
+        o_parts: &[Tensor],
+        lse_parts: &[Tensor],
+        o: &mut TensorMut,
+        lse: Option<&mut TensorMut>,
+    ) -> Result<()> {
+        if o_parts.len() != lse_parts.len() {
+            return Err(invalid(
+                sys::OCTATTN_ERROR_INVALID_SHAPE,
+                "as many lse parts as output parts",
+            ));
+        }
+        let op: Vec<_> = o_parts.iter().map(|t| t.raw).collect();
+        let lp: Vec<_> = lse_parts.iter().map(|t| t.raw).collect();
+        let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
+        self.check(unsafe {
+            sys::octattn_merge(
+                self.raw,
+                op.len(),
+                op.as_ptr(),
+                lp.as_ptr(),
+                &mut o.raw,
+                lse_ptr,
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Causal attention in f64, [B, H, T, D] contiguous, GQA by repeat-interleave.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        b: usize,
+        hq: usize,
+        hkv: usize,
+        t: usize,
+        d: usize,
+    ) -> Vec<f64> {
+        let mut o = vec![0.0f64; b * hq * t * d];
+        let scale = 1.0 / (d as f64).sqrt();
+        for bi in 0..b {
+            for h in 0..hq {
+                let kh = h / (hq / hkv);
+                for i in 0..t {
+                    let qi = &q[((bi * hq + h) * t + i) * d..][..d];
+                    let s: Vec<f64> = (0..=i)
+                        .map(|j| {
+                            let kj = &k[((bi * hkv + kh) * t + j) * d..][..d];
+                            scale
+                                * qi.iter()
+                                    .zip(kj)
+                                    .map(|(a, b)| *a as f64 * *b as f64)
+                                    .sum::<f64>()
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for (j, w) in e.iter().enumerate() {
+                        let vj = &v[((bi * hkv + kh) * t + j) * d..][..d];
+                        for c in 0..d {
+                            o[((bi * hq + h) * t + i) * d + c] += w / sum * vj[c] as f64;
+                        }
+                    }
+                }
+            }
+        }
+        o
+    }
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_the_reference_with_grouped_queries() {
+        let (b, hq, hkv, t, d) = (2, 4, 2, 9, 16);
+        let (q, k, v) = (
+            data(b * hq * t * d, 1),
+            data(b * hkv * t * d, 2),
+            data(b * hkv * t * d, 3),
+        );
+        let mut o = vec![0.0f32; q.len()];
+        let mut lse = vec![0.0f32; b * hq * t];
+        let mut ctx = Context::new().unwrap();
+        ctx.attention(
+            &Options::default(),
+            &Tensor::bhtd(&q, [b, hq, t, d]).unwrap(),
+            &Tensor::bhtd(&k, [b, hkv, t, d]).unwrap(),
+            &Tensor::bhtd(&v, [b, hkv, t, d]).unwrap(),
+            &mut TensorMut::bhtd(&mut o, [b, hq, t, d]).unwrap(),
+            Some(&mut TensorMut::bhtd(&mut lse, [b, hq, t, 1]).unwrap()),
+        )
+        .unwrap();
+        let want = reference(&q, &k, &v, b, hq, hkv, t, d);
+        for (a, w) in o.iter().zip(&want) {
+            assert!((*a as f64 - w).abs() < 1e-5, "{a} vs {w}");
+        }
+        assert!(lse.iter().all(|x| x.is_finite()));
+        assert_eq!(ctx.last_run().unwrap().algorithm, "fused");
+    }
+
+    #[test]
+    fn bthd_views_give_the_same_bytes() {
+        let (b, h, t, d) = (1, 2, 5, 8);
+        let x = data(b * t * h * d, 4); // [B, T, H, D]
+        let mut dense = vec![0.0f32; x.len()]; // the same numbers as [B, H, T, D]
+        for ti in 0..t {
+            for hi in 0..h {
+                for c in 0..d {
+                    dense[(hi * t + ti) * d + c] = x[(ti * h + hi) * d + c];
+                }
+            }
+        }
+        let mut ctx = Context::new().unwrap();
+        let mut o1 = vec![0.0f32; x.len()];
+        let mut o2 = vec![0.0f32; x.len()];
+        let xt = Tensor::bthd(&x, [b, t, h, d]).unwrap();
+        ctx.attention(
+            &Options::default(),
+            &xt,
+            &xt,
+            &xt,
+            &mut TensorMut::bthd(&mut o1, [b, t, h, d]).unwrap(),
+            None,
+        )
+        .unwrap();
+        let dt = Tensor::bhtd(&dense, [b, h, t, d]).unwrap();
+        ctx.attention(
+            &Options::default(),
+            &dt,
+            &dt,
+            &dt,
+            &mut TensorMut::bhtd(&mut o2, [b, h, t, d]).unwrap(),
+            None,
+        )
+        .unwrap();
+        for ti in 0..t {
+            for hi in 0..h {
+                for c in 0..d {
+                    assert_eq!(
+                        o1[(ti * h + hi) * d + c].to_bits(),
+                        o2[(hi * t + ti) * d + c].to_bits()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn errors_carry_status_and_message_and_write_nothing() {
+        let q = data(3 * 4 * 8, 5);
+        let k = data(2 * 4 * 8, 6);
+        let mut o = vec![7.0f32; q.len()];
+        let mut ctx = Context::new().unwrap();
+        let err = ctx
+            .attention(
+                &Options::default(),
+                &Tensor::bhtd(&q, [1, 3, 4, 8]).unwrap(),
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &mut TensorMut::bhtd(&mut o, [1, 3, 4, 8]).unwrap(),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(err.status, octattn_sys::OCTATTN_ERROR_INVALID_SHAPE);
+        assert!(err.message.contains("kv_heads"), "{}", err.message);
+        assert!(o.iter().all(|x| *x == 7.0));
+        let err = ctx
+            .attention(
+                &Options {
+                    causal: false,
+                    window: 2,
+                    ..Options::default()
+                },
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &mut TensorMut::bhtd(&mut o[..64], [1, 2, 4, 8]).unwrap(),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(err.status, octattn_sys::OCTATTN_ERROR_INVALID_OPTION);
+        assert_eq!(err.status_name(), "invalid option");
+        // views are checked against their slices before any call
+        assert_eq!(
+            Tensor::bhtd(&k, [1, 2, 4, 9]).unwrap_err().status,
+            octattn_sys::OCTATTN_ERROR_INVALID_SHAPE
+        );
+        let slopes = [0.5f32; 3];
+        let err = ctx
+            .attention(
+                &Options {
+                    alibi_slopes: Some(&slopes),
+                    ..Options::default()
+                },
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &Tensor::bhtd(&k, [1, 2, 4, 8]).unwrap(),
+                &mut TensorMut::bhtd(&mut o[..64], [1, 2, 4, 8]).unwrap(),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(err.status, octattn_sys::OCTATTN_ERROR_INVALID_SHAPE);
+    }
+
+    #[test]
+    fn threads_targets_and_a_broadcast_mask() {
+        let mut ctx = Context::new().unwrap();
+        ctx.set_threads(1).unwrap();
+        assert_eq!(ctx.threads(), 1);
+        assert!(ctx.set_threads(-1).is_err());
+        ctx.set_target(Backend::Xsimd, Target::Sse2).unwrap();
+        let x = data(2 * 4 * 8, 7);
+        let allow = [true, false, true, true]; // key 1 masked for every row
+        let opts = Options {
+            mask: Some(MaskTensor::new(&allow, [1, 2, 4, 4], [0, 0, 0, 1]).unwrap()),
+            ..Options::default()
+        };
+        let mut o = vec![0.0f32; x.len()];
+        let xt = Tensor::bhtd(&x, [1, 2, 4, 8]).unwrap();
+        ctx.attention(
+            &opts,
+            &xt,
+            &xt,
+            &xt,
+            &mut TensorMut::bhtd(&mut o, [1, 2, 4, 8]).unwrap(),
+            None,
+        )
+        .unwrap();
+        let run = ctx.last_run().unwrap();
+        assert_eq!(
+            (run.backend.as_str(), run.target.as_str(), run.threads),
+            ("xsimd", "sse2", 1)
+        );
+        // row 1 reads key 0 only (key 1 is masked): its output is v row 0
+        for c in 0..8 {
+            assert!((o[8 + c] - x[c]).abs() < 1e-6);
+        }
+    }
+}
