@@ -18,8 +18,10 @@ const Table* XsimdTable(Target target) {
   const auto cpu = xsimd::available_architectures();
   const XsimdTables tables;
   switch (target) {
+#ifndef OCTATTN_NO_AVX512
     case kAvx512:
       return cpu.avx512bw ? tables(xsimd::avx512bw{}) : nullptr;
+#endif
     case kAvx2:
       return cpu.fma3_avx2 ? tables(xsimd::fma3<xsimd::avx2>{}) : nullptr;
     case kSse4:

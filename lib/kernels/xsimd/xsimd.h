@@ -17,8 +17,14 @@ struct XsimdTables {
   const Table* operator()(xsimd::sse2) const;
 };
 
+// OCTATTN_NO_AVX512: a build that compiles no AVX-512 code (OCTATTN_HOST_TARGETS_ONLY
+// on a machine without it).
+#ifdef OCTATTN_NO_AVX512
+using XsimdArchs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
+#else
 using XsimdArchs =
     xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
+#endif
 
 }  // namespace kernels
 }  // namespace octattn
