@@ -50,12 +50,13 @@ octattn_tensor View(const Array& a, const char* name, bool swap = false) {
   else if (d.code == static_cast<uint8_t>(Code::Bool) && d.bits == 8)
     t.dtype = OCTATTN_DTYPE_BOOL;
   else
-    throw nb::type_error((std::string(name) + ": dtype must be float32 (or bool for a mask)").c_str());
+    throw nb::type_error(
+        (std::string(name) + ": dtype must be float32 (or bool for a mask)").c_str());
   const size_t n = a.ndim();
   if (n != 3 && n != 4)
-    throw nb::value_error((std::string(name) + ": expected 4 dimensions (3 for lse), got " +
-                           std::to_string(n))
-                              .c_str());
+    throw nb::value_error(
+        (std::string(name) + ": expected 4 dimensions (3 for lse), got " + std::to_string(n))
+            .c_str());
   for (size_t i = 0; i < 4; ++i) {
     t.shape[i] = i < n ? static_cast<int64_t>(a.shape(i)) : 1;
     t.stride[i] = i < n ? a.stride(i) : 1;
@@ -139,18 +140,20 @@ class Context {
     Check(octattn_context_last_run(ctx_, &info));
     nb::dict d;
     d["algorithm"] = octattn_algorithm_name(info.algorithm);
-    d["backend"] = info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "reference"
-                                                                   : octattn_backend_name(info.backend);
+    d["backend"] = info.algorithm == OCTATTN_ALGORITHM_REFERENCE
+                       ? "reference"
+                       : octattn_backend_name(info.backend);
     d["target"] = octattn_target_name(info.target);
     d["threads"] = info.threads;
     return d;
   }
 
-  void Attention(const Array& q, const Array& k, const Array& v, const Array& o, const OptArray& lse,
-                 const OptArray& weights, bool bthd, bool causal, int64_t window, int64_t stride,
-                 std::optional<int64_t> q_start, int64_t k_start, float scale, int64_t chunk,
-                 float softcap, const OptArray& alibi, const OptArray& sinks, const OptArray& bias,
-                 const OptArray& mask, int32_t algorithm) {
+  void Attention(const Array& q, const Array& k, const Array& v, const Array& o,
+                 const OptArray& lse, const OptArray& weights, bool bthd, bool causal,
+                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
+                 float scale, int64_t chunk, float softcap, const OptArray& alibi,
+                 const OptArray& sinks, const OptArray& bias, const OptArray& mask,
+                 int32_t algorithm) {
     octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                    to = View(o, "out", bthd), tl{}, tw{};
     if (lse) tl = View(*lse, "lse");
