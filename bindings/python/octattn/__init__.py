@@ -118,31 +118,34 @@ def _is_torch(x):
     return t is not _ndarray and t.__module__.startswith("torch")
 
 
-_to_dlpack = None
+_torch_threads = None  # torch.get_num_threads, once torch tensors were seen
 
 
-def _dl(t):
-    """A torch tensor as a DLPack capsule: torch.utils.dlpack.to_dlpack is a C function,
-    several times faster than Tensor.__dlpack__ (which the extension would call)."""
-    global _to_dlpack
-    if t is None:
-        return None
-    if _to_dlpack is None:
-        from torch.utils.dlpack import to_dlpack
-        _to_dlpack = to_dlpack
-    return _to_dlpack(t.detach() if t.requires_grad else t)
+def _know_torch():
+    """Tells the extension torch's tensor type and dtypes: it reads torch tensors through
+    their attributes (data_ptr, shape, stride), without a DLPack export."""
+    global _torch_threads
+    import torch
+    _octattn._set_torch(torch.Tensor, torch.float32, torch.bfloat16, torch.float16, torch.bool)
+    _torch_threads = torch.get_num_threads
 
 
 def _ctx_for(x, context):
     if context is not None:
-        return context
-    ctx = _context()
-    if _local.threads is None and _is_torch(x):
-        import torch
-        n = torch.get_num_threads()
-        if n != _local.torch_threads:
-            ctx.set_threads(n)
-            _local.torch_threads = n
+        ctx = context
+    else:
+        try:
+            ctx = _local.ctx
+        except AttributeError:
+            ctx = _context()
+    if type(x) is not _ndarray and _is_torch(x):
+        if _torch_threads is None:
+            _know_torch()
+        if context is None and _local.threads is None:
+            n = _torch_threads()
+            if n != _local.torch_threads:
+                ctx.set_threads(n)
+                _local.torch_threads = n
     return ctx
 
 
@@ -196,16 +199,11 @@ def attention(q, k, v, *, causal=True, window=0, stride=0, scale=None, q_start=N
             lse = _empty(q, (B, H, T))
         if return_weights:
             weights = _empty(q, (B, H, T, k.shape[1] if bthd else k.shape[2]))
-    slopes, sink = _per_head(alibi_slopes, q), _per_head(sinks, q)
-    if _is_torch(q):
-        ctx.attention(_dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), _dl(weights), bthd,
-                      bool(causal), window, stride, q_start, k_start,
-                      0.0 if scale is None else scale, chunk, softcap, _dl(slopes), _dl(sink),
-                      _dl(bias), _dl(mask), _ALGORITHMS[algorithm])
-    else:
-        ctx.attention(q, k, v, out, lse, weights, bthd, bool(causal), window, stride, q_start,
-                      k_start, 0.0 if scale is None else scale, chunk, softcap, slopes, sink,
-                      bias, mask, _ALGORITHMS[algorithm])
+    ctx.attention(q, k, v, out, lse, weights, bthd, bool(causal), window, stride, q_start, k_start,
+                  0.0 if scale is None else scale, chunk, softcap,
+                  None if alibi_slopes is None else _per_head(alibi_slopes, q),
+                  None if sinks is None else _per_head(sinks, q), bias, mask,
+                  _ALGORITHMS[algorithm])
     if not (return_lse or return_weights):
         return out
     return (out,) + ((lse,) if return_lse else ()) + ((weights,) if return_weights else ())

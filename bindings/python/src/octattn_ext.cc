@@ -21,10 +21,17 @@ namespace nb = nanobind;
 
 namespace {
 
-using Array = nb::ndarray<nb::device::cpu>;
-using OptArray = std::optional<Array>;
+// Tensor arguments arrive as Python objects: a torch tensor is read through its
+// attributes (data_ptr, shape, stride: several times cheaper than a DLPack export),
+// anything else through nanobind's ndarray caster (numpy arrays, DLPack producers).
+using Array = nb::handle;     // a tensor argument
+using OptArray = nb::handle;  // a tensor argument or None
 
-nb::object error_class;  // octattn.Error, set by the package at import
+// octattn.Error, set by the package at import; torch.Tensor and its dtypes, set when
+// the package first sees a torch tensor. Owned references that are never released (a
+// module's globals outlive the interpreter's finalization otherwise).
+nb::handle error_class;
+nb::handle torch_tensor, torch_f32, torch_bf16, torch_f16, torch_bool;
 
 // Raises octattn.Error(status, message).
 [[noreturn]] void Raise(octattn_status status, const std::string& message) {
@@ -33,33 +40,80 @@ nb::object error_class;  // octattn.Error, set by the package at import
   throw nb::python_error();
 }
 
-// A tensor view of `a`: 4 dimensions (3: a trailing 1 is appended, as for lse
+[[noreturn]] void Bad(const char* name, const std::string& what, bool type = false) {
+  const std::string text = std::string(name) + ": " + what;
+  if (type) throw nb::type_error(text.c_str());
+  throw nb::value_error(text.c_str());
+}
+
+bool IsTorch(nb::handle h) {
+  return torch_tensor.ptr() != nullptr &&
+         PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(torch_tensor.ptr()));
+}
+
+// The data, dtype and (up to 4) sizes and strides of a tensor argument.
+struct Raw {
+  void* data = nullptr;
+  octattn_dtype dtype = 0;
+  size_t ndim = 0;
+  int64_t shape[4] = {1, 1, 1, 1}, stride[4] = {1, 1, 1, 1};
+};
+
+Raw RawOf(nb::handle h, const char* name) {
+  Raw r;
+  if (IsTorch(h)) {
+    if (!nb::cast<bool>(h.attr("is_cpu"))) Bad(name, "a CPU tensor", true);
+    nb::handle dt = h.attr("dtype");
+    r.dtype = dt.is(torch_f32)    ? OCTATTN_DTYPE_F32
+              : dt.is(torch_bf16) ? OCTATTN_DTYPE_BF16
+              : dt.is(torch_f16)  ? OCTATTN_DTYPE_F16
+              : dt.is(torch_bool) ? OCTATTN_DTYPE_BOOL
+                                  : 0;
+    nb::tuple shape = nb::borrow<nb::tuple>(h.attr("shape"));
+    nb::tuple stride = nb::borrow<nb::tuple>(h.attr("stride")());
+    r.ndim = nb::len(shape);
+    if (r.ndim > 4) Bad(name, "expected 4 dimensions (3 for lse), got " + std::to_string(r.ndim));
+    for (size_t i = 0; i < r.ndim; ++i) {
+      r.shape[i] = nb::cast<int64_t>(shape[i]);
+      r.stride[i] = nb::cast<int64_t>(stride[i]);
+    }
+    r.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(h.attr("data_ptr")()));
+  } else {
+    nb::ndarray<nb::device::cpu> a;
+    if (!nb::try_cast(h, a, false))
+      Bad(name, "a numpy array, a torch CPU tensor or a DLPack producer", true);
+    const nb::dlpack::dtype d = a.dtype();
+    using Code = nb::dlpack::dtype_code;
+    r.dtype = d == nb::dtype<float>()                                        ? OCTATTN_DTYPE_F32
+              : d.code == static_cast<uint8_t>(Code::Bfloat) && d.bits == 16 ? OCTATTN_DTYPE_BF16
+              : d.code == static_cast<uint8_t>(Code::Float) && d.bits == 16  ? OCTATTN_DTYPE_F16
+              : d.code == static_cast<uint8_t>(Code::Bool) && d.bits == 8    ? OCTATTN_DTYPE_BOOL
+                                                                             : 0;
+    r.ndim = a.ndim();
+    if (r.ndim > 4) Bad(name, "expected 4 dimensions (3 for lse), got " + std::to_string(r.ndim));
+    for (size_t i = 0; i < r.ndim; ++i) {
+      r.shape[i] = static_cast<int64_t>(a.shape(i));
+      r.stride[i] = a.stride(i);
+    }
+    r.data = a.data();
+  }
+  if (r.dtype == 0) Bad(name, "dtype must be float32 (or bool for a mask)", true);
+  return r;
+}
+
+// A tensor view of `h`: 4 dimensions (3: a trailing 1 is appended, as for lse
 // [B, H, T] or a [B, T, C] sequence); `swap` exchanges dimensions 1 and 2 ([B, T, H, D]
 // arrays seen as [B, H, T, D]).
-octattn_tensor View(const Array& a, const char* name, bool swap = false) {
+octattn_tensor View(nb::handle h, const char* name, bool swap = false) {
+  const Raw r = RawOf(h, name);
+  if (r.ndim != 3 && r.ndim != 4)
+    Bad(name, "expected 4 dimensions (3 for lse), got " + std::to_string(r.ndim));
   octattn_tensor t{};
-  t.data = a.data();
-  const nb::dlpack::dtype d = a.dtype();
-  using Code = nb::dlpack::dtype_code;
-  if (d == nb::dtype<float>())
-    t.dtype = OCTATTN_DTYPE_F32;
-  else if (d.code == static_cast<uint8_t>(Code::Bfloat) && d.bits == 16)
-    t.dtype = OCTATTN_DTYPE_BF16;
-  else if (d.code == static_cast<uint8_t>(Code::Float) && d.bits == 16)
-    t.dtype = OCTATTN_DTYPE_F16;
-  else if (d.code == static_cast<uint8_t>(Code::Bool) && d.bits == 8)
-    t.dtype = OCTATTN_DTYPE_BOOL;
-  else
-    throw nb::type_error(
-        (std::string(name) + ": dtype must be float32 (or bool for a mask)").c_str());
-  const size_t n = a.ndim();
-  if (n != 3 && n != 4)
-    throw nb::value_error(
-        (std::string(name) + ": expected 4 dimensions (3 for lse), got " + std::to_string(n))
-            .c_str());
+  t.data = r.data;
+  t.dtype = r.dtype;
   for (size_t i = 0; i < 4; ++i) {
-    t.shape[i] = i < n ? static_cast<int64_t>(a.shape(i)) : 1;
-    t.stride[i] = i < n ? a.stride(i) : 1;
+    t.shape[i] = r.shape[i];
+    t.stride[i] = r.stride[i];
   }
   if (swap) {
     std::swap(t.shape[1], t.shape[2]);
@@ -68,15 +122,14 @@ octattn_tensor View(const Array& a, const char* name, bool swap = false) {
   return t;
 }
 
-// A per-head float32 array (ALiBi slopes, sinks): contiguous, at least `heads` entries.
-const float* PerHead(const OptArray& a, int64_t heads, const char* name) {
-  if (!a) return nullptr;
-  if (a->dtype() != nb::dtype<float>() || a->ndim() != 1 || a->stride(0) != 1)
-    throw nb::type_error((std::string(name) + ": a contiguous 1-D float32 array").c_str());
-  if (static_cast<int64_t>(a->shape(0)) != heads)
-    throw nb::value_error(
-        (std::string(name) + ": one entry per query head (" + std::to_string(heads) + ")").c_str());
-  return static_cast<const float*>(a->data());
+// A per-head float32 array (ALiBi slopes, sinks): contiguous, one entry per query head.
+const float* PerHead(nb::handle a, int64_t heads, const char* name) {
+  if (a.is_none()) return nullptr;
+  const Raw r = RawOf(a, name);
+  if (r.dtype != OCTATTN_DTYPE_F32 || r.ndim != 1 || (r.shape[0] > 1 && r.stride[0] != 1))
+    Bad(name, "a contiguous 1-D float32 array", true);
+  if (r.shape[0] != heads) Bad(name, "one entry per query head (" + std::to_string(heads) + ")");
+  return static_cast<const float*>(r.data);
 }
 
 // The options of a call and the tensors they point at.
@@ -87,8 +140,8 @@ struct Options {
 
 void FillOptions(Options* opt, bool causal, int64_t window, int64_t stride,
                  std::optional<int64_t> q_start, int64_t k_start, float scale, int64_t chunk,
-                 float softcap, const OptArray& alibi, const OptArray& sinks, const OptArray& bias,
-                 const OptArray& mask, int32_t algorithm, int64_t q_heads) {
+                 float softcap, OptArray alibi, OptArray sinks, OptArray bias, OptArray mask,
+                 int32_t algorithm, int64_t q_heads) {
   octattn_attention_options_init(&opt->o);
   opt->o.causal = causal ? 1 : 0;
   opt->o.window = window;
@@ -101,12 +154,12 @@ void FillOptions(Options* opt, bool causal, int64_t window, int64_t stride,
   opt->o.algorithm = algorithm;
   opt->o.alibi_slopes = PerHead(alibi, q_heads, "alibi_slopes");
   opt->o.sinks = PerHead(sinks, q_heads, "sinks");
-  if (bias) {
-    opt->bias = View(*bias, "bias");
+  if (!bias.is_none()) {
+    opt->bias = View(bias, "bias");
     opt->o.bias = &opt->bias;
   }
-  if (mask) {
-    opt->mask = View(*mask, "mask");
+  if (!mask.is_none()) {
+    opt->mask = View(mask, "mask");
     opt->o.mask = &opt->mask;
   }
 }
@@ -148,36 +201,35 @@ class Context {
     return d;
   }
 
-  void Attention(const Array& q, const Array& k, const Array& v, const Array& o,
-                 const OptArray& lse, const OptArray& weights, bool bthd, bool causal,
-                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
-                 float scale, int64_t chunk, float softcap, const OptArray& alibi,
-                 const OptArray& sinks, const OptArray& bias, const OptArray& mask,
-                 int32_t algorithm) {
+  void Attention(Array q, Array k, Array v, Array o, OptArray lse, OptArray weights, bool bthd,
+                 bool causal, int64_t window, int64_t stride, std::optional<int64_t> q_start,
+                 int64_t k_start, float scale, int64_t chunk, float softcap, OptArray alibi,
+                 OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm) {
     octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                    to = View(o, "out", bthd), tl{}, tw{};
-    if (lse) tl = View(*lse, "lse");
-    if (weights) tw = View(*weights, "weights");
+    if (!lse.is_none()) tl = View(lse, "lse");
+    if (!weights.is_none()) tw = View(weights, "weights");
     Options opt;
     FillOptions(&opt, causal, window, stride, q_start, k_start, scale, chunk, softcap, alibi, sinks,
                 bias, mask, algorithm, tq.shape[1]);
     octattn_status s;
     {
       nb::gil_scoped_release release;
-      s = octattn_attention(ctx_, &opt.o, &tq, &tk, &tv, &to, lse ? &tl : nullptr,
-                            weights ? &tw : nullptr, nullptr, 0);
+      s = octattn_attention(ctx_, &opt.o, &tq, &tk, &tv, &to, lse.is_none() ? nullptr : &tl,
+                            weights.is_none() ? nullptr : &tw, nullptr, 0);
     }
     Check(s);
   }
 
-  size_t WorkspaceSize(const Array& q, const Array& k, const Array& v, const Array& o, bool bthd,
-                       bool causal, int64_t window, int64_t stride, std::optional<int64_t> q_start,
-                       int64_t k_start, int64_t chunk, int32_t algorithm) {
+  size_t WorkspaceSize(Array q, Array k, Array v, Array o, bool bthd, bool causal, int64_t window,
+                       int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
+                       int64_t chunk, int32_t algorithm) {
     octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                    to = View(o, "out", bthd);
     Options opt;
-    FillOptions(&opt, causal, window, stride, q_start, k_start, 0.0f, chunk, 0.0f, {}, {}, {}, {},
-                algorithm, tq.shape[1]);
+    const nb::handle none = nb::none();
+    FillOptions(&opt, causal, window, stride, q_start, k_start, 0.0f, chunk, 0.0f, none, none, none,
+                none, algorithm, tq.shape[1]);
     size_t bytes = 0;
     Check(octattn_attention_workspace_size(ctx_, &opt.o, &tq, &tk, &tv, &to, nullptr, nullptr,
                                            &bytes));
@@ -185,66 +237,67 @@ class Context {
   }
 
   // The stages.
-  void Scores(const Array& q, const Array& k, const Array& scores) {
+  void Scores(Array q, Array k, Array scores) {
     octattn_tensor tq = View(q, "q"), tk = View(k, "k"), ts = View(scores, "scores");
     Check(octattn_scores(ctx_, &tq, &tk, &ts));
   }
-  void Scale(const Array& scores, float scale) {
+  void Scale(Array scores, float scale) {
     octattn_tensor ts = View(scores, "scores");
     Check(octattn_scale(ctx_, &ts, scale));
   }
-  void Mask(const Array& scores, bool causal, int64_t window, int64_t stride,
-            std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, const OptArray& mask) {
+  void Mask(Array scores, bool causal, int64_t window, int64_t stride,
+            std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, OptArray mask) {
     octattn_tensor ts = View(scores, "scores");
     Options opt;
-    FillOptions(&opt, causal, window, stride, q_start, k_start, 0.0f, chunk, 0.0f, {}, {}, {}, mask,
-                OCTATTN_ALGORITHM_AUTO, ts.shape[1]);
+    const nb::handle none = nb::none();
+    FillOptions(&opt, causal, window, stride, q_start, k_start, 0.0f, chunk, 0.0f, none, none, none,
+                mask, OCTATTN_ALGORITHM_AUTO, ts.shape[1]);
     Check(octattn_mask(ctx_, &opt.o, &ts));
   }
-  void ModifyScores(const Array& scores, std::optional<int64_t> q_start, int64_t k_start,
-                    float softcap, const OptArray& alibi, const OptArray& bias) {
+  void ModifyScores(Array scores, std::optional<int64_t> q_start, int64_t k_start, float softcap,
+                    OptArray alibi, OptArray bias) {
     octattn_tensor ts = View(scores, "scores");
     Options opt;
-    FillOptions(&opt, true, 0, 0, q_start, k_start, 0.0f, 0, softcap, alibi, {}, bias, {},
+    const nb::handle none = nb::none();
+    FillOptions(&opt, true, 0, 0, q_start, k_start, 0.0f, 0, softcap, alibi, none, bias, none,
                 OCTATTN_ALGORITHM_AUTO, ts.shape[1]);
     Check(octattn_modify_scores(ctx_, &opt.o, &ts));
   }
-  void Softmax(const Array& scores, const OptArray& sinks, const OptArray& lse) {
+  void Softmax(Array scores, OptArray sinks, OptArray lse) {
     octattn_tensor ts = View(scores, "scores"), tl{};
-    if (lse) tl = View(*lse, "lse");
-    if (sinks)
-      Check(octattn_softmax_sinks(ctx_, &ts, PerHead(sinks, ts.shape[1], "sinks"),
-                                  lse ? &tl : nullptr));
+    if (!lse.is_none()) tl = View(lse, "lse");
+    octattn_tensor* lp = lse.is_none() ? nullptr : &tl;
+    if (!sinks.is_none())
+      Check(octattn_softmax_sinks(ctx_, &ts, PerHead(sinks, ts.shape[1], "sinks"), lp));
     else
-      Check(octattn_softmax(ctx_, &ts, lse ? &tl : nullptr));
+      Check(octattn_softmax(ctx_, &ts, lp));
   }
-  void WeightedSum(const Array& w, const Array& v, const Array& o) {
+  void WeightedSum(Array w, Array v, Array o) {
     octattn_tensor tw = View(w, "weights"), tv = View(v, "v"), to = View(o, "out");
     Check(octattn_weighted_sum(ctx_, &tw, &tv, &to));
   }
-  void SplitHeads(const Array& src, int64_t heads, const Array& dst) {
+  void SplitHeads(Array src, int64_t heads, Array dst) {
     octattn_tensor ts = View(src, "x"), td = View(dst, "out");
     Check(octattn_split_heads(ctx_, &ts, heads, &td));
   }
-  void MergeHeads(const Array& src, const Array& dst) {
+  void MergeHeads(Array src, Array dst) {
     octattn_tensor ts = View(src, "x"), td = View(dst, "out");
     Check(octattn_merge_heads(ctx_, &ts, &td));
   }
-  void SplitQkv(const Array& src, int64_t q_heads, int64_t kv_heads, const Array& q, const Array& k,
-                const Array& v) {
+  void SplitQkv(Array src, int64_t q_heads, int64_t kv_heads, Array q, Array k, Array v) {
     octattn_tensor ts = View(src, "qkv"), tq = View(q, "q"), tk = View(k, "k"), tv = View(v, "v");
     Check(octattn_split_qkv(ctx_, &ts, q_heads, kv_heads, &tq, &tk, &tv));
   }
-  void Merge(const std::vector<Array>& o_parts, const std::vector<Array>& lse_parts, const Array& o,
-             const OptArray& lse) {
-    if (o_parts.size() != lse_parts.size())
+  void Merge(nb::list o_parts, nb::list lse_parts, Array o, OptArray lse) {
+    if (nb::len(o_parts) != nb::len(lse_parts))
       throw nb::value_error("merge: as many lse parts as output parts");
     std::vector<octattn_tensor> to, tl;
-    for (const Array& a : o_parts) to.push_back(View(a, "o_parts"));
-    for (const Array& a : lse_parts) tl.push_back(View(a, "lse_parts"));
+    for (nb::handle a : o_parts) to.push_back(View(a, "o_parts"));
+    for (nb::handle a : lse_parts) tl.push_back(View(a, "lse_parts"));
     octattn_tensor out = View(o, "out"), out_lse{};
-    if (lse) out_lse = View(*lse, "lse");
-    Check(octattn_merge(ctx_, to.size(), to.data(), tl.data(), &out, lse ? &out_lse : nullptr));
+    if (!lse.is_none()) out_lse = View(lse, "lse");
+    Check(octattn_merge(ctx_, to.size(), to.data(), tl.data(), &out,
+                        lse.is_none() ? nullptr : &out_lse));
   }
 
  private:
@@ -263,7 +316,15 @@ int64_t StructLayout(const std::string& type, std::optional<std::string> field) 
 
 NB_MODULE(_octattn, m) {
   m.doc() = "octattn's C API over nanobind ndarrays (use the octattn package, not this module)";
-  m.def("_set_error_class", [](nb::object cls) { error_class = cls; });
+  m.def("_set_error_class", [](nb::object cls) { error_class = cls.release(); });
+  m.def("_set_torch",
+        [](nb::object tensor, nb::object f32, nb::object bf16, nb::object f16, nb::object b) {
+          torch_tensor = tensor.release();
+          torch_f32 = f32.release();
+          torch_bf16 = bf16.release();
+          torch_f16 = f16.release();
+          torch_bool = b.release();
+        });
   m.def("version", [] { return std::string(octattn_version_string()); });
   m.def("status_string", [](int32_t s) { return std::string(octattn_status_string(s)); });
   m.def("struct_layout", &StructLayout, nb::arg("type"), nb::arg("field").none());
