@@ -9,8 +9,6 @@ producer); the output is allocated like q (or written into `out`). Every option 
 API is a keyword; failures raise octattn.Error with the library's status and message.
 Semantics, accuracy and determinism are those of include/octattn.h.
 """
-import threading
-
 from numpy import ndarray as _ndarray
 
 from . import _octattn
@@ -74,16 +72,9 @@ class Context(_octattn.Context):
         super().set_target(_BACKENDS[backend], _TARGETS[target])
 
 
-_local = threading.local()
-
-
 def _context():
-    ctx = getattr(_local, "ctx", None)
-    if ctx is None:
-        ctx = _local.ctx = Context()
-        _local.threads = None  # None: follow torch.get_num_threads() for torch inputs
-        _local.torch_threads = None
-    return ctx
+    """This Python thread's default context (owned by the extension, one per thread)."""
+    return _octattn._default_context()
 
 
 def set_threads(threads):
@@ -91,7 +82,6 @@ def set_threads(threads):
     it, calls on torch tensors follow torch.get_num_threads() and others use the
     library's default (OCTATTN_THREADS, else every hardware thread)."""
     _context().set_threads(int(threads))
-    _local.threads = int(threads)
 
 
 def get_threads():
@@ -101,7 +91,7 @@ def get_threads():
 def set_target(backend="auto", target="auto"):
     """Chooses the backend ("highway", "xsimd") and target ("avx2", ...) of this Python
     thread's calls; "auto" picks the best this CPU runs."""
-    _context().set_target(backend, target)
+    _context().set_target(_BACKENDS[backend], _TARGETS[target])
 
 
 def last_run():
@@ -113,39 +103,19 @@ def available_targets(backend="highway"):
     return _octattn.available_targets(_BACKENDS[backend])
 
 
-def _is_torch(x):
-    t = type(x)
-    return t is not _ndarray and t.__module__.startswith("torch")
-
-
-_torch_threads = None  # torch.get_num_threads, once torch tensors were seen
-
-
-def _know_torch():
-    """Tells the extension torch's tensor type and dtypes: it reads torch tensors through
-    their attributes (data_ptr, shape, stride), without a DLPack export."""
-    global _torch_threads
-    import torch
-    _octattn._set_torch(torch.Tensor, torch.float32, torch.bfloat16, torch.float16, torch.bool)
-    _torch_threads = torch.get_num_threads
+_is_torch = _octattn._is_torch  # a torch.Tensor (once torch is imported)
 
 
 def _ctx_for(x, context):
+    """The context of a call on x: the caller's, or this thread's default one, whose
+    thread cap follows torch.get_num_threads() for torch tensors unless set_threads was
+    called."""
     if context is not None:
-        ctx = context
-    else:
-        try:
-            ctx = _local.ctx
-        except AttributeError:
-            ctx = _context()
+        return context
+    ctx = _context()
     if type(x) is not _ndarray and _is_torch(x):
-        if _torch_threads is None:
-            _know_torch()
-        if context is None and _local.threads is None:
-            n = _torch_threads()
-            if n != _local.torch_threads:
-                ctx.set_threads(n)
-                _local.torch_threads = n
+        import torch
+        ctx.follow_threads(torch.get_num_threads())
     return ctx
 
 
@@ -169,44 +139,10 @@ def _per_head(a, like):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def attention(q, k, v, *, causal=True, window=0, stride=0, scale=None, q_start=None,
-              k_start=0, chunk=0, softcap=0.0, alibi_slopes=None, sinks=None, bias=None,
-              mask=None, out=None, return_lse=False, return_weights=False,
-              algorithm="auto", layout="bhtd", context=None):
-    """o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
+# o = softmax(scale * q k^T + M) v: the extension's entry, keywords parsed in C++ (a
+# Python wrapper cost about 1.5 us a call); help(octattn.attention) has its text.
+attention = _octattn.attention
 
-    q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
-    each), float32, any strides; Hq % Hkv == 0 (grouped queries, no copies).
-    causal/window/stride/chunk: the mask; q_start/k_start: positions (q_start None: the
-    queries are the newest tokens); scale None: 1/sqrt(D); softcap, alibi_slopes [Hq],
-    sinks [Hq], bias [B, Hq, Tq, Tk] and mask [B, Hq, Tq, Tk] (bool; broadcast with
-    stride 0): the score modifiers. out: the output to write (same layout as q).
-    Returns o, or (o, lse[, weights]) as asked (lse [B, Hq, Tq], weights [B, Hq, Tq, Tk]:
-    naive algorithm only)."""
-    ctx = _ctx_for(q, context)
-    bthd = layout == "bthd"
-    if not bthd and layout != "bhtd":
-        raise ValueError("layout is 'bhtd' or 'bthd'")
-    s = q.shape
-    if len(s) != 4 or len(v.shape) != 4:
-        raise ValueError("q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D])")
-    if out is None:
-        out = _empty(q, (s[0], s[1], s[2], v.shape[3]))
-    lse = weights = None
-    if return_lse or return_weights:
-        B, H, T = (q.shape[0], q.shape[2], q.shape[1]) if bthd else tuple(q.shape[:3])
-        if return_lse:
-            lse = _empty(q, (B, H, T))
-        if return_weights:
-            weights = _empty(q, (B, H, T, k.shape[1] if bthd else k.shape[2]))
-    ctx.attention(q, k, v, out, lse, weights, bthd, bool(causal), window, stride, q_start, k_start,
-                  0.0 if scale is None else scale, chunk, softcap,
-                  None if alibi_slopes is None else _per_head(alibi_slopes, q),
-                  None if sinks is None else _per_head(sinks, q), bias, mask,
-                  _ALGORITHMS[algorithm])
-    if not (return_lse or return_weights):
-        return out
-    return (out,) + ((lse,) if return_lse else ()) + ((weights,) if return_weights else ())
 
 
 def workspace_size(q, k, v, *, causal=True, window=0, stride=0, q_start=None, k_start=0,
@@ -219,6 +155,9 @@ def workspace_size(q, k, v, *, causal=True, window=0, stride=0, q_start=None, k_
     o = _empty(q, (s[0], s[1], s[2], v.shape[3]))
     return ctx.workspace_size(q, k, v, o, bthd, bool(causal), window, stride, q_start, k_start,
                               chunk, _ALGORITHMS[algorithm])
+
+
+_octattn._set_helpers(__import__("numpy").empty, _per_head)
 
 
 # ----------------------------------------------------------------------- the stages

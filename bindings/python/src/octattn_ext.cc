@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,11 +28,11 @@ namespace {
 using Array = nb::handle;     // a tensor argument
 using OptArray = nb::handle;  // a tensor argument or None
 
-// octattn.Error, set by the package at import; torch.Tensor and its dtypes, set when
-// the package first sees a torch tensor. Owned references that are never released (a
-// module's globals outlive the interpreter's finalization otherwise).
+// octattn.Error, set by the package at import; torch.Tensor, its dtypes and
+// get_num_threads, read from the torch module once it is imported. Owned references that are never
+// released (a module's globals outlive the interpreter's finalization otherwise).
 nb::handle error_class;
-nb::handle torch_tensor, torch_f32, torch_bf16, torch_f16, torch_bool;
+nb::handle torch_tensor, torch_f32, torch_bf16, torch_f16, torch_bool, torch_threads;
 
 // Raises octattn.Error(status, message).
 [[noreturn]] void Raise(octattn_status status, const std::string& message) {
@@ -46,7 +47,24 @@ nb::handle torch_tensor, torch_f32, torch_bf16, torch_f16, torch_bool;
   throw nb::value_error(text.c_str());
 }
 
+// torch's tensor type, dtypes and get_num_threads, read once torch is imported.
+void LearnTorch() {
+  PyObject* module = PyImport_GetModule(nb::str("torch").ptr());
+  if (!module) {
+    PyErr_Clear();
+    return;
+  }
+  nb::object torch = nb::steal(module);
+  torch_f32 = nb::object(torch.attr("float32")).release();
+  torch_bf16 = nb::object(torch.attr("bfloat16")).release();
+  torch_f16 = nb::object(torch.attr("float16")).release();
+  torch_bool = nb::object(torch.attr("bool")).release();
+  torch_threads = nb::object(torch.attr("get_num_threads")).release();
+  torch_tensor = nb::object(torch.attr("Tensor")).release();
+}
+
 bool IsTorch(nb::handle h) {
+  if (!torch_tensor.ptr()) LearnTorch();
   return torch_tensor.ptr() != nullptr &&
          PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(torch_tensor.ptr()));
 }
@@ -177,7 +195,17 @@ class Context {
     if (s != OCTATTN_OK) Raise(s, octattn_context_last_error(ctx_));
   }
 
-  void SetThreads(int32_t threads) { Check(octattn_context_set_threads(ctx_, threads)); }
+  // A cap set by the caller; without one, the default context follows torch's.
+  void SetThreads(int32_t threads) {
+    Check(octattn_context_set_threads(ctx_, threads));
+    explicit_threads_ = true;
+  }
+  // Caps the threads at torch.get_num_threads() (`n`) unless the caller set a cap.
+  void FollowThreads(int32_t n) {
+    if (explicit_threads_ || n == followed_) return;
+    Check(octattn_context_set_threads(ctx_, n));
+    followed_ = n;
+  }
   int32_t Threads() const {
     int32_t n = 0;
     Check(octattn_context_get_threads(ctx_, &n));
@@ -302,7 +330,79 @@ class Context {
 
  private:
   octattn_context* ctx_ = nullptr;
+  bool explicit_threads_ = false;
+  int32_t followed_ = -1;
 };
+
+// numpy.empty and the package's per-head converter, set at import.
+nb::handle numpy_empty, per_head;
+
+// The default context of this thread (one per Python thread: a context must not be used
+// by two threads at once).
+Context& DefaultContext() {
+  thread_local std::unique_ptr<Context> ctx;
+  if (!ctx) ctx = std::make_unique<Context>();
+  return *ctx;
+}
+
+bool Is(nb::handle s, const char* text) {
+  return PyUnicode_Check(s.ptr()) && PyUnicode_CompareWithASCIIString(s.ptr(), text) == 0;
+}
+
+// An uninitialized float32 array of like's kind (torch or numpy).
+nb::object Empty(nb::handle like, bool torch, std::initializer_list<int64_t> dims) {
+  nb::list shape;
+  for (int64_t d : dims) shape.append(d);
+  if (torch) return like.attr("new_empty")(nb::tuple(shape), nb::arg("dtype") = torch_f32);
+  return nb::borrow(numpy_empty)(nb::tuple(shape), nb::arg("dtype") = "float32");
+}
+
+// octattn.attention (its docstring is in octattn/__init__.py).
+nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal, int64_t window,
+                          int64_t stride, std::optional<float> scale,
+                          std::optional<int64_t> q_start, int64_t k_start, int64_t chunk,
+                          float softcap, nb::handle alibi, nb::handle sinks, nb::handle bias,
+                          nb::handle mask, nb::handle out, bool return_lse, bool return_weights,
+                          nb::handle algorithm, nb::handle layout, nb::handle context) {
+  const bool torch = IsTorch(q);
+  Context* ctx;
+  if (context.is_none()) {
+    ctx = &DefaultContext();
+    if (torch) ctx->FollowThreads(nb::cast<int32_t>(nb::borrow(torch_threads)()));
+  } else {
+    ctx = nb::cast<Context*>(context);
+  }
+  const bool bthd = Is(layout, "bthd");
+  if (!bthd && !Is(layout, "bhtd")) throw nb::value_error("layout is 'bhtd' or 'bthd'");
+  const int32_t algo = Is(algorithm, "auto")        ? OCTATTN_ALGORITHM_AUTO
+                       : Is(algorithm, "fused")     ? OCTATTN_ALGORITHM_FUSED
+                       : Is(algorithm, "naive")     ? OCTATTN_ALGORITHM_NAIVE
+                       : Is(algorithm, "reference") ? OCTATTN_ALGORITHM_REFERENCE
+                                                    : -1;
+  if (algo < 0) throw nb::value_error("algorithm is 'auto', 'fused', 'naive' or 'reference'");
+  const Raw rq = RawOf(q, "q"), rv = RawOf(v, "v");
+  if (rq.ndim != 4 || rv.ndim != 4)
+    throw nb::value_error("q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D])");
+  // [B, H, T] of the queries, whatever the layout.
+  const int64_t B = rq.shape[0], H = bthd ? rq.shape[2] : rq.shape[1],
+                T = bthd ? rq.shape[1] : rq.shape[2];
+  nb::object o = out.is_none()
+                     ? Empty(q, torch, {rq.shape[0], rq.shape[1], rq.shape[2], rv.shape[3]})
+                     : nb::borrow(out);
+  nb::object lse = nb::none(), weights = nb::none();
+  if (return_lse) lse = Empty(q, torch, {B, H, T});
+  if (return_weights) {
+    const Raw rk = RawOf(k, "k");
+    weights = Empty(q, torch, {B, H, T, bthd ? rk.shape[1] : rk.shape[2]});
+  }
+  nb::object a = alibi.is_none() ? nb::none() : nb::borrow(per_head)(alibi, q);
+  nb::object sk = sinks.is_none() ? nb::none() : nb::borrow(per_head)(sinks, q);
+  ctx->Attention(q, k, v, o, lse, weights, bthd, causal, window, stride, q_start, k_start,
+                 scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo);
+  if (!return_lse && !return_weights) return o;
+  if (return_lse && return_weights) return nb::make_tuple(o, lse, weights);
+  return nb::make_tuple(o, return_lse ? lse : weights);
+}
 
 // The library's size or offset of a struct member (octattn_struct_layout), or -1.
 int64_t StructLayout(const std::string& type, std::optional<std::string> field) {
@@ -317,14 +417,10 @@ int64_t StructLayout(const std::string& type, std::optional<std::string> field) 
 NB_MODULE(_octattn, m) {
   m.doc() = "octattn's C API over nanobind ndarrays (use the octattn package, not this module)";
   m.def("_set_error_class", [](nb::object cls) { error_class = cls.release(); });
-  m.def("_set_torch",
-        [](nb::object tensor, nb::object f32, nb::object bf16, nb::object f16, nb::object b) {
-          torch_tensor = tensor.release();
-          torch_f32 = f32.release();
-          torch_bf16 = bf16.release();
-          torch_f16 = f16.release();
-          torch_bool = b.release();
-        });
+  m.def("_set_helpers", [](nb::object empty, nb::object convert) {
+    numpy_empty = empty.release();
+    per_head = convert.release();
+  });
   m.def("version", [] { return std::string(octattn_version_string()); });
   m.def("status_string", [](int32_t s) { return std::string(octattn_status_string(s)); });
   m.def("struct_layout", &StructLayout, nb::arg("type"), nb::arg("field").none());
@@ -342,6 +438,7 @@ NB_MODULE(_octattn, m) {
 
   nb::class_<Context>(m, "Context")
       .def(nb::init<>())
+      .def("follow_threads", &Context::FollowThreads)
       .def("set_threads", &Context::SetThreads)
       .def("threads", &Context::Threads)
       .def("set_target", &Context::SetTarget)
@@ -371,4 +468,25 @@ NB_MODULE(_octattn, m) {
       .def("split_qkv", &Context::SplitQkv)
       .def("merge", &Context::Merge, nb::arg("o_parts"), nb::arg("lse_parts"), nb::arg("o"),
            nb::arg("lse").none());
+  m.def("_default_context", &DefaultContext, nb::rv_policy::reference);
+  m.def("_is_torch", [](nb::handle h) { return IsTorch(h); });
+  m.def("attention", &AttentionEntry, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::kw_only(),
+        nb::arg("causal") = true, nb::arg("window") = 0, nb::arg("stride") = 0,
+        nb::arg("scale").none() = nb::none(), nb::arg("q_start").none() = nb::none(),
+        nb::arg("k_start") = 0, nb::arg("chunk") = 0, nb::arg("softcap") = 0.0f,
+        nb::arg("alibi_slopes").none() = nb::none(), nb::arg("sinks").none() = nb::none(),
+        nb::arg("bias").none() = nb::none(), nb::arg("mask").none() = nb::none(),
+        nb::arg("out").none() = nb::none(), nb::arg("return_lse") = false,
+        nb::arg("return_weights") = false, nb::arg("algorithm") = "auto",
+        nb::arg("layout") = "bhtd", nb::arg("context").none() = nb::none(),
+        R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
+
+q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
+each), float32, any strides; Hq % Hkv == 0 (grouped queries, no copies).
+causal/window/stride/chunk: the mask; q_start/k_start: positions (q_start None: the
+queries are the newest tokens); scale None: 1/sqrt(D); softcap, alibi_slopes [Hq],
+sinks [Hq], bias [B, Hq, Tq, Tk] and mask [B, Hq, Tq, Tk] (bool; broadcast with
+stride 0): the score modifiers. out: the output to write (same layout as q).
+Returns o, or (o, lse[, weights]) as asked (lse [B, Hq, Tq], weights [B, Hq, Tq, Tk]:
+naive algorithm only).)doc");
 }
