@@ -44,7 +44,7 @@ class Mask:
         self.window = window
 
 
-def _pattern(mask_function, config, q_offset, kv_offset, kv_length):
+def _pattern(mask_function, config):
     """0 when mask_function is plain causal, w for a causal sliding window of w tokens,
     None for anything else: checked on pairs around the diagonal and the window edge."""
     from transformers.masking_utils import causal_mask_function
@@ -74,7 +74,7 @@ def mask_function(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
     if mask_function is None:
         mask_function = mu.causal_mask_function
     q_start = int(q_offset) - int(kv_offset)
-    pattern = _pattern(mask_function, config, q_offset, kv_offset, kv_length)
+    pattern = _pattern(mask_function, config)
     if pattern is None:
         kw = dict(kwargs)
         kw.pop("allow_is_causal_skip", None)

@@ -122,8 +122,7 @@ Raw RawOf(nb::handle h, const char* name) {
 // A tensor view of `h`: 4 dimensions (3: a trailing 1 is appended, as for lse
 // [B, H, T] or a [B, T, C] sequence); `swap` exchanges dimensions 1 and 2 ([B, T, H, D]
 // arrays seen as [B, H, T, D]).
-octattn_tensor View(nb::handle h, const char* name, bool swap = false) {
-  const Raw r = RawOf(h, name);
+octattn_tensor ViewOf(const Raw& r, const char* name, bool swap = false) {
   if (r.ndim != 3 && r.ndim != 4)
     Bad(name, "expected 4 dimensions (3 for lse), got " + std::to_string(r.ndim));
   octattn_tensor t{};
@@ -138,6 +137,10 @@ octattn_tensor View(nb::handle h, const char* name, bool swap = false) {
     std::swap(t.stride[1], t.stride[2]);
   }
   return t;
+}
+
+octattn_tensor View(nb::handle h, const char* name, bool swap = false) {
+  return ViewOf(RawOf(h, name), name, swap);
 }
 
 // A per-head float32 array (ALiBi slopes, sinks): contiguous, one entry per query head.
@@ -229,22 +232,19 @@ class Context {
     return d;
   }
 
-  void Attention(Array q, Array k, Array v, Array o, OptArray lse, OptArray weights, bool bthd,
-                 bool causal, int64_t window, int64_t stride, std::optional<int64_t> q_start,
-                 int64_t k_start, float scale, int64_t chunk, float softcap, OptArray alibi,
-                 OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm) {
-    octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
-                   to = View(o, "out", bthd), tl{}, tw{};
-    if (!lse.is_none()) tl = View(lse, "lse");
-    if (!weights.is_none()) tw = View(weights, "weights");
+  // octattn_attention on views already read (lse and weights may be null).
+  void Attention(const octattn_tensor& q, const octattn_tensor& k, const octattn_tensor& v,
+                 octattn_tensor* o, octattn_tensor* lse, octattn_tensor* weights, bool causal,
+                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
+                 float scale, int64_t chunk, float softcap, OptArray alibi, OptArray sinks,
+                 OptArray bias, OptArray mask, int32_t algorithm) {
     Options opt;
     FillOptions(&opt, causal, window, stride, q_start, k_start, scale, chunk, softcap, alibi, sinks,
-                bias, mask, algorithm, tq.shape[1]);
+                bias, mask, algorithm, q.shape[1]);
     octattn_status s;
     {
       nb::gil_scoped_release release;
-      s = octattn_attention(ctx_, &opt.o, &tq, &tk, &tv, &to, lse.is_none() ? nullptr : &tl,
-                            weights.is_none() ? nullptr : &tw, nullptr, 0);
+      s = octattn_attention(ctx_, &opt.o, &q, &k, &v, o, lse, weights, nullptr, 0);
     }
     Check(s);
   }
@@ -380,8 +380,9 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                        : Is(algorithm, "reference") ? OCTATTN_ALGORITHM_REFERENCE
                                                     : -1;
   if (algo < 0) throw nb::value_error("algorithm is 'auto', 'fused', 'naive' or 'reference'");
-  const Raw rq = RawOf(q, "q"), rv = RawOf(v, "v");
-  if (rq.ndim != 4 || rv.ndim != 4)
+  // Each tensor argument is read once (for torch, five attribute calls).
+  const Raw rq = RawOf(q, "q"), rk = RawOf(k, "k"), rv = RawOf(v, "v");
+  if (rq.ndim != 4 || rk.ndim != 4 || rv.ndim != 4)
     throw nb::value_error("q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D])");
   // [B, H, T] of the queries, whatever the layout.
   const int64_t B = rq.shape[0], H = bthd ? rq.shape[2] : rq.shape[1],
@@ -391,14 +392,15 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                      : nb::borrow(out);
   nb::object lse = nb::none(), weights = nb::none();
   if (return_lse) lse = Empty(q, torch, {B, H, T});
-  if (return_weights) {
-    const Raw rk = RawOf(k, "k");
-    weights = Empty(q, torch, {B, H, T, bthd ? rk.shape[1] : rk.shape[2]});
-  }
+  if (return_weights) weights = Empty(q, torch, {B, H, T, bthd ? rk.shape[1] : rk.shape[2]});
   nb::object a = alibi.is_none() ? nb::none() : nb::borrow(per_head)(alibi, q);
   nb::object sk = sinks.is_none() ? nb::none() : nb::borrow(per_head)(sinks, q);
-  ctx->Attention(q, k, v, o, lse, weights, bthd, causal, window, stride, q_start, k_start,
-                 scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo);
+  octattn_tensor to = View(o, "out", bthd), tl{}, tw{};
+  if (return_lse) tl = View(lse, "lse");
+  if (return_weights) tw = View(weights, "weights");
+  ctx->Attention(ViewOf(rq, "q", bthd), ViewOf(rk, "k", bthd), ViewOf(rv, "v", bthd), &to,
+                 return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
+                 q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo);
   if (!return_lse && !return_weights) return o;
   if (return_lse && return_weights) return nb::make_tuple(o, lse, weights);
   return nb::make_tuple(o, return_lse ? lse : weights);
@@ -444,12 +446,6 @@ NB_MODULE(_octattn, m) {
       .def("set_target", &Context::SetTarget)
       .def("set_memory_limit", &Context::SetMemoryLimit)
       .def("last_run", &Context::LastRun)
-      .def("attention", &Context::Attention, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"),
-           nb::arg("lse").none(), nb::arg("weights").none(), nb::arg("bthd"), nb::arg("causal"),
-           nb::arg("window"), nb::arg("stride"), nb::arg("q_start").none(), nb::arg("k_start"),
-           nb::arg("scale"), nb::arg("chunk"), nb::arg("softcap"), nb::arg("alibi").none(),
-           nb::arg("sinks").none(), nb::arg("bias").none(), nb::arg("mask").none(),
-           nb::arg("algorithm"))
       .def("workspace_size", &Context::WorkspaceSize, nb::arg("q"), nb::arg("k"), nb::arg("v"),
            nb::arg("o"), nb::arg("bthd"), nb::arg("causal"), nb::arg("window"), nb::arg("stride"),
            nb::arg("q_start").none(), nb::arg("k_start"), nb::arg("chunk"), nb::arg("algorithm"))
