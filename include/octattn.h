@@ -120,7 +120,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 4
+#define OCTATTN_VERSION_MINOR 5
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -366,6 +366,72 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
                                              const octattn_tensor* v, octattn_tensor* o,
                                              octattn_tensor* lse, octattn_tensor* weights,
                                              void* workspace, size_t workspace_size);
+
+/* ---------------------------------------------------------------------- backward
+ * The gradients of octattn_attention for training (since 0.5). Given the forward call's
+ * options and inputs, the o and lse it returned, and dout = dL/do (the shape of o), the
+ * backward writes dq, dk and dv (the shapes of q, k and v), and on request dsinks
+ * (q_heads floats; needs options.sinks) and dbias ([batch, q_heads, q_len, kv_len]).
+ * For an allowed pair (i, j) of query head h, with p the softmax of row i (its sink in
+ * the denominator) and x = scale * q_i . k_j:
+ *     D_i = dout_i . o_i            ds = p_ij * (dout_i . v_j - D_i)
+ *     dbias[b, h, i, j] = ds        dx = ds * (1 - tanh(x / softcap)^2) (softcap > 0; else ds)
+ *     dq_i += scale * dx * k_j      dk_j += scale * dx * q_i      dv_j += p_ij * dout_i
+ *     dsinks[h] = -sum over batches and rows of exp(sinks[h] - lse_i) * D_i
+ * dk and dv of a kv head sum over the query heads of its GQA group. dbias is the
+ * gradient of the scores after every modifier, so it is also dL/dbias of a bias tensor
+ * (full size: a caller whose bias broadcasts sums it over those dimensions) and exists
+ * with no bias tensor too; it is 0 where the pair is masked. ALiBi slopes, scale and the
+ * mask tensor are constants (no gradient). A row with no allowed key, or whose allowed
+ * scores are all -inf, gets dq 0 and contributes to no other gradient. Every element of
+ * every gradient is written, keys that no row reads getting 0.
+ *
+ * Algorithms: AUTO and FUSED run the fused backward (FlashAttention-2's: the
+ * probabilities recomputed tile by tile from q, k and lse, D from dout and o; scratch
+ * bounded by the tile sizes whatever q_len and kv_len are, tiles no row reads skipped).
+ * Its o and lse must be what octattn_attention returned for these inputs and options.
+ * REFERENCE is the double-accumulating oracle: it recomputes o and the softmax from q,
+ * k and v and does not read o and lse. NAIVE: UNSUPPORTED. Tasks are (batch, kv head)
+ * pairs: at most batch * kv_heads threads work.
+ *
+ * Invariants. A masked pair reaches no gradient whatever the bits of q, k, v, o, lse and
+ * dout (NaN and Inf included): dk_j and dv_j depend only on the rows that may read key
+ * j, dq_i only on the keys row i reads (and on row i), dbias[i, j] only on row i and key
+ * j. The bytes of every gradient are the same for any thread count, any strides of the
+ * same numbers, and any subset of the batch or of whole GQA groups: dk and dv sum their
+ * rows, and dq its keys, in one fixed order (no atomics).
+ *
+ * Accuracy. Against the reference, on inputs with o and lse from the forward: with
+ * S the largest |score| (after every modifier), R = 1e-6 * max(1, S), P_j the sum of
+ * p_ij over the rows that read key j (its group's heads too), G = value_dim * max|dout|
+ * * max|v| (a bound on |dout_i . v_j|):
+ *     |dv_j - ref| <= R * max|dout| * max(1, P_j)
+ *     |dq_i - ref| <= R * |scale| * max|k| * G * 4
+ *     |dk_j - ref| <= R * |scale| * max|q| * G * 4 * max(1, P_j)
+ *     |dbias - ref| <= R * G * 4,   |dsinks - ref| <= R * G * 2 * (rows with a key)
+ * the maxima taken over the call (tests/README.md).
+ *
+ * All inputs must be disjoint from every output; outputs must not overlap each other.
+ * @return OCTATTN_OK, NULL_POINTER (also lse, dout, dq, dk, dv), INVALID_SHAPE,
+ *   INVALID_STRIDE, OVERFLOW, ALIASING, INVALID_OPTION (also dsinks without
+ *   options.sinks), STRUCT_SIZE, WORKSPACE_TOO_SMALL, UNSUPPORTED (dtype, NAIVE),
+ *   OUT_OF_MEMORY, MISALIGNED, INTERNAL. Since 0.5. */
+OCTATTN_API octattn_status octattn_attention_backward(
+    octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
+    const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,
+    const octattn_tensor* lse, const octattn_tensor* dout, octattn_tensor* dq, octattn_tensor* dk,
+    octattn_tensor* dv, float* dsinks, octattn_tensor* dbias, void* workspace,
+    size_t workspace_size);
+
+/* Bytes of workspace octattn_attention_backward() needs for these arguments on this
+ * context. @return as octattn_attention_backward() validates, and NULL_POINTER (bytes).
+ * Since 0.5. */
+OCTATTN_API octattn_status octattn_attention_backward_workspace_size(
+    octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
+    const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,
+    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dq,
+    const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
+    const octattn_tensor* dbias, size_t* bytes);
 
 /* ---------------------------------------------------------------------- partials
  * A sequence split over processes (context parallelism, ring attention) attends each

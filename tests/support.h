@@ -111,6 +111,27 @@ struct Tensor {
   }
 };
 
+// A bool tensor in its own buffer: logical [d0, d1, d2, d3], size-1 dimensions broadcast.
+struct BoolTensor {
+  std::vector<uint8_t> buf;
+  octattn_tensor t{};
+  explicit BoolTensor(const int64_t s[4]) {
+    t.dtype = OCTATTN_DTYPE_BOOL;
+    int64_t stride = 1;
+    for (int d = 3; d >= 0; --d) {
+      t.shape[d] = s[d];
+      t.stride[d] = stride;
+      stride *= s[d];
+    }
+    buf.assign(static_cast<size_t>(stride), 1);
+    t.data = buf.data();
+  }
+  uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
+    return buf[(a % t.shape[0]) * t.stride[0] + (b % t.shape[1]) * t.stride[1] +
+               (c % t.shape[2]) * t.stride[2] + (d % t.shape[3]) * t.stride[3]];
+  }
+};
+
 // Bitwise equality of two rows (c fixed) of same-shaped tensors.
 inline bool RowBytesEqual(const Tensor& x, const Tensor& y, int64_t a, int64_t b, int64_t c) {
   for (int64_t d = 0; d < x.shape[3]; ++d) {

@@ -35,6 +35,7 @@ struct Case {
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
   int32_t threads = 1;
+  bool backward = false;  // time octattn_attention_backward (after one forward)
 };
 
 struct Args {
@@ -62,6 +63,8 @@ const char* kHelp =
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
     "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,scalar) --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
+    "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
+    "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
     "avx512, ymm FMA for avx2, xmm mul+add otherwise) and peak_fraction is\n"
@@ -136,6 +139,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
     else if (f == "--repeat")
       a->repeat = std::max(1, std::atoi(next()));
+    else if (f == "--backward")
+      a->base.backward = true;
     else if (f == "--json")
       a->json = true;
     else if (f == "--limits")
@@ -207,6 +212,9 @@ double AllowedPairs(const Case& c) {
 struct Buffers {
   std::vector<float> q, k, v, o;
   octattn_tensor tq, tk, tv, to;
+  // The backward's: the forward's lse, dout and the gradients.
+  std::vector<float> lse, dout, dq, dk, dv;
+  octattn_tensor tlse{}, tdout{}, tdq{}, tdk{}, tdv{};
   std::vector<float> slopes, sinks, bias;
   std::vector<uint8_t> mask;
   octattn_tensor tbias{}, tmask{};
@@ -226,6 +234,20 @@ struct Buffers {
     octattn_tensor_init(&tk, k.data(), ks, OCTATTN_LAYOUT_BHTD);
     octattn_tensor_init(&tv, v.data(), ks, OCTATTN_LAYOUT_BHTD);
     octattn_tensor_init(&to, o.data(), qs, OCTATTN_LAYOUT_BHTD);
+    if (c.backward) {
+      const int64_t ls[4] = {c.batch, c.q_heads, c.q_len, 1};
+      lse.assign(static_cast<size_t>(ls[0] * ls[1] * ls[2]), 0.0f);
+      dout.resize(q.size());
+      for (float& x : dout) x = dist(rng);
+      dq.assign(q.size(), 0.0f);
+      dk.assign(k.size(), 0.0f);
+      dv.assign(k.size(), 0.0f);
+      octattn_tensor_init(&tlse, lse.data(), ls, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tdout, dout.data(), qs, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tdq, dq.data(), qs, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tdk, dk.data(), ks, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tdv, dv.data(), ks, OCTATTN_LAYOUT_BHTD);
+    }
     for (int64_t h = 0; h < c.q_heads; ++h) {
       // The ALiBi paper's slopes: a geometric sequence from 2^(-8 / heads).
       slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / c.q_heads));
@@ -257,6 +279,22 @@ octattn_context* MakeContext(const Case& c, std::string* error) {
     return nullptr;
   }
   return ctx;
+}
+
+// The forward (with lse for a later backward), or the backward of its outputs.
+octattn_status Forward(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b,
+                       const Case& c) {
+  return octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, c.backward ? &b.tlse : nullptr,
+                           nullptr, nullptr, 0);
+}
+octattn_status Backward(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b) {
+  return octattn_attention_backward(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, &b.tlse, &b.tdout,
+                                    &b.tdq, &b.tdk, &b.tdv, nullptr, nullptr, nullptr, 0);
+}
+// The timed call of a case: the forward, or the backward after one forward.
+octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b,
+                     const Case& c) {
+  return c.backward ? Backward(ctx, opt, b) : Forward(ctx, opt, b, c);
 }
 
 octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
@@ -311,10 +349,9 @@ double ExtraRssMib(const Case& c) {
     double mib = -1;
     if (ctx) {
       const octattn_attention_options opt = OptionsOf(c, b);
+      const bool ready = !c.backward || Forward(ctx, opt, b, c) == OCTATTN_OK;
       const long before = MaxRssKib();
-      if (octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0) ==
-          OCTATTN_OK)
-        mib = (MaxRssKib() - before) / 1024.0;
+      if (ready && Timed(ctx, opt, b, c) == OCTATTN_OK) mib = (MaxRssKib() - before) / 1024.0;
     }
     if (write(fds[1], &mib, sizeof(mib)) != sizeof(mib)) _exit(1);
     _exit(0);
@@ -340,9 +377,8 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   octattn_context* ctx = MakeContext(c, &err);
   Buffers b(c);
   const octattn_attention_options opt = OptionsOf(c, b);
-  octattn_status st =
-      ctx ? octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0)
-          : OCTATTN_ERROR_UNSUPPORTED;
+  octattn_status st = ctx ? Forward(ctx, opt, b, c) : OCTATTN_ERROR_UNSUPPORTED;
+  if (st == OCTATTN_OK && c.backward) st = Backward(ctx, opt, b);  // also the warm-up
   if (ctx && st != OCTATTN_OK) err = octattn_context_last_error(ctx);
   if (st != OCTATTN_OK) {
     std::printf(a.json ? "{\"error\":\"%s\",\"algo\":\"%s\",\"q_len\":%lld,\"head_dim\":%lld}\n"
@@ -355,7 +391,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   std::vector<double> times;
   for (int r = 0; r < a.repeat; ++r) {
     const double t0 = Now();
-    octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, nullptr, nullptr, nullptr, 0);
+    Timed(ctx, opt, b, c);
     times.push_back(Now() - t0);
   }
   std::sort(times.begin(), times.end());
@@ -364,7 +400,11 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
   octattn_context_destroy(ctx);
-  const double flops = 2.0 * (2 * c.head_dim) * AllowedPairs(c) * c.batch * c.q_heads;
+  // Useful flops per allowed pair: q.k and p v (forward); the recomputed q.k, dP, dV, dQ
+  // and dK (backward).
+  const double per_pair =
+      c.backward ? 2.0 * (3 * c.head_dim + 2 * c.head_dim) : 2.0 * (2 * c.head_dim);
+  const double flops = per_pair * AllowedPairs(c) * c.batch * c.q_heads;
   const double gflops = flops / median / 1e9;
   const double peak =
       PeakFor(limits, info.algorithm == OCTATTN_ALGORITHM_REFERENCE
@@ -379,26 +419,27 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
       info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "none" : octattn_backend_name(info.backend);
   if (a.json) {
     std::printf(
-        "{\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"batch\":%lld,"
+        "{\"pass\":\"%s\",\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,"
+        "\"batch\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
         "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\",\"seconds_median\":%.6g,"
         "\"seconds_min\":%.6g,"
         "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
         "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f}\n",
-        octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
-        (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
-        (long long)c.head_dim, c.causal, (long long)c.window, (long long)c.stride,
-        ModsOf(c).c_str(), median, times.front(), times.back(), gflops, peak,
-        gflops / (peak * info.threads), kv_gbps, rss);
+        c.backward ? "backward" : "forward", octattn_algorithm_name(info.algorithm), backend,
+        target, info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
+        (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, c.causal,
+        (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), median, times.front(),
+        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, rss);
   } else {
     std::printf(
-        "%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s  "
+        "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s  "
         "%9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
-        octattn_algorithm_name(info.algorithm), backend, target, info.threads, (long long)c.batch,
-        (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len, (long long)c.kv_len,
-        (long long)c.head_dim, c.causal ? "causal" : "full", (long long)c.window,
-        (long long)c.stride, ModsOf(c).c_str(), median * 1e3, gflops,
-        100 * gflops / (peak * info.threads), kv_gbps, rss);
+        c.backward ? "backward " : "", octattn_algorithm_name(info.algorithm), backend, target,
+        info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
+        (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim,
+        c.causal ? "causal" : "full", (long long)c.window, (long long)c.stride, ModsOf(c).c_str(),
+        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, rss);
   }
   std::fflush(stdout);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "lib/api/call.h"
 #include "lib/api/context.h"
 #include "lib/api/validate.h"
 #include "lib/kernels/kernels.h"
@@ -18,6 +19,9 @@
 namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
+using octattn::api::AttentionCall;
+using octattn::api::OperandsOf;
+using octattn::api::ValidateAttention;
 
 namespace {
 
@@ -40,17 +44,10 @@ api::Check NeedContext(const octattn_context* ctx) {
   return api::Check();
 }
 
-// An attention call that passed validation.
-struct AttentionCall {
-  api::TensorInfo q, k, v, o, lse, weights;
-  api::TensorInfo bias, mask;  // of the modifiers (hi == 0: absent)
-  bool has_lse = false, has_weights = false;
-  plan::CallShape shape{};
-  float scale = 0;
-  octattn_algorithm algorithm = OCTATTN_ALGORITHM_AUTO;
-  plan::Algorithm plan_algorithm = plan::Algorithm::kFused;
-  const kernels::Table* table = nullptr;  // null for the reference
-};
+}  // namespace
+
+namespace octattn {
+namespace api {
 
 api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
                              const octattn_tensor* q, const octattn_tensor* k,
@@ -186,6 +183,11 @@ kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h) {
   t.mods = api::ModsAt(sh.mods, c.bias, c.mask, b, h);
   return t;
 }
+
+}  // namespace api
+}  // namespace octattn
+
+namespace {
 
 // The fused task of the GQA group of kv head `kvh` of batch `b`: all rows, all chunks.
 kernels::FlashTask GroupTask(const AttentionCall& c, int64_t b, int64_t kvh) {

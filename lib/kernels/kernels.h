@@ -107,6 +107,26 @@ struct FlashTask {
   float* partial;
 };
 
+// Backward (backward/): the gradients of one (batch, kv head), every query head of its
+// GQA group, every row and every key. op describes the forward call (o and lse as the
+// forward wrote them, read here); the gradients' pointers are those of the group's first
+// query head (dq, dbias) and of the kv head (dk, dv), strides in elements.
+struct BackwardTask {
+  Operands op;
+  int64_t heads;  // query heads of the group
+  const float* dout;
+  int64_t do_head, do_row, do_dim;
+  float* dq;
+  int64_t dq_head, dq_row, dq_dim;
+  float* dk;
+  int64_t dk_row, dk_dim;
+  float* dv;
+  int64_t dv_row, dv_dim;
+  float* dbias;  // null: not wanted; else [heads][q_len][kv_len], every entry written
+  int64_t db_head, db_row, db_col;
+  double* dsinks;  // with sinks: per head, the sum over its rows of -p_sink * (do . o)
+};
+
 // Scratch sizes are counted in floats with saturating arithmetic (plan::SatMul): a size
 // that does not fit in size_t comes back as SIZE_MAX, which no allocation satisfies.
 struct Table {
@@ -145,6 +165,9 @@ struct Table {
   size_t (*flash_state_floats)(int64_t value_dim);
   void (*flash_task)(const FlashTask& task, float* scratch);
   void (*flash_merge)(const FlashTask& task, const float* partials, int64_t units, float* scratch);
+  // backward/: scratch of one task and the task.
+  size_t (*backward_scratch_floats)(const BackwardTask& task);
+  void (*backward_task)(const BackwardTask& task, float* scratch);
 };
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.

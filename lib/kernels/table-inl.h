@@ -11,6 +11,7 @@
 #include "lib/kernels/av/av-inl.h"
 #include "lib/kernels/naive/naive-inl.h"
 #include "lib/kernels/flash/flash-inl.h"
+#include "lib/kernels/backward/backward-inl.h"
 // clang-format on
 
 static constexpr Table MakeTable(Backend backend, Target target) {
@@ -34,5 +35,7 @@ static constexpr Table MakeTable(Backend backend, Target target) {
   t.flash_state_floats = FlashStateFloats;
   t.flash_task = FlashTaskRun;
   t.flash_merge = FlashMerge;
+  t.backward_scratch_floats = BackwardScratchFloats;
+  t.backward_task = BackwardTaskRun;
   return t;
 }

@@ -80,6 +80,23 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
   return s;
 }
 
+Schedule MakeBackwardSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table,
+                              bool sinks) {
+  Schedule s;
+  s.algorithm = algorithm;
+  s.tasks = c.batch * c.kv_heads;
+  kernels::BackwardTask probe{};
+  probe.op = ProbeTask(c).op;
+  probe.heads = c.q_heads / c.kv_heads;
+  if (algorithm == Algorithm::kReference) {
+    s.slot_bytes = AlignBytes(SatMul(reference::BackwardScratchDoubles(probe), sizeof(double)));
+  } else {
+    s.slot_bytes = FloatBytes(table->backward_scratch_floats(probe));
+  }
+  if (sinks) s.shared_bytes = AlignBytes(SatMul(SatMul(Count(c.batch), Count(c.q_heads)), 8));
+  return s;
+}
+
 size_t WorkspaceBytes(const Schedule& s, int threads) {
   return SatAdd(SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes), kAlign);
 }

@@ -51,6 +51,12 @@ int64_t CallKeyEnd(const CallShape& c);
 
 Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table);
 
+// The backward (reference or fused): one task per (batch, kv head), its slot the
+// scratch of one group; shared: `batch * q_heads` doubles of per-batch sink sums when
+// `sinks` (the gradient of the sinks is wanted).
+Schedule MakeBackwardSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table,
+                              bool sinks);
+
 // Bytes of workspace for `threads` slots plus the shared bytes and alignment slack;
 // SIZE_MAX if that does not fit in size_t.
 size_t WorkspaceBytes(const Schedule& s, int threads);

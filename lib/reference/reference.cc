@@ -89,6 +89,118 @@ void AttentionHead(const Operands& t, double* scratch) {
   }
 }
 
+size_t BackwardScratchDoubles(const kernels::BackwardTask& t) {
+  const Operands& op = t.op;
+  size_t n = plan::SatMul(plan::Count(op.kv_len), plan::Count(op.head_dim + op.value_dim + 3));
+  return plan::SatAdd(n, plan::Count(op.value_dim + op.head_dim));
+}
+
+namespace {
+
+// The operands of query head h of a group task (h counted from the task's first head).
+Operands HeadOf(const Operands& op, int64_t h) {
+  Operands r = op;
+  r.q += h * op.q_head;
+  r.o += h * op.o_head;
+  if (r.lse) r.lse += h * op.lse_head;
+  kernels::Mods& m = r.mods;
+  if (m.slopes) m.slopes += h;
+  if (m.sinks) m.sinks += h;
+  if (m.bias) m.bias += h * m.bias_head;
+  if (m.mask) m.mask += h * m.mask_head;
+  return r;
+}
+
+}  // namespace
+
+void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
+  const int64_t n = t.op.kv_len, hd = t.op.head_dim, vd = t.op.value_dim;
+  double* dk = scratch;
+  double* dv = dk + n * hd;
+  double* s = dv + n * vd;
+  double* th = s + n;
+  double* p = th + n;
+  double* o = p + n;
+  double* dq = o + vd;
+  for (int64_t x = 0; x < n * (hd + vd); ++x) dk[x] = 0.0;
+  for (int64_t h = 0; h < t.heads; ++h) {
+    const Operands op = HeadOf(t.op, h);
+    const kernels::Mods& mods = op.mods;
+    const double sink = mods.sinks ? static_cast<double>(mods.sinks[0]) : kNegInf;
+    double dsink = 0.0;
+    for (int64_t i = 0; i < op.q_len; ++i) {
+      const int64_t qpos = op.mask.q_start + i;
+      const float* q = op.q + i * op.q_row;
+      const float* dout = t.dout + h * t.do_head + i * t.do_row;
+      float* dq_out = t.dq + h * t.dq_head + i * t.dq_row;
+      float* db = t.dbias ? t.dbias + h * t.db_head + i * t.db_row : nullptr;
+      double m = kNegInf;
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = kNegInf;
+        if (db) db[j * t.db_col] = 0.0f;
+        if (!PairAllowed(op, i, qpos, j)) continue;
+        const float* k = op.k + j * op.k_row;
+        double dot = 0.0;
+        for (int64_t d = 0; d < hd; ++d)
+          dot += static_cast<double>(q[d * op.q_dim]) * k[d * op.k_dim];
+        double x = dot * op.scale;
+        th[j] = 0.0;
+        if (mods.softcap > 0.0f) {
+          th[j] = std::tanh(x / mods.softcap);
+          x = mods.softcap * th[j];
+        }
+        if (mods.slopes) x += static_cast<double>(mods.slopes[0]) * static_cast<double>(j - qpos);
+        if (mods.bias) x += mods.bias[i * mods.bias_row + j * mods.bias_col];
+        s[j] = x;
+        if (x > m || std::isnan(x)) m = std::isnan(m) ? m : x;
+      }
+      for (int64_t d = 0; d < hd; ++d) dq_out[d * t.dq_dim] = 0.0f;
+      if (m == kNegInf) continue;  // the row's output is 0 whatever its inputs: no gradient
+      if (sink > m) m = sink;
+      double sum = sink == kNegInf ? 0.0 : std::exp(sink - m);
+      for (int64_t j = 0; j < n; ++j) {
+        p[j] = s[j] == kNegInf ? 0.0 : std::exp(s[j] - m);
+        sum += p[j];
+      }
+      for (int64_t d = 0; d < vd; ++d) o[d] = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!PairAllowed(op, i, qpos, j)) continue;
+        p[j] /= sum;
+        const float* v = op.v + j * op.v_row;
+        for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * v[d * op.v_dim];
+      }
+      double dd = 0.0;  // do . o
+      for (int64_t d = 0; d < vd; ++d) dd += static_cast<double>(dout[d * t.do_dim]) * o[d];
+      if (sink != kNegInf) dsink -= std::exp(sink - m) / sum * dd;
+      for (int64_t d = 0; d < hd; ++d) dq[d] = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!PairAllowed(op, i, qpos, j)) continue;
+        const float* v = op.v + j * op.v_row;
+        const float* k = op.k + j * op.k_row;
+        double dp = 0.0;
+        for (int64_t d = 0; d < vd; ++d)
+          dp += static_cast<double>(dout[d * t.do_dim]) * v[d * op.v_dim];
+        const double ds = p[j] * (dp - dd);
+        if (db) db[j * t.db_col] = static_cast<float>(ds);
+        const double g = (mods.softcap > 0.0f ? ds * (1.0 - th[j] * th[j]) : ds) * op.scale;
+        for (int64_t d = 0; d < hd; ++d) {
+          dq[d] += g * k[d * op.k_dim];
+          dk[j * hd + d] += g * q[d * op.q_dim];
+        }
+        for (int64_t d = 0; d < vd; ++d) dv[j * vd + d] += p[j] * dout[d * t.do_dim];
+      }
+      for (int64_t d = 0; d < hd; ++d) dq_out[d * t.dq_dim] = static_cast<float>(dq[d]);
+    }
+    if (t.dsinks) t.dsinks[h] = dsink;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t d = 0; d < hd; ++d)
+      t.dk[j * t.dk_row + d * t.dk_dim] = static_cast<float>(dk[j * hd + d]);
+    for (int64_t d = 0; d < vd; ++d)
+      t.dv[j * t.dv_row + d * t.dv_dim] = static_cast<float>(dv[j * vd + d]);
+  }
+}
+
 namespace {
 
 // c[i][j] = sum_t a[i][t] * b[t][j] in double, i < m, j < n, t < inner.

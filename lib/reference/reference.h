@@ -17,6 +17,12 @@ size_t HeadScratchDoubles(const kernels::Operands& op);
 // key and value rows the mask allows.
 void AttentionHead(const kernels::Operands& op, double* scratch);
 
+// The backward of one (batch, kv head) group, by the formula (every product in double,
+// the probabilities recomputed from q, k and v, not from the forward's o and lse): dq,
+// dk, dv, dbias (when wanted) and the per-head sink sums. Reads only allowed pairs.
+size_t BackwardScratchDoubles(const kernels::BackwardTask& t);
+void BackwardGroup(const kernels::BackwardTask& t, double* scratch);
+
 // Stages on one head, same conventions as the kernel table's.
 void ScoresHead(kernels::ConstMatrix q, kernels::ConstMatrix k, kernels::Matrix scores,
                 int64_t q_len, int64_t kv_len, int64_t head_dim);

@@ -1,0 +1,341 @@
+// The backward of attention (FlashAttention-2's): dq, dk, dv (and the gradients of a bias
+// tensor and of the sinks) of one (batch, kv head) task, recomputing the probabilities
+// tile by tile from q, k and the forward's lse, never a [q_len, kv_len] buffer. Included
+// inside a per-target namespace that defines the SIMD vocabulary S, after the common and
+// mods families.
+//
+// Order, the same for any thread count and any strides: key tiles in key order; a tile's
+// dk and dv accumulate over the group's heads in order and, within a head, its query
+// tiles in row order, each tile's rows in order; a row's dq accumulates over the key
+// tiles in key order, in the caller's dq (zeroed first), each tile's keys in order.
+//
+// A pair that a row may not read reaches no gradient: query tiles that read nothing of
+// a key tile are skipped, and in a tile where some pair is masked (the mask's edges, a
+// mask tensor or a -inf bias, a row with no readable key) every pair is checked and the
+// masked ones are skipped, never multiplied by 0 (0 * NaN is NaN).
+
+constexpr int64_t kBwdKeys = 64;  // keys per tile
+constexpr int64_t kBwdRows = 64;  // query rows per tile
+// The product micro-kernel: kBwdR rows of kBwdC vectors of accumulators (12 of 16 or 24
+// of 32 registers).
+constexpr int kBwdR = 6;
+constexpr int kBwdC = S::kRegs >= 32 ? 4 : 2;
+
+// c[m][n..] (+)= sum over t of a[m * am + t * at] * b[t * ldb + n..]: R rows, C vectors,
+// one FMA chain per accumulator in t order.
+template <int R, int C, bool kAcc>
+static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
+                            float* c, int64_t ldc, int64_t t_len) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  using V = typename S::V;
+  V acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < C; ++k) acc[r][k] = kAcc ? S::Load(c + r * ldc + k * L) : S::Zero();
+  for (int64_t t = 0; t < t_len; ++t) {
+    V bv[C];
+    for (int k = 0; k < C; ++k) bv[k] = S::Load(b + t * ldb + k * L);
+    for (int r = 0; r < R; ++r) {
+      const V av = S::Set(a[r * am + t * at]);
+      for (int k = 0; k < C; ++k) acc[r][k] = S::MulAdd(av, bv[k], acc[r][k]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < C; ++k) S::Store(acc[r][k], c + r * ldc + k * L);
+}
+
+template <int C, bool kAcc>
+static inline void BwdCols(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
+                           float* c, int64_t ldc, int64_t m_len, int64_t t_len) {
+  int64_t m = 0;
+  for (; m + kBwdR <= m_len; m += kBwdR)
+    BwdBlock<kBwdR, C, kAcc>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+  a += m * am;
+  c += m * ldc;
+  switch (m_len - m) {
+    case 5:
+      return BwdBlock<5, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
+    case 4:
+      return BwdBlock<4, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
+    case 3:
+      return BwdBlock<3, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
+    case 2:
+      return BwdBlock<2, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
+    case 1:
+      return BwdBlock<1, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
+    default:
+      return;
+  }
+}
+
+// c[m][n] (+)= sum_t a[m * am + t * at] * b[t * ldb + n] for m < m_len, t < t_len and
+// n < n_len (whole vectors).
+template <bool kAcc>
+static void BwdProduct(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
+                       float* c, int64_t ldc, int64_t m_len, int64_t n_len, int64_t t_len) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  int64_t n = 0;
+  for (; n + kBwdC * L <= n_len; n += kBwdC * L)
+    BwdCols<kBwdC, kAcc>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+  for (; n < n_len; n += L) BwdCols<1, kAcc>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+}
+
+// BwdProduct<true> over the pairs (m, t) with ok[m * om + t * ot] != 0 only: the same
+// FMAs in the same order, the others skipped.
+static void BwdProductMasked(const float* a, int64_t am, int64_t at, const uint8_t* ok, int64_t om,
+                             int64_t ot, const float* b, int64_t ldb, float* c, int64_t ldc,
+                             int64_t m_len, int64_t n_len, int64_t t_len) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  for (int64_t m = 0; m < m_len; ++m) {
+    float* cm = c + m * ldc;
+    for (int64_t t = 0; t < t_len; ++t) {
+      if (!ok[m * om + t * ot]) continue;
+      const typename S::V av = S::Set(a[m * am + t * at]);
+      const float* bt = b + t * ldb;
+      for (int64_t n = 0; n < n_len; n += L)
+        S::Store(S::MulAdd(av, S::Load(bt + n), S::Load(cm + n)), cm + n);
+    }
+  }
+}
+
+// Scratch pieces of a task.
+struct BwdScratch {
+  float *kt, *vt;   // K and V tile transposed: [head_dim][kp], [value_dim][kp]
+  float* kr;        // K tile rows [kBwdKeys][dp]
+  float *dk, *dv;   // the tile's accumulators [kBwdKeys][dp], [kBwdKeys][dvp]
+  float *qp, *dop;  // query tile rows [kBwdRows][dp], output gradient rows [kBwdRows][dvp]
+  float* dq;        // the query tile's dq rows [kBwdRows][dp]
+  float *s, *g;     // scores then probabilities, dP then the scores' gradient [kBwdRows][kp]
+  float* row;       // one row's temporaries (2 * dvp or kp floats)
+  float *lse, *dd;  // per query row: lse, do . o
+  uint8_t* ok;      // [kBwdRows][kp]: whether the pair is read
+};
+
+static inline int64_t BwdKp() { return PadKeys(kBwdKeys); }
+
+static size_t BackwardScratchFloats(const BackwardTask& t) {
+  const int64_t dp = PadKeys(t.op.head_dim), dvp = PadKeys(t.op.value_dim), kp = BwdKp();
+  size_t n = Piece2(t.op.head_dim, kp);
+  n = plan::SatAdd(n, Piece2(t.op.value_dim, kp));
+  n = plan::SatAdd(n, plan::SatMul(2, Piece2(kBwdKeys, dp)));
+  n = plan::SatAdd(n, Piece2(kBwdKeys, dvp));
+  n = plan::SatAdd(n, plan::SatMul(2, Piece2(kBwdRows, dp)));
+  n = plan::SatAdd(n, Piece2(kBwdRows, dvp));
+  n = plan::SatAdd(n, plan::SatMul(2, Piece2(kBwdRows, kp)));
+  n = plan::SatAdd(n, Piece(plan::Count(plan::MaxI(2 * dvp, kp))));  // dvp < 2^61
+  n = plan::SatAdd(n, plan::SatMul(2, Piece(kBwdRows)));
+  return plan::SatAdd(n, Piece(plan::Count(kBwdRows * kp / 4 + 1)));
+}
+
+static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
+  const int64_t dp = PadKeys(t.op.head_dim), dvp = PadKeys(t.op.value_dim), kp = BwdKp();
+  BwdScratch f;
+  auto take = [&](size_t floats) {
+    float* r = p;
+    p += floats;
+    return r;
+  };
+  f.kt = take(Piece2(t.op.head_dim, kp));
+  f.vt = take(Piece2(t.op.value_dim, kp));
+  f.kr = take(Piece2(kBwdKeys, dp));
+  f.dk = take(Piece2(kBwdKeys, dp));
+  f.dv = take(Piece2(kBwdKeys, dvp));
+  f.qp = take(Piece2(kBwdRows, dp));
+  f.dq = take(Piece2(kBwdRows, dp));
+  f.dop = take(Piece2(kBwdRows, dvp));
+  f.s = take(Piece2(kBwdRows, kp));
+  f.g = take(Piece2(kBwdRows, kp));
+  f.row = take(Piece(plan::Count(plan::MaxI(2 * dvp, kp))));
+  f.lse = take(Piece(kBwdRows));
+  f.dd = take(Piece(kBwdRows));
+  f.ok = reinterpret_cast<uint8_t*>(p);
+  return f;
+}
+
+// n elements of a strided row into dst, zero padded to `pad`.
+static inline void BwdPackRow(const float* src, int64_t step, int64_t n, int64_t pad, float* dst) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  int64_t d = 0;
+  if (step == 1)
+    for (; d + L <= n; d += L) S::Store(S::Load(src + d), dst + d);
+  for (; d < n; ++d) dst[d] = src[d * step];
+  for (; d < pad; ++d) dst[d] = 0.0f;
+}
+
+// do . o of one row in f32: the padded rows multiplied lane-wise in order, then summed.
+static inline float BwdRowDot(const float* dop, const float* o, int64_t o_dim, int64_t value_dim,
+                              float* tmp) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(value_dim);
+  BwdPackRow(o, o_dim, value_dim, dvp, tmp);
+  typename S::V acc = S::Zero();
+  for (int64_t d = 0; d < dvp; d += L) acc = S::MulAdd(S::Load(dop + d), S::Load(tmp + d), acc);
+  return S::ReduceSum(acc);
+}
+
+// Whether row i (at qpos) of head h reads key j: the analytic mask, the mask tensor, a
+// bias of -inf (the tensors read only where the mask before them allows the pair).
+static inline bool BwdPairRead(const plan::Mask& mask, const RowMods& m, int64_t qpos, int64_t j) {
+  if (!plan::Allowed(mask, qpos, j)) return false;
+  if (m.mask && m.mask[j * m.mask_col] == 0) return false;
+  if (m.bias && m.bias[j * m.bias_col] == -__builtin_inff()) return false;
+  return true;
+}
+
+// Query rows [i0, i0 + nq) of head h against the packed key tile [j0, j0 + nk).
+static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, int64_t i0,
+                        int64_t nq, int64_t j0, int64_t nk, plan::TileKind kind) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  using V = typename S::V;
+  const Operands& op = t.op;
+  const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t i = i0 + r;
+    BwdPackRow(op.q + h * op.q_head + i * op.q_row, op.q_dim, op.head_dim, dp, f.qp + r * dp);
+    BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop + r * dvp);
+    f.lse[r] = op.lse[h * op.lse_head + i * op.lse_row];
+    f.dd[r] = BwdRowDot(f.dop + r * dvp, op.o + h * op.o_head + i * op.o_row, op.o_dim,
+                        op.value_dim, f.row);
+  }
+  // Whether every pair is read (then no pair is checked).
+  bool every = kind == plan::kTileFull && !op.mods.mask && !op.mods.bias;
+  for (int64_t r = 0; r < nq && every; ++r) every = f.lse[r] != -__builtin_inff();
+  if (!every) {
+    bool all = true;
+    for (int64_t r = 0; r < nq; ++r) {
+      const int64_t qpos = op.mask.q_start + i0 + r;
+      const RowMods m = RowModsOf(op.mods, h, i0 + r, qpos);
+      const bool live = f.lse[r] != -__builtin_inff();
+      uint8_t* ok = f.ok + r * kp;
+      for (int64_t j = 0; j < nk; ++j) {
+        ok[j] = live && BwdPairRead(op.mask, m, qpos, j0 + j);
+        all &= ok[j] != 0;
+      }
+    }
+    every = all;
+  }
+
+  BwdProduct<false>(f.qp, dp, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
+  BwdProduct<false>(f.dop, dvp, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
+
+  // Probabilities into s, the scores' gradient (times scale) into g.
+  const V scale = S::Set(op.scale), one = S::Set(1.0f);
+  const V iota = S::Load(kIota);
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t i = i0 + r, qpos = op.mask.q_start + i;
+    const RowMods m = RowModsOf(op.mods, h, i, qpos);
+    const V lse = S::Set(f.lse[r]), dd = S::Set(f.dd[r]);
+    const V cap = S::Set(m.cap), inv_cap = S::Set(m.inv_cap), slope = S::Set(m.slope);
+    float* s = f.s + r * kp;
+    float* g = f.g + r * kp;
+    alignas(64) float bias[S::kLanes];
+    for (int64_t j = 0; j < kp; j += L) {
+      V x = S::Mul(S::Load(s + j), scale);
+      V th = S::Zero();
+      if (m.cap > 0.0f) {
+        th = S::Tanh(S::Mul(x, inv_cap));
+        x = S::Mul(th, cap);
+      }
+      if (m.alibi) x = S::MulAdd(slope, S::Add(S::Set(static_cast<float>(j0 + j - qpos)), iota), x);
+      if (m.bias) {
+        for (int64_t l = 0; l < L; ++l)
+          bias[l] = j + l < nk ? m.bias[(j0 + j + l) * m.bias_col] : 0.0f;
+        x = S::Add(x, S::Load(bias));
+      }
+      const V p = S::Exp(S::Sub(x, lse));
+      V ds = S::Mul(p, S::Sub(S::Load(g + j), dd));
+      if (t.dbias) S::Store(ds, f.row + j);
+      if (m.cap > 0.0f) ds = S::Mul(ds, S::Sub(one, S::Mul(th, th)));
+      S::Store(p, s + j);
+      S::Store(S::Mul(ds, scale), g + j);
+    }
+    if (t.dbias) {
+      float* db = t.dbias + h * t.db_head + i * t.db_row + j0 * t.db_col;
+      const uint8_t* ok = f.ok + r * kp;
+      for (int64_t j = 0; j < nk; ++j)
+        if (every || ok[j]) db[j * t.db_col] = f.row[j];
+    }
+  }
+
+  for (int64_t r = 0; r < nq; ++r)
+    BwdPackRow(t.dq + h * t.dq_head + (i0 + r) * t.dq_row, t.dq_dim, op.head_dim, dp,
+               f.dq + r * dp);
+  if (every) {
+    BwdProduct<true>(f.s, 1, kp, f.dop, dvp, f.dv, dvp, nk, dvp, nq);  // dv += p^T do
+    BwdProduct<true>(f.g, 1, kp, f.qp, dp, f.dk, dp, nk, dp, nq);      // dk += g^T q
+    BwdProduct<true>(f.g, kp, 1, f.kr, dp, f.dq, dp, nq, dp, nk);      // dq += g k
+  } else {
+    BwdProductMasked(f.s, 1, kp, f.ok, 1, kp, f.dop, dvp, f.dv, dvp, nk, dvp, nq);
+    BwdProductMasked(f.g, 1, kp, f.ok, 1, kp, f.qp, dp, f.dk, dp, nk, dp, nq);
+    BwdProductMasked(f.g, kp, 1, f.ok, kp, 1, f.kr, dp, f.dq, dp, nq, dp, nk);
+  }
+  for (int64_t r = 0; r < nq; ++r) {
+    float* dst = t.dq + h * t.dq_head + (i0 + r) * t.dq_row;
+    for (int64_t d = 0; d < op.head_dim; ++d) dst[d * t.dq_dim] = f.dq[r * dp + d];
+  }
+}
+
+static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
+  const Operands& op = t.op;
+  const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
+  const BwdScratch f = BwdCarve(t, scratch);
+  const plan::Mask& mask = op.mask;
+  for (int64_t h = 0; h < t.heads; ++h)
+    for (int64_t i = 0; i < op.q_len; ++i) {
+      float* dq = t.dq + h * t.dq_head + i * t.dq_row;
+      for (int64_t d = 0; d < op.head_dim; ++d) dq[d * t.dq_dim] = 0.0f;
+      if (!t.dbias) continue;
+      float* db = t.dbias + h * t.db_head + i * t.db_row;
+      for (int64_t j = 0; j < op.kv_len; ++j) db[j * t.db_col] = 0.0f;
+    }
+  if (op.mods.sinks && t.dsinks)
+    for (int64_t h = 0; h < t.heads; ++h) {
+      double sum = 0.0;
+      const float sink = op.mods.sinks[h];
+      for (int64_t i = 0; i < op.q_len && sink != -__builtin_inff(); ++i) {
+        const float lse = op.lse[h * op.lse_head + i * op.lse_row];
+        if (plan::AllowedCount(plan::KeysOf(mask, mask.q_start + i, op.kv_len)) == 0) continue;
+        BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop);
+        const float dd =
+            BwdRowDot(f.dop, op.o + h * op.o_head + i * op.o_row, op.o_dim, op.value_dim, f.row);
+        sum -= __builtin_exp(static_cast<double>(sink) - lse) * dd;
+      }
+      t.dsinks[h] = sum;
+    }
+
+  const int64_t key_end = plan::KeyEnd(mask, mask.q_start + op.q_len, op.kv_len);
+  for (int64_t j0 = 0; j0 < op.kv_len; j0 += kBwdKeys) {
+    const int64_t nk = plan::MinI(kBwdKeys, op.kv_len - j0);
+    for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t d = 0; d < dp; ++d) f.dk[j * dp + d] = 0.0f;
+      for (int64_t d = 0; d < dvp; ++d) f.dv[j * dvp + d] = 0.0f;
+    }
+    bool packed = false;
+    for (int64_t h = 0; h < t.heads && j0 < key_end; ++h)
+      for (int64_t i0 = 0; i0 < op.q_len; i0 += kBwdRows) {
+        const int64_t nq = plan::MinI(kBwdRows, op.q_len - i0);
+        const plan::TileKind kind =
+            plan::Classify(mask, mask.q_start + i0, mask.q_start + i0 + nq, j0, j0 + nk, op.kv_len);
+        if (kind == plan::kTileEmpty) continue;
+        if (!packed) {  // the tile's keys, transposed and as rows; zeros past nk
+          for (int64_t j = 0; j < kp; ++j) {
+            const bool real = j < nk;
+            const float* k = op.k + (j0 + j) * op.k_row;
+            const float* v = op.v + (j0 + j) * op.v_row;
+            for (int64_t d = 0; d < op.head_dim; ++d)
+              f.kt[d * kp + j] = real ? k[d * op.k_dim] : 0.0f;
+            for (int64_t d = 0; d < op.value_dim; ++d)
+              f.vt[d * kp + j] = real ? v[d * op.v_dim] : 0.0f;
+            if (real) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
+          }
+          packed = true;
+        }
+        BwdTilePair(t, f, h, i0, nq, j0, nk, kind);
+      }
+    for (int64_t j = 0; j < nk; ++j) {
+      float* dk = t.dk + (j0 + j) * t.dk_row;
+      float* dv = t.dv + (j0 + j) * t.dv_row;
+      for (int64_t d = 0; d < op.head_dim; ++d) dk[d * t.dk_dim] = f.dk[j * dp + d];
+      for (int64_t d = 0; d < op.value_dim; ++d) dv[d * t.dv_dim] = f.dv[j * dvp + d];
+    }
+  }
+}

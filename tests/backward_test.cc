@@ -1,0 +1,673 @@
+// The backward: the fused gradients against the fp64 reference on every target, with
+// every mask and modifier; the reference against finite differences; determinism
+// (threads, layouts, batch subsets); gradient causality with NaN and Inf; bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+
+#include "support.h"
+
+using namespace octtest;
+
+namespace {
+
+constexpr int64_t kDef = OCTATTN_Q_START_DEFAULT;
+// R of the header's backward bound, per unit of max(1, S).
+constexpr double kBackwardTolerance = 1e-6;
+const float kInf = std::numeric_limits<float>::infinity();
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The modifiers of a case, owning their arrays and tensors.
+struct Mods {
+  float softcap = 0;
+  bool alibi = false, sinks = false, bias = false, mask = false;
+  int64_t chunk = 0;
+  std::vector<float> slopes, sink_values;
+  std::unique_ptr<Tensor> bias_t;
+  std::unique_ptr<BoolTensor> mask_t;
+
+  void Apply(const Problem& p, uint32_t seed, octattn_attention_options* opt) {
+    const int64_t B = p.q.shape[0], H = p.q.shape[1], Tq = p.q.shape[2], Tk = p.k.shape[2];
+    std::mt19937 rng(seed);
+    opt->softcap = softcap;
+    opt->chunk = chunk;
+    if (alibi) {
+      slopes.clear();
+      for (int64_t h = 0; h < H; ++h) slopes.push_back(std::pow(2.0f, -8.0f * (h + 1) / H));
+      opt->alibi_slopes = slopes.data();
+    }
+    if (sinks) {
+      std::uniform_real_distribution<float> d(-1.0f, 2.0f);
+      sink_values.clear();
+      for (int64_t h = 0; h < H; ++h) sink_values.push_back(h == 1 ? -kInf : d(rng));
+      opt->sinks = sink_values.data();
+    }
+    if (bias) {
+      bias_t = std::make_unique<Tensor>(B, H, Tq, Tk, Layout::kPadded);
+      bias_t->Fill(seed + 7, -2.0f, 2.0f);
+      opt->bias = bias_t->ptr();
+    }
+    if (mask) {
+      const int64_t s[4] = {B, H, Tq, Tk};
+      mask_t = std::make_unique<BoolTensor>(s);
+      std::uniform_int_distribution<int> d(0, 3);
+      for (auto& x : mask_t->buf) x = d(rng) == 0 ? 0 : 1;
+      opt->mask = &mask_t->t;
+    }
+  }
+};
+
+// The gradients of one call.
+struct Grads {
+  Tensor dq, dk, dv, dbias;
+  std::vector<float> dsinks;
+  bool with_dbias = false, with_dsinks = false;
+  Grads(const Problem& p, bool want_dbias, bool want_dsinks, Layout layout = Layout::kBHTD)
+      : dq(p.q.shape, layout),
+        dk(p.k.shape, layout),
+        dv(p.v.shape, layout),
+        with_dbias(want_dbias),
+        with_dsinks(want_dsinks) {
+    if (want_dbias) dbias = p.Weights();
+    if (want_dsinks) dsinks.assign(static_cast<size_t>(p.q.shape[1]), 0.0f);
+  }
+};
+
+octattn_status Backward(Context& ctx, const octattn_attention_options& opt, const Problem& p,
+                        const Tensor& o, const Tensor& lse, const Tensor& dout, Grads& g) {
+  return octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
+                                    dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(),
+                                    g.with_dsinks ? g.dsinks.data() : nullptr,
+                                    g.with_dbias ? g.dbias.ptr() : nullptr, nullptr, 0);
+}
+
+void RequireBackward(Context& ctx, const octattn_attention_options& opt, const Problem& p,
+                     const Tensor& o, const Tensor& lse, const Tensor& dout, Grads& g) {
+  const octattn_status st = Backward(ctx, opt, p, o, lse, dout, g);
+  INFO(ctx.Error());
+  REQUIRE(st == OCTATTN_OK);
+}
+
+// The header's accuracy bounds, from the reference weights (P_j, per (batch, kv head,
+// key)) and the largest |score| S (bounded from above as modifiers_test does).
+struct Bounds {
+  double r = 0, g = 0, scale = 0, max_dout = 0, max_q = 0, max_k = 0, rows = 0;
+  std::vector<double> weight;  // [b][kvh][j]: max(1, sum over the group's rows of p_ij)
+  int64_t kv_heads = 0, kv_len = 0;
+  double Key(int64_t b, int64_t kvh, int64_t j) const {
+    return weight[static_cast<size_t>((b * kv_heads + kvh) * kv_len + j)];
+  }
+};
+
+Bounds MakeBounds(const Problem& p, const Mods& m, const octattn_attention_options& opt,
+                  const Tensor& dout) {
+  Bounds b;
+  const int64_t B = p.q.shape[0], Hq = p.q.shape[1], Tq = p.q.shape[2], Tk = p.k.shape[2];
+  const int64_t Hkv = p.k.shape[1], group = Hq / Hkv;
+  b.scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(p.q.shape[3]));
+  double s = Scores(p.q, p.k, b.scale).s;
+  if (opt.softcap > 0) s = std::min(s, static_cast<double>(opt.softcap));
+  if (m.alibi)
+    s += static_cast<double>(Tq + Tk + std::llabs(opt.q_start == kDef ? 0 : opt.q_start));
+  if (m.bias_t) s += m.bias_t->MaxAbs();
+  b.r = kBackwardTolerance * std::max(1.0, s);
+  b.max_dout = dout.MaxAbs();
+  b.max_q = p.q.MaxAbs();
+  b.max_k = p.k.MaxAbs();
+  b.g = static_cast<double>(p.v.shape[3]) * b.max_dout * p.v.MaxAbs();
+  b.rows = static_cast<double>(B * Tq);
+  Context ctx;
+  octattn_attention_options ref = opt;
+  ref.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+  Tensor o = p.Out(), w = p.Weights();
+  Attend(ctx, ref, p.q, p.k, p.v, o, nullptr, &w);
+  b.kv_heads = Hkv;
+  b.kv_len = Tk;
+  b.weight.assign(static_cast<size_t>(B * Hkv * Tk), 0.0);
+  for (int64_t x = 0; x < B; ++x)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j)
+          b.weight[static_cast<size_t>((x * Hkv + h / group) * Tk + j)] += w.at(x, h, i, j);
+  for (double& x : b.weight) x = std::max(1.0, x);
+  return b;
+}
+
+// Element-wise comparison against the reference gradients with the header's bounds.
+void CheckAgainst(const Grads& got, const Grads& ref, const Bounds& b) {
+  double worst = 0;  // the largest error as a fraction of its bound
+  auto frac = [&](float x, float y, double bound) {
+    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) == std::isnan(y) ? 0.0 : INFINITY;
+    return x == y ? 0.0 : std::fabs(static_cast<double>(x) - y) / bound;
+  };
+  ref.dv.ForEach([&](int64_t x, int64_t h, int64_t j, int64_t d) {
+    worst = std::max(worst, frac(got.dv.at(x, h, j, d), ref.dv.at(x, h, j, d),
+                                 b.r * b.max_dout * b.Key(x, h, j)));
+  });
+  ref.dk.ForEach([&](int64_t x, int64_t h, int64_t j, int64_t d) {
+    worst = std::max(worst, frac(got.dk.at(x, h, j, d), ref.dk.at(x, h, j, d),
+                                 b.r * b.scale * b.max_q * b.g * 4 * b.Key(x, h, j)));
+  });
+  ref.dq.ForEach([&](int64_t x, int64_t h, int64_t i, int64_t d) {
+    worst = std::max(worst, frac(got.dq.at(x, h, i, d), ref.dq.at(x, h, i, d),
+                                 b.r * b.scale * b.max_k * b.g * 4));
+  });
+  if (ref.with_dbias)
+    ref.dbias.ForEach([&](int64_t x, int64_t h, int64_t i, int64_t j) {
+      worst =
+          std::max(worst, frac(got.dbias.at(x, h, i, j), ref.dbias.at(x, h, i, j), b.r * b.g * 4));
+    });
+  for (size_t h = 0; h < ref.dsinks.size(); ++h)
+    worst = std::max(worst, frac(got.dsinks[h], ref.dsinks[h], b.r * b.g * 2 * b.rows));
+  INFO("largest error / bound: " << worst);
+  CHECK(worst <= 1.0);
+}
+
+struct Case {
+  int64_t batch, hq, hkv, tq, tk, d, dv;
+  int32_t causal;
+  int64_t window, stride, q_start;
+  float range = 1.0f;  // of q and k: scores grow with its square
+};
+
+std::string Describe(const Case& c) {
+  return "B" + std::to_string(c.batch) + " H" + std::to_string(c.hq) + "/" + std::to_string(c.hkv) +
+         " T" + std::to_string(c.tq) + "x" + std::to_string(c.tk) + " D" + std::to_string(c.d) +
+         "/" + std::to_string(c.dv) + " causal " + std::to_string(c.causal) + " window " +
+         std::to_string(c.window) + " stride " + std::to_string(c.stride) + " q_start " +
+         (c.q_start == kDef ? std::string("default") : std::to_string(c.q_start));
+}
+
+// The fused backward on every target against the reference, o and lse from the fused
+// forward of the same target.
+void CheckCase(const Case& c, Mods& m, const std::vector<Target>& targets, uint32_t seed,
+               bool dbias = false) {
+  INFO(Describe(c));
+  Problem p(c.batch, c.hq, c.hkv, c.tq, c.tk, c.d, c.dv, seed, c.range);
+  octattn_attention_options opt =
+      Options(c.causal, c.window, c.stride, OCTATTN_ALGORITHM_AUTO, c.q_start);
+  m.Apply(p, seed, &opt);
+  Tensor dout = p.Out();
+  dout.Fill(seed + 3);
+  const bool dsinks = m.sinks;
+  const Bounds bounds = MakeBounds(p, m, opt, dout);
+  Grads ref(p, dbias, dsinks);
+  {
+    Context ctx;
+    octattn_attention_options r = opt;
+    r.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+    Tensor o = p.Out(), lse = p.Lse();
+    Attend(ctx, r, p.q, p.k, p.v, o, &lse);
+    RequireBackward(ctx, r, p, o, lse, dout, ref);
+  }
+  for (const Target& t : targets) {
+    INFO(t.Name());
+    Context ctx(t);
+    Tensor o = p.Out(), lse = p.Lse();
+    Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+    Grads g(p, dbias, dsinks);
+    RequireBackward(ctx, opt, p, o, lse, dout, g);
+    CheckAgainst(g, ref, bounds);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("backward matches the reference on every target", "[backward][dispatch]") {
+  const auto targets = AllTargets();
+  const int64_t t = Sized(150, 70);
+  const Case cases[] = {
+      {1, 2, 2, t, t, 16, 16, 1, 0, 0, kDef},          // causal, square, tiles not whole
+      {2, 4, 2, 70, 70, 8, 12, 1, 0, 0, kDef},         // GQA 2, value_dim != head_dim
+      {1, 4, 1, 33, 100, 32, 32, 1, 0, 0, kDef},       // GQA 4, queries at the tail
+      {1, 2, 1, 1, t, 64, 64, 1, 0, 0, kDef},          // decode
+      {1, 2, 2, t, t, 8, 8, 1, 16, 0, kDef},           // window
+      {1, 2, 2, t, t, 8, 8, 1, 9, 7, kDef},            // window and stride
+      {1, 2, 2, 40, 30, 8, 8, 1, 0, 0, kDef},          // more queries than keys: empty rows
+      {1, 2, 2, 50, 90, 8, 8, 0, 0, 0, kDef},          // full attention
+      {1, 2, 2, 20, 90, 8, 8, 1, 0, 0, 30},            // q_start inside the keys
+      {1, 1, 1, 65, 129, 3, 5, 1, 0, 0, kDef},         // odd dims
+      {1, 2, 1, 70, 70, 32, 32, 1, 0, 0, kDef, 4.0f},  // scores in the tens
+      {1, 2, 2, 70, 70, 128, 64, 1, 0, 0, kDef},       // a model's head size
+  };
+  for (const Case& c : cases) {
+    Mods none;
+    CheckCase(c, none, targets, 11);
+  }
+}
+
+TEST_CASE("backward with every modifier matches the reference", "[backward][dispatch]") {
+  const auto targets = AllTargets();
+  const int64_t t = Sized(100, 40);
+  const Case square{1, 4, 2, t, t, 16, 16, 1, 0, 0, kDef};
+  for (int which = 0; which < 7; ++which) {
+    Mods m;
+    m.softcap = which == 0 || which == 6 ? 1.5f : 0.0f;
+    m.alibi = which == 1 || which == 6;
+    m.sinks = which == 2 || which == 6;
+    m.bias = which == 3 || which == 6;
+    m.mask = which == 4 || which == 6;
+    m.chunk = which == 5 || which == 6 ? 13 : 0;
+    INFO("modifier set " << which);
+    CheckCase(square, m, targets, 21 + which, /*dbias=*/true);
+  }
+  Mods sinks;  // sinks on rows with no key: their gradient is 0 there
+  sinks.sinks = true;
+  CheckCase({1, 2, 2, 40, 25, 8, 8, 1, 0, 0, kDef}, sinks, targets, 5, true);
+}
+
+TEST_CASE("reference backward agrees with finite differences", "[backward]") {
+  // L = sum(dout * o): its derivative by central differences in double precision of the
+  // reference forward (f32 outputs, so h is large and the tolerance loose).
+  Problem p(1, 2, 1, 6, 7, 4, 3, 91);
+  octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE);
+  Mods m;
+  m.softcap = 1.2f;
+  m.alibi = m.sinks = m.bias = true;
+  m.Apply(p, 91, &opt);
+  Tensor dout = p.Out();
+  dout.Fill(94);
+  Context ctx;
+  Tensor o = p.Out(), lse = p.Lse();
+  Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+  Grads g(p, true, true);
+  RequireBackward(ctx, opt, p, o, lse, dout, g);
+  auto loss = [&]() {
+    Tensor out = p.Out();
+    Attend(ctx, opt, p.q, p.k, p.v, out);
+    double l = 0;
+    out.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+      l += static_cast<double>(out.at(a, b, c, d)) * dout.at(a, b, c, d);
+    });
+    return l;
+  };
+  const float h = 1e-2f;
+  auto numeric = [&](float& x) {
+    const float keep = x;
+    x = keep + h;
+    const double up = loss();
+    x = keep - h;
+    const double down = loss();
+    x = keep;
+    return (up - down) / (2.0 * h);
+  };
+  auto check = [&](Tensor& in, const Tensor& grad, const char* name) {
+    in.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+      INFO(name << "[" << a << "," << b << "," << c << "," << d << "]");
+      CHECK(numeric(in.at(a, b, c, d)) == Approx(grad.at(a, b, c, d)).margin(2e-4).epsilon(2e-3));
+    });
+  };
+  check(p.q, g.dq, "dq");
+  check(p.k, g.dk, "dk");
+  check(p.v, g.dv, "dv");
+  check(*m.bias_t, g.dbias, "dbias");
+  for (size_t x = 0; x < m.sink_values.size(); ++x) {
+    if (m.sink_values[x] == -kInf) {
+      CHECK(g.dsinks[x] == 0.0f);
+      continue;
+    }
+    INFO("dsinks[" << x << "]");
+    CHECK(numeric(m.sink_values[x]) == Approx(g.dsinks[x]).margin(2e-4).epsilon(2e-3));
+  }
+}
+
+TEST_CASE("backward bytes do not depend on threads, layouts or the batch", "[backward][dispatch]") {
+  const int64_t t = Sized(140, 70);
+  for (const Target& target : AllTargets()) {
+    INFO(target.Name());
+    Problem p(3, 4, 2, t, t, 16, 16, 31);
+    octattn_attention_options opt = Options(1, 40, 9);
+    Tensor dout = p.Out();
+    dout.Fill(34);
+    Context one(target, 1);
+    Tensor o = p.Out(), lse = p.Lse();
+    Attend(one, opt, p.q, p.k, p.v, o, &lse);
+    Grads base(p, true, false);
+    RequireBackward(one, opt, p, o, lse, dout, base);
+    for (int threads : {2, 3}) {
+      Context ctx(target, threads);
+      Grads g(p, true, false);
+      RequireBackward(ctx, opt, p, o, lse, dout, g);
+      CHECK(BytesEqual(g.dq, base.dq));
+      CHECK(BytesEqual(g.dk, base.dk));
+      CHECK(BytesEqual(g.dv, base.dv));
+      CHECK(BytesEqual(g.dbias, base.dbias));
+    }
+    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kTransposedDim}) {
+      Problem l(3, 4, 2, t, t, 16, 16, 31, 1.0f, layout);
+      l.q.CopyValuesFrom(p.q);
+      l.k.CopyValuesFrom(p.k);
+      l.v.CopyValuesFrom(p.v);
+      Tensor lo(o.shape, layout), ll(lse.shape, layout), ld(dout.shape, layout);
+      lo.CopyValuesFrom(o);
+      ll.CopyValuesFrom(lse);
+      ld.CopyValuesFrom(dout);
+      Grads g(l, false, false, layout);
+      RequireBackward(one, opt, l, lo, ll, ld, g);
+      CHECK(BytesEqual(g.dq, base.dq));
+      CHECK(BytesEqual(g.dk, base.dk));
+      CHECK(BytesEqual(g.dv, base.dv));
+    }
+    // Batch item 1 alone.
+    Problem s(1, 4, 2, t, t, 16, 16, 31);
+    Tensor so = s.Out(), sl = s.Lse(), sd = s.Out();
+    auto slice = [](Tensor& dst, const Tensor& src) {
+      dst.ForEach([&](int64_t, int64_t h, int64_t i, int64_t d) {
+        dst.at(0, h, i, d) = src.at(1, h, i, d);
+      });
+    };
+    slice(s.q, p.q);
+    slice(s.k, p.k);
+    slice(s.v, p.v);
+    slice(so, o);
+    slice(sl, lse);
+    slice(sd, dout);
+    Grads g(s, false, false);
+    RequireBackward(one, opt, s, so, sl, sd, g);
+    bool same = true;
+    g.dq.ForEach([&](int64_t, int64_t h, int64_t i, int64_t d) {
+      same &= std::memcmp(&g.dq.at(0, h, i, d), &base.dq.at(1, h, i, d), 4) == 0;
+    });
+    g.dk.ForEach([&](int64_t, int64_t h, int64_t i, int64_t d) {
+      same &= std::memcmp(&g.dk.at(0, h, i, d), &base.dk.at(1, h, i, d), 4) == 0;
+      same &= std::memcmp(&g.dv.at(0, h, i, d), &base.dv.at(1, h, i, d), 4) == 0;
+    });
+    CHECK(same);
+  }
+}
+
+namespace {
+
+// Which keys row i of head h reads under opt (the analytic mask, q_start resolved).
+bool Reads(const octattn_attention_options& opt, int64_t tq, int64_t tk, int64_t i, int64_t j) {
+  const int64_t qpos = (opt.q_start == kDef ? tk - tq : opt.q_start) + i, d = qpos - j;
+  if (!opt.causal) return true;
+  if (d < 0) return false;
+  return opt.window == 0 || d < opt.window || (opt.stride > 0 && j % opt.stride == 0);
+}
+
+}  // namespace
+
+TEST_CASE("backward gradients are causal, also with NaN and Inf", "[backward][dispatch]") {
+  const int64_t t = Sized(150, 70);
+  for (const Target& target : AllTargets()) {
+    for (int64_t window : {0, 20}) {
+      INFO(target.Name() << " window " << window);
+      Problem p(1, 2, 1, t, t, 16, 16, 41);
+      octattn_attention_options opt = Options(1, window, window ? 7 : 0);
+      Tensor dout = p.Out();
+      dout.Fill(44);
+      Context ctx(target, 2);
+      Tensor o = p.Out(), lse = p.Lse();
+      Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+      Grads base(p, true, false);
+      RequireBackward(ctx, opt, p, o, lse, dout, base);
+      for (float poison : {kNaN, kInf}) {
+        // One row's q, o, lse and dout: dq changes only at that row, dk and dv only at the
+        // keys it reads, dbias only in its row.
+        for (int64_t row : {int64_t{5}, t / 2 + 3, t - 1}) {
+          INFO("row " << row << " poison " << poison);
+          Problem e = p;
+          Tensor eo = o, el = lse, ed = dout;
+          for (int64_t h = 0; h < 2; ++h) {
+            for (int64_t d = 0; d < 16; ++d) {
+              e.q.at(0, h, row, d) = poison;
+              eo.at(0, h, row, d) = poison;
+              ed.at(0, h, row, d) = poison;
+            }
+            el.at(0, h, row, 0) = poison;
+          }
+          Grads g(e, true, false);
+          RequireBackward(ctx, opt, e, eo, el, ed, g);
+          for (int64_t h = 0; h < 2; ++h)
+            for (int64_t i = 0; i < t; ++i) {
+              if (i != row) CHECK(RowBytesEqual(g.dq, base.dq, 0, h, i));
+              for (int64_t j = 0; j < t; ++j)
+                if (i != row) {
+                  const float x = g.dbias.at(0, h, i, j), y = base.dbias.at(0, h, i, j);
+                  if (std::memcmp(&x, &y, 4) != 0) FAIL_CHECK("dbias " << i << "," << j);
+                }
+            }
+          for (int64_t j = 0; j < t; ++j) {
+            if (Reads(opt, t, t, row, j)) continue;
+            CHECK(RowBytesEqual(g.dk, base.dk, 0, 0, j));
+            CHECK(RowBytesEqual(g.dv, base.dv, 0, 0, j));
+          }
+        }
+        // One key's k and v: dk and dv change only at that key, dq only at the rows that
+        // read it, dbias only in its column.
+        for (int64_t key : {int64_t{0}, t / 2, t - 2}) {
+          INFO("key " << key << " poison " << poison);
+          Problem e = p;
+          for (int64_t d = 0; d < 16; ++d) {
+            e.k.at(0, 0, key, d) = poison;
+            e.v.at(0, 0, key, d) = poison;
+          }
+          Grads g(e, true, false);
+          RequireBackward(ctx, opt, e, o, lse, dout, g);
+          for (int64_t j = 0; j < t; ++j) {
+            if (j == key) continue;
+            CHECK(RowBytesEqual(g.dk, base.dk, 0, 0, j));
+            CHECK(RowBytesEqual(g.dv, base.dv, 0, 0, j));
+          }
+          for (int64_t h = 0; h < 2; ++h)
+            for (int64_t i = 0; i < t; ++i)
+              if (!Reads(opt, t, t, i, key)) CHECK(RowBytesEqual(g.dq, base.dq, 0, h, i));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("backward scratch does not grow with the sequence", "[backward]") {
+  Context ctx(2);
+  size_t bytes[2] = {0, 0};
+  int n = 0;
+  for (int64_t t : {1024, 8192}) {
+    const int64_t qs[4] = {1, 2, t, 128};
+    Tensor q(qs), k(qs), v(qs), o(qs), dout(qs), dq(qs), dk(qs), dv(qs);
+    Tensor lse(1, 2, t, 1);
+    REQUIRE(octattn_attention_backward_workspace_size(
+                ctx, nullptr, q.ptr(), k.ptr(), v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), dq.ptr(),
+                dk.ptr(), dv.ptr(), nullptr, nullptr, &bytes[n++]) == OCTATTN_OK);
+  }
+  CHECK(bytes[0] == bytes[1]);
+  CHECK(bytes[1] < size_t{4} << 20);
+}
+
+TEST_CASE("backward with a caller's workspace gives the same bytes", "[backward]") {
+  Problem p(2, 4, 2, 77, 77, 16, 16, 51);
+  octattn_attention_options opt = Options();
+  std::vector<float> sinks = {0.5f, -kInf, 1.0f, 0.0f};
+  opt.sinks = sinks.data();
+  Tensor dout = p.Out();
+  dout.Fill(54);
+  Context ctx(2);
+  Tensor o = p.Out(), lse = p.Lse();
+  Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+  Grads a(p, false, true), b(p, false, true);
+  RequireBackward(ctx, opt, p, o, lse, dout, a);
+  size_t bytes = 0;
+  REQUIRE(octattn_attention_backward_workspace_size(
+              ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(),
+              b.dq.ptr(), b.dk.ptr(), b.dv.ptr(), b.dsinks.data(), nullptr, &bytes) == OCTATTN_OK);
+  std::vector<char> ws(bytes);
+  REQUIRE(octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
+                                     dout.ptr(), b.dq.ptr(), b.dk.ptr(), b.dv.ptr(),
+                                     b.dsinks.data(), nullptr, ws.data(), ws.size()) == OCTATTN_OK);
+  CHECK(BytesEqual(a.dq, b.dq));
+  CHECK(BytesEqual(a.dk, b.dk));
+  CHECK(BytesEqual(a.dv, b.dv));
+  CHECK(std::memcmp(a.dsinks.data(), b.dsinks.data(), 16) == 0);
+  CHECK(b.dsinks[1] == 0.0f);
+  CHECK(octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
+                                   dout.ptr(), b.dq.ptr(), b.dk.ptr(), b.dv.ptr(), b.dsinks.data(),
+                                   nullptr, ws.data(),
+                                   ws.size() - 64) == OCTATTN_ERROR_WORKSPACE_TOO_SMALL);
+}
+
+TEST_CASE("backward bad input: a status, a message, nothing written", "[backward][api]") {
+  Problem p(1, 4, 2, 9, 9, 8, 8, 61);
+  Tensor dout = p.Out();
+  dout.Fill(62);
+  Context ctx;
+  octattn_attention_options opt = Options();
+  std::vector<float> sinks = {0.5f, 0.1f, 1.0f, 0.0f};
+  Tensor o = p.Out(), lse = p.Lse();
+  Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+  Grads g(p, true, true);
+  const float sentinel = 12345.0f;
+  auto reset = [&]() {
+    for (Tensor* x : {&g.dq, &g.dk, &g.dv, &g.dbias})
+      std::fill(x->buf.begin(), x->buf.end(), sentinel);
+    std::fill(g.dsinks.begin(), g.dsinks.end(), sentinel);
+  };
+  auto untouched = [&]() {
+    for (Tensor* x : {&g.dq, &g.dk, &g.dv, &g.dbias})
+      for (float y : x->buf)
+        if (y != sentinel) return false;
+    for (float y : g.dsinks)
+      if (y != sentinel) return false;
+    return true;
+  };
+  struct Bad {
+    const char* what;
+    octattn_status want;
+    std::function<octattn_status()> call;
+  };
+  auto run = [&](const octattn_attention_options* options, const octattn_tensor* lse_t,
+                 const octattn_tensor* dout_t, octattn_tensor* dq, octattn_tensor* dk,
+                 octattn_tensor* dv, float* dsinks, octattn_tensor* dbias) {
+    return octattn_attention_backward(ctx, options, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse_t,
+                                      dout_t, dq, dk, dv, dsinks, dbias, nullptr, 0);
+  };
+  octattn_attention_options with_sinks = opt;
+  with_sinks.sinks = sinks.data();
+  octattn_attention_options naive = Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE);
+  octattn_attention_options small = opt;
+  small.struct_size = 40;
+  Tensor wrong(1, 4, 9, 7), bf = dout, huge_dq = g.dq, misaligned = g.dq;
+  bf.t.dtype = OCTATTN_DTYPE_BF16;
+  huge_dq.t.shape[0] = int64_t{1} << 61;
+  misaligned.t.data = reinterpret_cast<char*>(misaligned.buf.data()) + 1;
+  Tensor overlapping = g.dq;
+  overlapping.t.stride[2] = 1;  // rows overlap each other
+  octattn_tensor dq_on_q = *p.q.ptr();
+  octattn_tensor dk_on_dv = *g.dv.ptr();
+  Tensor db_wrong(1, 4, 9, 8);
+  octattn_attention_options sinks_alias = with_sinks;
+  const std::vector<Bad> bad = {
+      {"no context", OCTATTN_ERROR_NULL_POINTER,
+       [&] {
+         return octattn_attention_backward(nullptr, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
+                                           lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(),
+                                           g.dv.ptr(), nullptr, nullptr, nullptr, 0);
+       }},
+      {"lse NULL", OCTATTN_ERROR_NULL_POINTER,
+       [&] {
+         return run(&opt, nullptr, dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dout NULL", OCTATTN_ERROR_NULL_POINTER,
+       [&] {
+         return run(&opt, lse.ptr(), nullptr, g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr, nullptr);
+       }},
+      {"dv NULL", OCTATTN_ERROR_NULL_POINTER,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), nullptr, nullptr, nullptr);
+       }},
+      {"dq shape", OCTATTN_ERROR_INVALID_SHAPE,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), wrong.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dbias shape", OCTATTN_ERROR_INVALID_SHAPE,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    db_wrong.ptr());
+       }},
+      {"dout shape", OCTATTN_ERROR_INVALID_SHAPE,
+       [&] {
+         return run(&opt, lse.ptr(), wrong.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dq rows overlap", OCTATTN_ERROR_INVALID_STRIDE,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), overlapping.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dq too large", OCTATTN_ERROR_OVERFLOW,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), huge_dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dq on q", OCTATTN_ERROR_ALIASING,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), &dq_on_q, g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dk on dv", OCTATTN_ERROR_ALIASING,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), g.dq.ptr(), &dk_on_dv, g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"dsinks on sinks", OCTATTN_ERROR_ALIASING,
+       [&] {
+         return run(&sinks_alias, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(),
+                    sinks.data() + 1, nullptr);
+       }},
+      {"dsinks without sinks", OCTATTN_ERROR_INVALID_OPTION,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(),
+                    g.dsinks.data(), nullptr);
+       }},
+      {"struct size", OCTATTN_ERROR_STRUCT_SIZE,
+       [&] {
+         return run(&small, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"naive", OCTATTN_ERROR_UNSUPPORTED,
+       [&] {
+         return run(&naive, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"bf16 dout", OCTATTN_ERROR_UNSUPPORTED,
+       [&] {
+         return run(&opt, lse.ptr(), bf.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+      {"misaligned dq", OCTATTN_ERROR_MISALIGNED,
+       [&] {
+         return run(&opt, lse.ptr(), dout.ptr(), misaligned.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                    nullptr);
+       }},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.what);
+    reset();
+    const octattn_status st = b.call();
+    CHECK(st == b.want);
+    CHECK(untouched());
+    if (st != OCTATTN_OK && std::string(b.what) != "no context") CHECK(!ctx.Error().empty());
+  }
+  // Out of memory: a limit below the scratch the call needs.
+  reset();
+  Context limited;
+  REQUIRE(octattn_context_set_memory_limit(limited, 64) == OCTATTN_OK);
+  CHECK(octattn_attention_backward(limited, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
+                                   lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(),
+                                   nullptr, nullptr, nullptr, 0) == OCTATTN_ERROR_OUT_OF_MEMORY);
+  CHECK(untouched());
+  size_t bytes = 0;
+  CHECK(octattn_attention_backward_workspace_size(
+            ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), g.dq.ptr(),
+            g.dk.ptr(), g.dv.ptr(), nullptr, nullptr, nullptr) == OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_attention_backward_workspace_size(
+            ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), g.dq.ptr(),
+            g.dk.ptr(), g.dv.ptr(), nullptr, nullptr, &bytes) == OCTATTN_OK);
+  CHECK(bytes > 0);
+}
