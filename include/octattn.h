@@ -369,15 +369,17 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
 
 /* ---------------------------------------------------------------------- backward
  * The gradients of octattn_attention for training (since 0.5). Given the forward call's
- * options and inputs, the o and lse it returned, and dout = dL/do (the shape of o), the
- * backward writes dq, dk and dv (the shapes of q, k and v), and on request dsinks
- * (q_heads floats; needs options.sinks) and dbias ([batch, q_heads, q_len, kv_len]).
- * For an allowed pair (i, j) of query head h, with p the softmax of row i (its sink in
- * the denominator) and x = scale * q_i . k_j:
- *     D_i = dout_i . o_i            ds = p_ij * (dout_i . v_j - D_i)
+ * options and inputs, the o and lse it returned, dout = dL/do (the shape of o) and
+ * optionally dlse = dL/dlse (the shape of lse; NULL: zero), the backward writes dq, dk
+ * and dv (the shapes of q, k and v), and on request dsinks (q_heads floats; needs
+ * options.sinks) and dbias ([batch, q_heads, q_len, kv_len]). For an allowed pair
+ * (i, j) of query head h, with p the softmax of row i (its sink in the denominator)
+ * and x = scale * q_i . k_j:
+ *     D_i = dout_i . o_i - dlse_i   ds = p_ij * (dout_i . v_j - D_i)
  *     dbias[b, h, i, j] = ds        dx = ds * (1 - tanh(x / softcap)^2) (softcap > 0; else ds)
  *     dq_i += scale * dx * k_j      dk_j += scale * dx * q_i      dv_j += p_ij * dout_i
  *     dsinks[h] = -sum over batches and rows of exp(sinks[h] - lse_i) * D_i
+ * (a row with no allowed key has o = 0 and lse = sinks[h]: it adds dlse_i to dsinks)
  * dk and dv of a kv head sum over the query heads of its GQA group. dbias is the
  * gradient of the scores after every modifier, so it is also dL/dbias of a bias tensor
  * (full size: a caller whose bias broadcasts sums it over those dimensions) and exists
@@ -395,7 +397,7 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
  * pairs: at most batch * kv_heads threads work.
  *
  * Invariants. A masked pair reaches no gradient whatever the bits of q, k, v, o, lse and
- * dout (NaN and Inf included): dk_j and dv_j depend only on the rows that may read key
+ * dout, dlse (NaN and Inf included): dk_j and dv_j depend only on the rows that may read key
  * j, dq_i only on the keys row i reads (and on row i), dbias[i, j] only on row i and key
  * j. The bytes of every gradient are the same for any thread count, any strides of the
  * same numbers, and any subset of the batch or of whole GQA groups: dk and dv sum their
@@ -419,9 +421,9 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
 OCTATTN_API octattn_status octattn_attention_backward(
     octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
     const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,
-    const octattn_tensor* lse, const octattn_tensor* dout, octattn_tensor* dq, octattn_tensor* dk,
-    octattn_tensor* dv, float* dsinks, octattn_tensor* dbias, void* workspace,
-    size_t workspace_size);
+    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dlse,
+    octattn_tensor* dq, octattn_tensor* dk, octattn_tensor* dv, float* dsinks,
+    octattn_tensor* dbias, void* workspace, size_t workspace_size);
 
 /* Bytes of workspace octattn_attention_backward() needs for these arguments on this
  * context. @return as octattn_attention_backward() validates, and NULL_POINTER (bytes).
@@ -429,9 +431,9 @@ OCTATTN_API octattn_status octattn_attention_backward(
 OCTATTN_API octattn_status octattn_attention_backward_workspace_size(
     octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
     const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,
-    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dq,
-    const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
-    const octattn_tensor* dbias, size_t* bytes);
+    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dlse,
+    const octattn_tensor* dq, const octattn_tensor* dk, const octattn_tensor* dv,
+    const float* dsinks, const octattn_tensor* dbias, size_t* bytes);
 
 /* ---------------------------------------------------------------------- partials
  * A sequence split over processes (context parallelism, ring attention) attends each

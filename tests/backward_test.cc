@@ -78,16 +78,19 @@ struct Grads {
 };
 
 octattn_status Backward(Context& ctx, const octattn_attention_options& opt, const Problem& p,
-                        const Tensor& o, const Tensor& lse, const Tensor& dout, Grads& g) {
+                        const Tensor& o, const Tensor& lse, const Tensor& dout, Grads& g,
+                        const Tensor* dlse = nullptr) {
   return octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
-                                    dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(),
+                                    dout.ptr(), dlse ? dlse->ptr() : nullptr, g.dq.ptr(),
+                                    g.dk.ptr(), g.dv.ptr(),
                                     g.with_dsinks ? g.dsinks.data() : nullptr,
                                     g.with_dbias ? g.dbias.ptr() : nullptr, nullptr, 0);
 }
 
 void RequireBackward(Context& ctx, const octattn_attention_options& opt, const Problem& p,
-                     const Tensor& o, const Tensor& lse, const Tensor& dout, Grads& g) {
-  const octattn_status st = Backward(ctx, opt, p, o, lse, dout, g);
+                     const Tensor& o, const Tensor& lse, const Tensor& dout, Grads& g,
+                     const Tensor* dlse = nullptr) {
+  const octattn_status st = Backward(ctx, opt, p, o, lse, dout, g, dlse);
   INFO(ctx.Error());
   REQUIRE(st == OCTATTN_OK);
 }
@@ -184,6 +187,7 @@ std::string Describe(const Case& c) {
 
 // The fused backward on every target against the reference, o and lse from the fused
 // forward of the same target.
+// With `dbias`, also dL/dlse (a random dlse) and the gradient of the scores.
 void CheckCase(const Case& c, Mods& m, const std::vector<Target>& targets, uint32_t seed,
                bool dbias = false) {
   INFO(Describe(c));
@@ -194,6 +198,9 @@ void CheckCase(const Case& c, Mods& m, const std::vector<Target>& targets, uint3
   Tensor dout = p.Out();
   dout.Fill(seed + 3);
   const bool dsinks = m.sinks;
+  Tensor dlse_t = p.Lse();
+  dlse_t.Fill(seed + 4);
+  const Tensor* dlse = dbias ? &dlse_t : nullptr;
   const Bounds bounds = MakeBounds(p, m, opt, dout);
   Grads ref(p, dbias, dsinks);
   {
@@ -202,7 +209,7 @@ void CheckCase(const Case& c, Mods& m, const std::vector<Target>& targets, uint3
     r.algorithm = OCTATTN_ALGORITHM_REFERENCE;
     Tensor o = p.Out(), lse = p.Lse();
     Attend(ctx, r, p.q, p.k, p.v, o, &lse);
-    RequireBackward(ctx, r, p, o, lse, dout, ref);
+    RequireBackward(ctx, r, p, o, lse, dout, ref, dlse);
   }
   for (const Target& t : targets) {
     INFO(t.Name());
@@ -210,7 +217,7 @@ void CheckCase(const Case& c, Mods& m, const std::vector<Target>& targets, uint3
     Tensor o = p.Out(), lse = p.Lse();
     Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
     Grads g(p, dbias, dsinks);
-    RequireBackward(ctx, opt, p, o, lse, dout, g);
+    RequireBackward(ctx, opt, p, o, lse, dout, g, dlse);
     CheckAgainst(g, ref, bounds);
   }
 }
@@ -255,33 +262,37 @@ TEST_CASE("backward with every modifier matches the reference", "[backward][disp
     INFO("modifier set " << which);
     CheckCase(square, m, targets, 21 + which, /*dbias=*/true);
   }
-  Mods sinks;  // sinks on rows with no key: their gradient is 0 there
+  Mods sinks;  // rows with no key: o = 0, lse = the sink; only dlse reaches the sink
   sinks.sinks = true;
   CheckCase({1, 2, 2, 40, 25, 8, 8, 1, 0, 0, kDef}, sinks, targets, 5, true);
 }
 
 TEST_CASE("reference backward agrees with finite differences", "[backward]") {
-  // L = sum(dout * o): its derivative by central differences in double precision of the
-  // reference forward (f32 outputs, so h is large and the tolerance loose).
+  // L = sum(dout * o) + sum(dlse * lse): its derivative by central differences in double precision
+  // of the reference forward (f32 outputs, so h is large and the tolerance loose).
   Problem p(1, 2, 1, 6, 7, 4, 3, 91);
   octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE);
   Mods m;
   m.softcap = 1.2f;
   m.alibi = m.sinks = m.bias = true;
   m.Apply(p, 91, &opt);
-  Tensor dout = p.Out();
+  Tensor dout = p.Out(), dlse = p.Lse();
   dout.Fill(94);
+  dlse.Fill(95);
   Context ctx;
   Tensor o = p.Out(), lse = p.Lse();
   Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
   Grads g(p, true, true);
-  RequireBackward(ctx, opt, p, o, lse, dout, g);
+  RequireBackward(ctx, opt, p, o, lse, dout, g, &dlse);
   auto loss = [&]() {
-    Tensor out = p.Out();
-    Attend(ctx, opt, p.q, p.k, p.v, out);
+    Tensor out = p.Out(), out_lse = p.Lse();
+    Attend(ctx, opt, p.q, p.k, p.v, out, &out_lse);
     double l = 0;
     out.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
       l += static_cast<double>(out.at(a, b, c, d)) * dout.at(a, b, c, d);
+    });
+    out_lse.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+      l += static_cast<double>(out_lse.at(a, b, c, d)) * dlse.at(a, b, c, d);
     });
     return l;
   };
@@ -472,8 +483,8 @@ TEST_CASE("backward scratch does not grow with the sequence", "[backward]") {
     Tensor q(qs), k(qs), v(qs), o(qs), dout(qs), dq(qs), dk(qs), dv(qs);
     Tensor lse(1, 2, t, 1);
     REQUIRE(octattn_attention_backward_workspace_size(
-                ctx, nullptr, q.ptr(), k.ptr(), v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), dq.ptr(),
-                dk.ptr(), dv.ptr(), nullptr, nullptr, &bytes[n++]) == OCTATTN_OK);
+                ctx, nullptr, q.ptr(), k.ptr(), v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), nullptr,
+                dq.ptr(), dk.ptr(), dv.ptr(), nullptr, nullptr, &bytes[n++]) == OCTATTN_OK);
   }
   CHECK(bytes[0] == bytes[1]);
   CHECK(bytes[1] < size_t{4} << 20);
@@ -493,11 +504,11 @@ TEST_CASE("backward with a caller's workspace gives the same bytes", "[backward]
   RequireBackward(ctx, opt, p, o, lse, dout, a);
   size_t bytes = 0;
   REQUIRE(octattn_attention_backward_workspace_size(
-              ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(),
+              ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), nullptr,
               b.dq.ptr(), b.dk.ptr(), b.dv.ptr(), b.dsinks.data(), nullptr, &bytes) == OCTATTN_OK);
   std::vector<char> ws(bytes);
   REQUIRE(octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
-                                     dout.ptr(), b.dq.ptr(), b.dk.ptr(), b.dv.ptr(),
+                                     dout.ptr(), nullptr, b.dq.ptr(), b.dk.ptr(), b.dv.ptr(),
                                      b.dsinks.data(), nullptr, ws.data(), ws.size()) == OCTATTN_OK);
   CHECK(BytesEqual(a.dq, b.dq));
   CHECK(BytesEqual(a.dk, b.dk));
@@ -505,8 +516,8 @@ TEST_CASE("backward with a caller's workspace gives the same bytes", "[backward]
   CHECK(std::memcmp(a.dsinks.data(), b.dsinks.data(), 16) == 0);
   CHECK(b.dsinks[1] == 0.0f);
   CHECK(octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
-                                   dout.ptr(), b.dq.ptr(), b.dk.ptr(), b.dv.ptr(), b.dsinks.data(),
-                                   nullptr, ws.data(),
+                                   dout.ptr(), nullptr, b.dq.ptr(), b.dk.ptr(), b.dv.ptr(),
+                                   b.dsinks.data(), nullptr, ws.data(),
                                    ws.size() - 64) == OCTATTN_ERROR_WORKSPACE_TOO_SMALL);
 }
 
@@ -543,7 +554,7 @@ TEST_CASE("backward bad input: a status, a message, nothing written", "[backward
                  const octattn_tensor* dout_t, octattn_tensor* dq, octattn_tensor* dk,
                  octattn_tensor* dv, float* dsinks, octattn_tensor* dbias) {
     return octattn_attention_backward(ctx, options, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse_t,
-                                      dout_t, dq, dk, dv, dsinks, dbias, nullptr, 0);
+                                      dout_t, nullptr, dq, dk, dv, dsinks, dbias, nullptr, 0);
   };
   octattn_attention_options with_sinks = opt;
   with_sinks.sinks = sinks.data();
@@ -564,7 +575,7 @@ TEST_CASE("backward bad input: a status, a message, nothing written", "[backward
       {"no context", OCTATTN_ERROR_NULL_POINTER,
        [&] {
          return octattn_attention_backward(nullptr, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
-                                           lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(),
+                                           lse.ptr(), dout.ptr(), nullptr, g.dq.ptr(), g.dk.ptr(),
                                            g.dv.ptr(), nullptr, nullptr, nullptr, 0);
        }},
       {"lse NULL", OCTATTN_ERROR_NULL_POINTER,
@@ -584,6 +595,12 @@ TEST_CASE("backward bad input: a status, a message, nothing written", "[backward
        [&] {
          return run(&opt, lse.ptr(), dout.ptr(), wrong.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
                     nullptr);
+       }},
+      {"dlse shape", OCTATTN_ERROR_INVALID_SHAPE,
+       [&] {
+         return octattn_attention_backward(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
+                                           lse.ptr(), dout.ptr(), wrong.ptr(), g.dq.ptr(),
+                                           g.dk.ptr(), g.dv.ptr(), nullptr, nullptr, nullptr, 0);
        }},
       {"dbias shape", OCTATTN_ERROR_INVALID_SHAPE,
        [&] {
@@ -659,15 +676,17 @@ TEST_CASE("backward bad input: a status, a message, nothing written", "[backward
   Context limited;
   REQUIRE(octattn_context_set_memory_limit(limited, 64) == OCTATTN_OK);
   CHECK(octattn_attention_backward(limited, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(),
-                                   lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(),
-                                   nullptr, nullptr, nullptr, 0) == OCTATTN_ERROR_OUT_OF_MEMORY);
+                                   lse.ptr(), dout.ptr(), nullptr, g.dq.ptr(), g.dk.ptr(),
+                                   g.dv.ptr(), nullptr, nullptr, nullptr,
+                                   0) == OCTATTN_ERROR_OUT_OF_MEMORY);
   CHECK(untouched());
   size_t bytes = 0;
+  CHECK(octattn_attention_backward_workspace_size(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(),
+                                                  o.ptr(), lse.ptr(), dout.ptr(), nullptr,
+                                                  g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+                                                  nullptr, nullptr) == OCTATTN_ERROR_NULL_POINTER);
   CHECK(octattn_attention_backward_workspace_size(
-            ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), g.dq.ptr(),
-            g.dk.ptr(), g.dv.ptr(), nullptr, nullptr, nullptr) == OCTATTN_ERROR_NULL_POINTER);
-  CHECK(octattn_attention_backward_workspace_size(
-            ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), g.dq.ptr(),
-            g.dk.ptr(), g.dv.ptr(), nullptr, nullptr, &bytes) == OCTATTN_OK);
+            ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), nullptr,
+            g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr, nullptr, &bytes) == OCTATTN_OK);
   CHECK(bytes > 0);
 }

@@ -289,7 +289,7 @@ octattn_status Forward(octattn_context* ctx, const octattn_attention_options& op
 }
 octattn_status Backward(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b) {
   return octattn_attention_backward(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, &b.tlse, &b.tdout,
-                                    &b.tdq, &b.tdk, &b.tdv, nullptr, nullptr, nullptr, 0);
+                                    nullptr, &b.tdq, &b.tdk, &b.tdv, nullptr, nullptr, nullptr, 0);
 }
 // The timed call of a case: the forward, or the backward after one forward.
 octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b,

@@ -19,7 +19,7 @@ namespace {
 
 struct BackwardCall {
   api::AttentionCall fwd;
-  api::TensorInfo dout, dq, dk, dv, dbias;
+  api::TensorInfo dout, dlse, dq, dk, dv, dbias;
   api::TensorInfo dsinks, sinks, slopes;  // the arrays' extents (hi == 0: absent)
   float* dsinks_data = nullptr;
 };
@@ -47,8 +47,8 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
                             const octattn_tensor* q, const octattn_tensor* k,
                             const octattn_tensor* v, const octattn_tensor* o,
                             const octattn_tensor* lse, const octattn_tensor* dout,
-                            const octattn_tensor* dq, const octattn_tensor* dk,
-                            const octattn_tensor* dv, const float* dsinks,
+                            const octattn_tensor* dlse, const octattn_tensor* dq,
+                            const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
                             const octattn_tensor* dbias, BackwardCall* c) {
   OCTATTN_CHECK(api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd));
   if (!lse)
@@ -56,6 +56,10 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
   const plan::CallShape& sh = c->fwd.shape;
   OCTATTN_CHECK(api::ValidateTensor(dout, "dout", api::Role::kInput, false, &c->dout));
   OCTATTN_CHECK(SameShape(c->dout, "dout", c->fwd.o, "o"));
+  if (dlse) {
+    OCTATTN_CHECK(api::ValidateTensor(dlse, "dlse", api::Role::kInput, false, &c->dlse));
+    OCTATTN_CHECK(SameShape(c->dlse, "dlse", c->fwd.lse, "lse"));
+  }
   OCTATTN_CHECK(api::ValidateTensor(dq, "dq", api::Role::kOutput, false, &c->dq));
   OCTATTN_CHECK(SameShape(c->dq, "dq", c->fwd.q, "q"));
   OCTATTN_CHECK(api::ValidateTensor(dk, "dk", api::Role::kOutput, false, &c->dk));
@@ -96,6 +100,7 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
              {&c->fwd.o, "o"},
              {&c->fwd.lse, "lse"},
              {&c->dout, "dout"},
+             {&c->dlse, "dlse"},
              {&c->fwd.bias, "options.bias"},
              {&c->fwd.mask, "options.mask"},
              {&c->sinks, "options.sinks"},
@@ -117,12 +122,25 @@ api::Check CheckWorkspace(const void* workspace, size_t size, const BackwardCall
   ws.lo = reinterpret_cast<uintptr_t>(workspace);
   ws.hi = ws.lo + size;
   if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
-  const api::TensorInfo* all[] = {&c.fwd.q, &c.fwd.k,    &c.fwd.v,    &c.fwd.o, &c.fwd.lse,
-                                  &c.dout,  &c.fwd.bias, &c.fwd.mask, &c.dq,    &c.dk,
-                                  &c.dv,    &c.dbias,    &c.dsinks,   &c.sinks, &c.slopes};
-  const char* names[] = {
-      "q",  "k",  "v",  "o",     "lse",    "dout",          "options.bias",        "options.mask",
-      "dq", "dk", "dv", "dbias", "dsinks", "options.sinks", "options.alibi_slopes"};
+  const api::TensorInfo* all[] = {&c.fwd.q, &c.fwd.k,    &c.fwd.v,    &c.fwd.o, &c.fwd.lse, &c.dout,
+                                  &c.dlse,  &c.fwd.bias, &c.fwd.mask, &c.dq,    &c.dk,      &c.dv,
+                                  &c.dbias, &c.dsinks,   &c.sinks,    &c.slopes};
+  const char* names[] = {"q",
+                         "k",
+                         "v",
+                         "o",
+                         "lse",
+                         "dout",
+                         "dlse",
+                         "options.bias",
+                         "options.mask",
+                         "dq",
+                         "dk",
+                         "dv",
+                         "dbias",
+                         "dsinks",
+                         "options.sinks",
+                         "options.alibi_slopes"};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i)
     if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
   return api::Check();
@@ -144,6 +162,11 @@ kernels::BackwardTask TaskOf(const BackwardCall& c, int64_t b, int64_t kvh, doub
   t.do_head = c.dout.stride[1];
   t.do_row = c.dout.stride[2];
   t.do_dim = c.dout.stride[3];
+  if (c.dlse.hi != 0) {
+    t.dlse = c.dlse.data + b * c.dlse.stride[0] + h * c.dlse.stride[1];
+    t.dlse_head = c.dlse.stride[1];
+    t.dlse_row = c.dlse.stride[2];
+  }
   t.dq = c.dq.data + b * c.dq.stride[0] + h * c.dq.stride[1];
   t.dq_head = c.dq.stride[1];
   t.dq_row = c.dq.stride[2];
@@ -171,13 +194,13 @@ extern "C" {
 octattn_status octattn_attention_backward_workspace_size(
     octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
     const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,
-    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dq,
-    const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
-    const octattn_tensor* dbias, size_t* bytes) {
+    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dlse,
+    const octattn_tensor* dq, const octattn_tensor* dk, const octattn_tensor* dv,
+    const float* dsinks, const octattn_tensor* dbias, size_t* bytes) {
   return api::Guard(ctx, [&]() -> api::Check {
     BackwardCall c;
     OCTATTN_CHECK(
-        ValidateBackward(ctx, options, q, k, v, o, lse, dout, dq, dk, dv, dsinks, dbias, &c));
+        ValidateBackward(ctx, options, q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, &c));
     if (!bytes) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
     const size_t need = plan::WorkspaceBytes(BackwardSchedule(c), ctx->pool->threads());
     if (need == SIZE_MAX)
@@ -187,18 +210,16 @@ octattn_status octattn_attention_backward_workspace_size(
   });
 }
 
-octattn_status octattn_attention_backward(octattn_context* ctx,
-                                          const octattn_attention_options* options,
-                                          const octattn_tensor* q, const octattn_tensor* k,
-                                          const octattn_tensor* v, const octattn_tensor* o,
-                                          const octattn_tensor* lse, const octattn_tensor* dout,
-                                          octattn_tensor* dq, octattn_tensor* dk,
-                                          octattn_tensor* dv, float* dsinks, octattn_tensor* dbias,
-                                          void* workspace, size_t workspace_size) {
+octattn_status octattn_attention_backward(
+    octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
+    const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,
+    const octattn_tensor* lse, const octattn_tensor* dout, const octattn_tensor* dlse,
+    octattn_tensor* dq, octattn_tensor* dk, octattn_tensor* dv, float* dsinks,
+    octattn_tensor* dbias, void* workspace, size_t workspace_size) {
   return api::Guard(ctx, [&]() -> api::Check {
     BackwardCall c;
     OCTATTN_CHECK(
-        ValidateBackward(ctx, options, q, k, v, o, lse, dout, dq, dk, dv, dsinks, dbias, &c));
+        ValidateBackward(ctx, options, q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, &c));
     OCTATTN_CHECK(CheckWorkspace(workspace, workspace_size, c));
     const plan::Schedule s = BackwardSchedule(c);
     void* scratch = nullptr;

@@ -116,6 +116,8 @@ struct BackwardTask {
   int64_t heads;  // query heads of the group
   const float* dout;
   int64_t do_head, do_row, do_dim;
+  const float* dlse;  // null: zero
+  int64_t dlse_head, dlse_row;
   float* dq;
   int64_t dq_head, dq_row, dq_dim;
   float* dk;

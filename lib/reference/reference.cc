@@ -154,8 +154,12 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
         s[j] = x;
         if (x > m || std::isnan(x)) m = std::isnan(m) ? m : x;
       }
+      const double dlse = t.dlse ? t.dlse[h * t.dlse_head + i * t.dlse_row] : 0.0;
       for (int64_t d = 0; d < hd; ++d) dq_out[d * t.dq_dim] = 0.0f;
-      if (m == kNegInf) continue;  // the row's output is 0 whatever its inputs: no gradient
+      if (m == kNegInf) {  // o = 0 whatever the inputs; lse = the sink: dlse reaches it
+        if (sink != kNegInf) dsink += dlse;
+        continue;
+      }
       if (sink > m) m = sink;
       double sum = sink == kNegInf ? 0.0 : std::exp(sink - m);
       for (int64_t j = 0; j < n; ++j) {
@@ -169,7 +173,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
         const float* v = op.v + j * op.v_row;
         for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * v[d * op.v_dim];
       }
-      double dd = 0.0;  // do . o
+      double dd = -dlse;  // do . o - dlse
       for (int64_t d = 0; d < vd; ++d) dd += static_cast<double>(dout[d * t.do_dim]) * o[d];
       if (sink != kNegInf) dsink -= std::exp(sink - m) / sum * dd;
       for (int64_t d = 0; d < hd; ++d) dq[d] = 0.0;

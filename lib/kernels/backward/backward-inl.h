@@ -172,6 +172,11 @@ static inline float BwdRowDot(const float* dop, const float* o, int64_t o_dim, i
   return S::ReduceSum(acc);
 }
 
+// dlse of row i of head h (0 without dlse).
+static inline float BwdDlse(const BackwardTask& t, int64_t h, int64_t i) {
+  return t.dlse ? t.dlse[h * t.dlse_head + i * t.dlse_row] : 0.0f;
+}
+
 // Whether row i (at qpos) of head h reads key j: the analytic mask, the mask tensor, a
 // bias of -inf (the tensors read only where the mask before them allows the pair).
 static inline bool BwdPairRead(const plan::Mask& mask, const RowMods& m, int64_t qpos, int64_t j) {
@@ -194,7 +199,8 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop + r * dvp);
     f.lse[r] = op.lse[h * op.lse_head + i * op.lse_row];
     f.dd[r] = BwdRowDot(f.dop + r * dvp, op.o + h * op.o_head + i * op.o_row, op.o_dim,
-                        op.value_dim, f.row);
+                        op.value_dim, f.row) -
+              BwdDlse(t, h, i);
   }
   // Whether every pair is read (then no pair is checked).
   bool every = kind == plan::kTileFull && !op.mods.mask && !op.mods.bias;
@@ -293,10 +299,13 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
       const float sink = op.mods.sinks[h];
       for (int64_t i = 0; i < op.q_len && sink != -__builtin_inff(); ++i) {
         const float lse = op.lse[h * op.lse_head + i * op.lse_row];
-        if (plan::AllowedCount(plan::KeysOf(mask, mask.q_start + i, op.kv_len)) == 0) continue;
-        BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop);
-        const float dd =
-            BwdRowDot(f.dop, op.o + h * op.o_head + i * op.o_row, op.o_dim, op.value_dim, f.row);
+        // A row with no key: o = 0 and lse = the sink; only dlse reaches the sink.
+        float dd = -BwdDlse(t, h, i);
+        if (plan::AllowedCount(plan::KeysOf(mask, mask.q_start + i, op.kv_len)) > 0) {
+          BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop);
+          dd +=
+              BwdRowDot(f.dop, op.o + h * op.o_head + i * op.o_row, op.o_dim, op.value_dim, f.row);
+        }
         sum -= __builtin_exp(static_cast<double>(sink) - lse) * dd;
       }
       t.dsinks[h] = sum;
