@@ -16,7 +16,7 @@ from . import _octattn
 __all__ = [
     "Context", "Error", "attention", "workspace_size", "scores", "scale", "mask",
     "modify_scores", "softmax", "weighted_sum", "split_heads", "merge_heads", "split_qkv",
-    "merge", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
+    "merge", "attention_backward", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
     "version", "STATUS",
 ]
 
@@ -143,6 +143,43 @@ def _per_head(a, like):
 # Python wrapper cost about 1.5 us a call); help(octattn.attention) has its text.
 attention = _octattn.attention
 
+
+
+def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=0, stride=0, scale=None,
+                       q_start=None, k_start=0, chunk=0, softcap=0.0, alibi_slopes=None,
+                       sinks=None, bias=None, mask=None, return_dsinks=False,
+                       return_dbias=False, algorithm="auto", layout="bhtd", context=None):
+    """The gradients of octattn.attention (octattn_attention_backward, include/octattn.h).
+
+    q, k, v and the options as the forward call had them; o and lse ([B, Hq, Tq]) as it
+    returned them; dout = dL/do (the shape of o), dlse = dL/dlse (None: zero). Returns (dq, dk, dv), then dsinks [Hq]
+    (return_dsinks, with sinks) and dbias [B, Hq, Tq, Tk] (return_dbias: the gradient of
+    the scores, that is of a bias tensor before any broadcast) as asked. The gradients
+    are new arrays of q's kind in q's layout. algorithm: "auto"/"fused" or "reference".
+    """
+    ctx = _ctx_for(q, context)
+    bthd = layout == "bthd"
+    if not bthd and layout != "bhtd":
+        raise ValueError("layout is 'bhtd' or 'bthd'")
+    dq = _empty(q, tuple(q.shape))
+    dk = _empty(q, tuple(k.shape))
+    dv = _empty(q, tuple(v.shape))
+    s = q.shape
+    heads, rows = (s[2], s[1]) if bthd else (s[1], s[2])
+    dsinks = _empty(q, (heads,)) if return_dsinks else None
+    dbias = None
+    if return_dbias:
+        dbias = _empty(q, (s[0], heads, rows, k.shape[1] if bthd else k.shape[2]))
+    ctx.backward(q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, bthd, bool(causal), window,
+                 stride, q_start, k_start, scale, chunk, float(softcap),
+                 _per_head(alibi_slopes, q), _per_head(sinks, q), bias, mask,
+                 _ALGORITHMS[algorithm])
+    out = (dq, dk, dv)
+    if return_dsinks:
+        out += (dsinks,)
+    if return_dbias:
+        out += (dbias,)
+    return out
 
 
 def workspace_size(q, k, v, *, causal=True, window=0, stride=0, q_start=None, k_start=0,

@@ -249,6 +249,42 @@ class Context {
     Check(s);
   }
 
+  // octattn_attention_backward: gradients into the caller's dq, dk, dv (and dsinks,
+  // dbias when given), every array in the layout of q (lse [B, Hq, Tq], dbias [B, Hq,
+  // Tq, Tk], dsinks [Hq]).
+  void Backward(Array q, Array k, Array v, Array o, Array lse, Array dout, OptArray dlse, Array dq,
+                Array dk, Array dv, OptArray dsinks, OptArray dbias, bool bthd, bool causal,
+                int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
+                std::optional<float> scale, int64_t chunk, float softcap, OptArray alibi,
+                OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm) {
+    const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
+                         to = View(o, "o", bthd), tl = View(lse, "lse"),
+                         td = View(dout, "dout", bthd);
+    octattn_tensor gq = View(dq, "dq", bthd), gk = View(dk, "dk", bthd), gv = View(dv, "dv", bthd),
+                   gb{}, tdl{};
+    if (!dlse.is_none()) tdl = View(dlse, "dlse");
+    if (!dbias.is_none()) gb = View(dbias, "dbias");
+    float* ds = nullptr;
+    if (!dsinks.is_none()) {
+      const Raw r = RawOf(dsinks, "dsinks");
+      if (r.dtype != OCTATTN_DTYPE_F32 || r.ndim != 1 || (r.shape[0] > 1 && r.stride[0] != 1))
+        Bad("dsinks", "a contiguous 1-D float32 array", true);
+      if (r.shape[0] != tq.shape[1]) Bad("dsinks", "one entry per query head");
+      ds = static_cast<float*>(r.data);
+    }
+    Options opt;
+    FillOptions(&opt, causal, window, stride, q_start, k_start, scale ? *scale : 0.0f, chunk,
+                softcap, alibi, sinks, bias, mask, algorithm, tq.shape[1]);
+    octattn_status s;
+    {
+      nb::gil_scoped_release release;
+      s = octattn_attention_backward(ctx_, &opt.o, &tq, &tk, &tv, &to, &tl, &td,
+                                     dlse.is_none() ? nullptr : &tdl, &gq, &gk, &gv, ds,
+                                     dbias.is_none() ? nullptr : &gb, nullptr, 0);
+    }
+    Check(s);
+  }
+
   size_t WorkspaceSize(Array q, Array k, Array v, Array o, bool bthd, bool causal, int64_t window,
                        int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
                        int64_t chunk, int32_t algorithm) {
@@ -449,6 +485,13 @@ NB_MODULE(_octattn, m) {
       .def("workspace_size", &Context::WorkspaceSize, nb::arg("q"), nb::arg("k"), nb::arg("v"),
            nb::arg("o"), nb::arg("bthd"), nb::arg("causal"), nb::arg("window"), nb::arg("stride"),
            nb::arg("q_start").none(), nb::arg("k_start"), nb::arg("chunk"), nb::arg("algorithm"))
+      .def("backward", &Context::Backward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"),
+           nb::arg("lse"), nb::arg("dout"), nb::arg("dlse").none(), nb::arg("dq"), nb::arg("dk"),
+           nb::arg("dv"), nb::arg("dsinks").none(), nb::arg("dbias").none(), nb::arg("bthd"),
+           nb::arg("causal"), nb::arg("window"), nb::arg("stride"), nb::arg("q_start").none(),
+           nb::arg("k_start"), nb::arg("scale").none(), nb::arg("chunk"), nb::arg("softcap"),
+           nb::arg("alibi").none(), nb::arg("sinks").none(), nb::arg("bias").none(),
+           nb::arg("mask").none(), nb::arg("algorithm"))
       .def("scores", &Context::Scores)
       .def("scale", &Context::Scale)
       .def("mask", &Context::Mask, nb::arg("scores"), nb::arg("causal"), nb::arg("window"),
