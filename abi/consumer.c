@@ -108,6 +108,12 @@ static void call_every_function(void) {
   expect(octattn_merge(NULL, 1, &t, &t, &t, NULL) == null, "octattn_merge");
   expect(octattn_struct_layout("octattn_tensor", NULL, &bytes) == OCTATTN_OK && bytes == sizeof(t),
          "octattn_struct_layout");
+  expect(octattn_attention_backward(NULL, NULL, &t, &t, &t, &t, &t, &t, NULL, &t, &t, &t, NULL,
+                                    NULL, NULL, 0) == null,
+         "octattn_attention_backward");
+  expect(octattn_attention_backward_workspace_size(NULL, NULL, &t, &t, &t, &t, &t, &t, NULL, &t, &t,
+                                                   &t, NULL, NULL, &bytes) == null,
+         "octattn_attention_backward_workspace_size");
 }
 
 int main(void) {
@@ -135,6 +141,26 @@ int main(void) {
   }
   /* Row 0 of head 0 reads only key 0: its output is value row 0. */
   expect(memcmp(o, v, 4 * sizeof(float)) == 0, "row 0 equals value row 0");
+  {
+    /* The backward of o: row 0 reads key 0 alone (p = 1), so dv of key 0 gets dout row 0
+     * from it and dq of row 0 is 0 (its softmax has one entry). */
+    float lse[2 * 3], dout[2 * 3 * 4], dq[2 * 3 * 4], dk[2 * 3 * 4], dv[2 * 3 * 4];
+    const int64_t lse_shape[4] = {1, 2, 3, 1};
+    octattn_tensor tl, tdo, tdq, tdk, tdv;
+    for (i = 0; i < 24; ++i) dout[i] = (float)(i % 5) - 2.0f;
+    octattn_tensor_init(&tl, lse, lse_shape, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tdo, dout, shape, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tdq, dq, shape, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tdk, dk, shape, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tdv, dv, shape, OCTATTN_LAYOUT_BHTD);
+    st = octattn_attention(ctx, NULL, &tq, &tk, &tv, &to, &tl, NULL, NULL, 0);
+    if (st == OCTATTN_OK)
+      st = octattn_attention_backward(ctx, NULL, &tq, &tk, &tv, &to, &tl, &tdo, NULL, &tdq, &tdk,
+                                      &tdv, NULL, NULL, NULL, 0);
+    expect(st == OCTATTN_OK, "octattn_attention_backward runs");
+    expect(dq[0] == 0.0f && dq[1] == 0.0f && dq[2] == 0.0f && dq[3] == 0.0f,
+           "dq of a row with one key is 0");
+  }
   octattn_context_destroy(ctx);
   if (failures) return 1;
   printf("every function called, layouts pinned, version %s\n", octattn_version_string());

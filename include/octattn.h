@@ -406,7 +406,7 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
  * Accuracy. Against the reference, on inputs with o and lse from the forward: with
  * S the largest |score| (after every modifier), R = 1e-6 * max(1, S), P_j the sum of
  * p_ij over the rows that read key j (its group's heads too), G = value_dim * max|dout|
- * * max|v| (a bound on |dout_i . v_j|):
+ * * max|v| + max|dlse| (a bound on |dout_i . v_j| and |D_i|):
  *     |dv_j - ref| <= R * max|dout| * max(1, P_j)
  *     |dq_i - ref| <= R * |scale| * max|k| * G * 4
  *     |dk_j - ref| <= R * |scale| * max|q| * G * 4 * max(1, P_j)

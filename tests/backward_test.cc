@@ -107,7 +107,7 @@ struct Bounds {
 };
 
 Bounds MakeBounds(const Problem& p, const Mods& m, const octattn_attention_options& opt,
-                  const Tensor& dout) {
+                  const Tensor& dout, const Tensor* dlse) {
   Bounds b;
   const int64_t B = p.q.shape[0], Hq = p.q.shape[1], Tq = p.q.shape[2], Tk = p.k.shape[2];
   const int64_t Hkv = p.k.shape[1], group = Hq / Hkv;
@@ -121,7 +121,7 @@ Bounds MakeBounds(const Problem& p, const Mods& m, const octattn_attention_optio
   b.max_dout = dout.MaxAbs();
   b.max_q = p.q.MaxAbs();
   b.max_k = p.k.MaxAbs();
-  b.g = static_cast<double>(p.v.shape[3]) * b.max_dout * p.v.MaxAbs();
+  b.g = static_cast<double>(p.v.shape[3]) * b.max_dout * p.v.MaxAbs() + (dlse ? dlse->MaxAbs() : 0);
   b.rows = static_cast<double>(B * Tq);
   Context ctx;
   octattn_attention_options ref = opt;
@@ -201,7 +201,7 @@ void CheckCase(const Case& c, Mods& m, const std::vector<Target>& targets, uint3
   Tensor dlse_t = p.Lse();
   dlse_t.Fill(seed + 4);
   const Tensor* dlse = dbias ? &dlse_t : nullptr;
-  const Bounds bounds = MakeBounds(p, m, opt, dout);
+  const Bounds bounds = MakeBounds(p, m, opt, dout, dlse);
   Grads ref(p, dbias, dsinks);
   {
     Context ctx;
