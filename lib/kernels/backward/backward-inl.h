@@ -21,16 +21,16 @@ constexpr int64_t kBwdRows = 64;  // query rows per tile
 constexpr int kBwdR = 6;
 constexpr int kBwdC = S::kRegs >= 32 ? 4 : 2;
 
-// c[m][n..] (+)= sum over t of a[m * am + t * at] * b[t * ldb + n..]: R rows, C vectors,
+// c[m][n..] += sum over t of a[m * am + t * at] * b[t * ldb + n..]: R rows, C vectors,
 // one FMA chain per accumulator in t order.
-template <int R, int C, bool kAcc>
+template <int R, int C>
 static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
                             float* c, int64_t ldc, int64_t t_len) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   using V = typename S::V;
   V acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int k = 0; k < C; ++k) acc[r][k] = kAcc ? S::Load(c + r * ldc + k * L) : S::Zero();
+    for (int k = 0; k < C; ++k) acc[r][k] = S::Load(c + r * ldc + k * L);
   for (int64_t t = 0; t < t_len; ++t) {
     V bv[C];
     for (int k = 0; k < C; ++k) bv[k] = S::Load(b + t * ldb + k * L);
@@ -43,43 +43,35 @@ static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float*
     for (int k = 0; k < C; ++k) S::Store(acc[r][k], c + r * ldc + k * L);
 }
 
-template <int C, bool kAcc>
+// Rows in blocks of kBwdR, the rest in blocks of 4, 2 and 1 (a row's bytes do not depend
+// on its block: fewer block heights keep the build small).
+template <int C>
 static inline void BwdCols(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t m_len, int64_t t_len) {
   int64_t m = 0;
   for (; m + kBwdR <= m_len; m += kBwdR)
-    BwdBlock<kBwdR, C, kAcc>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
-  a += m * am;
-  c += m * ldc;
-  switch (m_len - m) {
-    case 5:
-      return BwdBlock<5, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
-    case 4:
-      return BwdBlock<4, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
-    case 3:
-      return BwdBlock<3, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
-    case 2:
-      return BwdBlock<2, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
-    case 1:
-      return BwdBlock<1, C, kAcc>(a, am, at, b, ldb, c, ldc, t_len);
-    default:
-      return;
+    BwdBlock<kBwdR, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+  while (m < m_len) {
+    const int64_t h = m_len - m >= 4 ? 4 : m_len - m >= 2 ? 2 : 1;
+    if (h == 4) BwdBlock<4, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    if (h == 2) BwdBlock<2, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    if (h == 1) BwdBlock<1, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    m += h;
   }
 }
 
-// c[m][n] (+)= sum_t a[m * am + t * at] * b[t * ldb + n] for m < m_len, t < t_len and
+// c[m][n] += sum_t a[m * am + t * at] * b[t * ldb + n] for m < m_len, t < t_len and
 // n < n_len (whole vectors).
-template <bool kAcc>
 static void BwdProduct(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
                        float* c, int64_t ldc, int64_t m_len, int64_t n_len, int64_t t_len) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   int64_t n = 0;
   for (; n + kBwdC * L <= n_len; n += kBwdC * L)
-    BwdCols<kBwdC, kAcc>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
-  for (; n < n_len; n += L) BwdCols<1, kAcc>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+    BwdCols<kBwdC>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+  for (; n < n_len; n += L) BwdCols<1>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
 }
 
-// BwdProduct<true> over the pairs (m, t) with ok[m * om + t * ot] != 0 only: the same
+// BwdProduct over the pairs (m, t) with ok[m * om + t * ot] != 0 only: the same
 // FMAs in the same order, the others skipped.
 static void BwdProductMasked(const float* a, int64_t am, int64_t at, const uint8_t* ok, int64_t om,
                              int64_t ot, const float* b, int64_t ldb, float* c, int64_t ldc,
@@ -193,12 +185,29 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
   using V = typename S::V;
   const Operands& op = t.op;
   const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
+  // Rows that are whole vectors in the caller's memory are read (and dq accumulated) in
+  // place, others through packed copies: the same products either way.
+  const bool q_direct = op.q_dim == 1 && dp == op.head_dim;
+  const bool do_direct = t.do_dim == 1 && dvp == op.value_dim;
+  const bool dq_direct = t.dq_dim == 1 && dp == op.head_dim;
+  const bool k_direct = op.k_dim == 1 && dp == op.head_dim;
+  const float* q = q_direct ? op.q + h * op.q_head + i0 * op.q_row : f.qp;
+  const int64_t q_row = q_direct ? op.q_row : dp;
+  const float* dout = do_direct ? t.dout + h * t.do_head + i0 * t.do_row : f.dop;
+  const int64_t do_row = do_direct ? t.do_row : dvp;
+  float* dq = dq_direct ? t.dq + h * t.dq_head + i0 * t.dq_row : f.dq;
+  const int64_t dq_row = dq_direct ? t.dq_row : dp;
+  const float* kr = k_direct ? op.k + j0 * op.k_row : f.kr;
+  const int64_t k_row = k_direct ? op.k_row : dp;
   for (int64_t r = 0; r < nq; ++r) {
     const int64_t i = i0 + r;
-    BwdPackRow(op.q + h * op.q_head + i * op.q_row, op.q_dim, op.head_dim, dp, f.qp + r * dp);
-    BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop + r * dvp);
+    if (!q_direct)
+      BwdPackRow(op.q + h * op.q_head + i * op.q_row, op.q_dim, op.head_dim, dp, f.qp + r * dp);
+    if (!do_direct)
+      BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp,
+                 f.dop + r * dvp);
     f.lse[r] = op.lse[h * op.lse_head + i * op.lse_row];
-    f.dd[r] = BwdRowDot(f.dop + r * dvp, op.o + h * op.o_head + i * op.o_row, op.o_dim,
+    f.dd[r] = BwdRowDot(dout + r * do_row, op.o + h * op.o_head + i * op.o_row, op.o_dim,
                         op.value_dim, f.row) -
               BwdDlse(t, h, i);
   }
@@ -220,8 +229,12 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     every = all;
   }
 
-  BwdProduct<false>(f.qp, dp, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
-  BwdProduct<false>(f.dop, dvp, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
+  for (int64_t x = 0; x < nq * kp; x += L) {
+    S::Store(S::Zero(), f.s + x);
+    S::Store(S::Zero(), f.g + x);
+  }
+  BwdProduct(q, q_row, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
+  BwdProduct(dout, do_row, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
 
   // Probabilities into s, the scores' gradient (times scale) into g.
   const V scale = S::Set(op.scale), one = S::Set(1.0f);
@@ -262,22 +275,24 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     }
   }
 
-  for (int64_t r = 0; r < nq; ++r)
-    BwdPackRow(t.dq + h * t.dq_head + (i0 + r) * t.dq_row, t.dq_dim, op.head_dim, dp,
-               f.dq + r * dp);
+  if (!dq_direct)
+    for (int64_t r = 0; r < nq; ++r)
+      BwdPackRow(t.dq + h * t.dq_head + (i0 + r) * t.dq_row, t.dq_dim, op.head_dim, dp,
+                 f.dq + r * dp);
   if (every) {
-    BwdProduct<true>(f.s, 1, kp, f.dop, dvp, f.dv, dvp, nk, dvp, nq);  // dv += p^T do
-    BwdProduct<true>(f.g, 1, kp, f.qp, dp, f.dk, dp, nk, dp, nq);      // dk += g^T q
-    BwdProduct<true>(f.g, kp, 1, f.kr, dp, f.dq, dp, nq, dp, nk);      // dq += g k
+    BwdProduct(f.s, 1, kp, dout, do_row, f.dv, dvp, nk, dvp, nq);  // dv += p^T do
+    BwdProduct(f.g, 1, kp, q, q_row, f.dk, dp, nk, dp, nq);        // dk += g^T q
+    BwdProduct(f.g, kp, 1, kr, k_row, dq, dq_row, nq, dp, nk);     // dq += g k
   } else {
-    BwdProductMasked(f.s, 1, kp, f.ok, 1, kp, f.dop, dvp, f.dv, dvp, nk, dvp, nq);
-    BwdProductMasked(f.g, 1, kp, f.ok, 1, kp, f.qp, dp, f.dk, dp, nk, dp, nq);
-    BwdProductMasked(f.g, kp, 1, f.ok, kp, 1, f.kr, dp, f.dq, dp, nq, dp, nk);
+    BwdProductMasked(f.s, 1, kp, f.ok, 1, kp, dout, do_row, f.dv, dvp, nk, dvp, nq);
+    BwdProductMasked(f.g, 1, kp, f.ok, 1, kp, q, q_row, f.dk, dp, nk, dp, nq);
+    BwdProductMasked(f.g, kp, 1, f.ok, kp, 1, kr, k_row, dq, dq_row, nq, dp, nk);
   }
-  for (int64_t r = 0; r < nq; ++r) {
-    float* dst = t.dq + h * t.dq_head + (i0 + r) * t.dq_row;
-    for (int64_t d = 0; d < op.head_dim; ++d) dst[d * t.dq_dim] = f.dq[r * dp + d];
-  }
+  if (!dq_direct)
+    for (int64_t r = 0; r < nq; ++r) {
+      float* dst = t.dq + h * t.dq_head + (i0 + r) * t.dq_row;
+      for (int64_t d = 0; d < op.head_dim; ++d) dst[d * t.dq_dim] = f.dq[r * dp + d];
+    }
 }
 
 static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
@@ -312,6 +327,7 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
     }
 
   const int64_t key_end = plan::KeyEnd(mask, mask.q_start + op.q_len, op.kv_len);
+  const bool k_direct = op.k_dim == 1 && dp == op.head_dim;  // BwdTilePair reads k in place
   for (int64_t j0 = 0; j0 < op.kv_len; j0 += kBwdKeys) {
     const int64_t nk = plan::MinI(kBwdKeys, op.kv_len - j0);
     for (int64_t j = 0; j < nk; ++j) {
@@ -334,7 +350,7 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
               f.kt[d * kp + j] = real ? k[d * op.k_dim] : 0.0f;
             for (int64_t d = 0; d < op.value_dim; ++d)
               f.vt[d * kp + j] = real ? v[d * op.v_dim] : 0.0f;
-            if (real) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
+            if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
           }
           packed = true;
         }
