@@ -2,7 +2,7 @@
 
     python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--q-heads 32 --kv-heads 8]
         [--threads 1] [--window W [--stride S]] [--mod MOD] [--rounds 3] [--ggml-lib DIR]
-        [--check]
+        [--check] [--backward]
 
 --mod runs one score modifier (octattn's `bench` flag of the same name), and the peers
 with its equivalent: softcap=X, alibi, sinks, chunk=N, mask_tensor (a boolean mask equal
@@ -24,6 +24,11 @@ Peers, where installed:
   ctypes from a ggml that the caller built (--ggml-lib: the folder with libggml-base.so
   and libggml-cpu.so, or OCTATTN_GGML_LIB).
 - torch_by_hand, numpy_by_hand: matmul, mask, softmax, matmul (not in the default list).
+With --backward the timed call is the backward of the attention (octattn: `bench
+--backward`; torch_sdpa: torch.autograd.grad of SDPA's output, its graph built once and
+retained, so only the backward is timed; the other peers have no backward) and GFLOP/s
+count 2 * (3 * head_dim + 2 * value_dim) per allowed pair (the recomputed q k^T, dP, dV,
+dQ and dK).
 Every case runs in a fresh process; each round runs every shape with every peer, so that
 the machine's noise hits all of them alike. One line per case and round, then one
 "summary" line per case: each peer's best round and octattn's GFLOP/s over the peer's
@@ -119,6 +124,18 @@ def torch_call(peer, args, q_len, kv_len, dim):
             add = bias
         m = add.masked_fill(~m, float("-inf"))
     by_hand = peer != "torch_sdpa" or name in ("softcap", "sinks")
+    if args.backward:
+        if by_hand or name:
+            raise SystemExit("--backward: torch_sdpa without modifiers only")
+        q, k, v = (x.clone().requires_grad_(True) for x in (q, k, v))
+        o = (F.scaled_dot_product_attention(q, k, v, is_causal=True) if square
+             else F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+        dout = torch.from_numpy(np.random.default_rng(1).uniform(
+            -1, 1, tuple(o.shape)).astype(np.float32))
+
+        def backward():
+            return torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
+        return backward
 
     def call():
         with torch.no_grad():
@@ -280,6 +297,8 @@ def ggml_call(args, q_len, kv_len, dim):
 def run_case(peer, args, q_len, kv_len, dim):
     """One case in this (fresh) process: median, min, max seconds and the peak RSS
     growth of the first call, in MiB."""
+    if args.backward and peer != "torch_sdpa":
+        raise SystemExit(f"{peer} has no backward")
     if peer.startswith("torch"):
         call = torch_call(peer, args, q_len, kv_len, dim)
     elif peer == "numpy_by_hand":
@@ -333,6 +352,8 @@ def octattn_case(args, q_len, kv_len, dim):
            "--q-heads", str(args.q_heads), "--kv-heads", str(args.kv_heads or args.q_heads),
            "--q-len", str(q_len), "--kv-len", str(kv_len), "--head-dim", str(dim),
            "--threads", str(args.threads), "--repeat", str(args.repeat)]
+    if args.backward:
+        cmd.append("--backward")
     if args.window:
         cmd += ["--window", str(args.window), "--stride", str(args.stride)]
     name, value = modifier(args)
@@ -382,6 +403,8 @@ def main():
     ap.add_argument("--ggml-lib", default="")
     ap.add_argument("--check", action="store_true",
                     help="compare each Python peer's output with NumPy's and stop")
+    ap.add_argument("--backward", action="store_true",
+                    help="time the backward (octattn and torch_sdpa)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case in a child
     args = ap.parse_args()
     if args.one:
@@ -392,18 +415,22 @@ def main():
               for kv in (map(int, args.kv_len.split(",")) if args.kv_len else [q])
               for d in map(int, args.head_dim.split(","))]
     peers = args.peers.split(",")
+    if args.backward:
+        peers = [p for p in peers if p in ("octattn", "torch_sdpa")]
     if args.check:
         check(args, shapes, peers)
         return
     best = {}
     for rnd in range(args.rounds):
         for q_len, kv_len, dim in shapes:
-            flops = 2.0 * 2 * dim * allowed_pairs(args, q_len, kv_len) * args.batch * args.q_heads
+            per_pair = 2.0 * (3 * dim + 2 * dim) if args.backward else 2.0 * 2 * dim
+            flops = per_pair * allowed_pairs(args, q_len, kv_len) * args.batch * args.q_heads
             for peer in peers:
                 case = {"peer": peer, "round": rnd, "threads": args.threads, "batch": args.batch,
                         "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
                         "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
-                        "window": args.window, "stride": args.stride, "mod": args.mod}
+                        "window": args.window, "stride": args.stride, "mod": args.mod,
+                        "pass": "backward" if args.backward else "forward"}
                 try:
                     med, lo, hi, extra = child(peer, args, q_len, kv_len, dim)
                 except RuntimeError as e:
@@ -418,7 +445,8 @@ def main():
     for (q_len, kv_len, dim), got in best.items():
         ours = got.get("octattn")
         print(json.dumps({
-            "summary": True, "threads": args.threads, "q_heads": args.q_heads,
+            "summary": True, "pass": "backward" if args.backward else "forward",
+            "threads": args.threads, "q_heads": args.q_heads,
             "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
             "head_dim": dim, "window": args.window, "stride": args.stride, "mod": args.mod,
             "best_gflops": {p: round(g, 2) for p, g in got.items()},
