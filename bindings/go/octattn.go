@@ -404,6 +404,81 @@ func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) err
 	return ctx.check(C.octattn_attention(ctx.c, options, &tq, &tk, &tv, &to, tl, nil, nil, 0))
 }
 
+// Grads are the outputs of AttentionBackward: DQ, DK and DV (the shapes of q, k and v)
+// are required; DSinks (one entry per query head; needs Options.Sinks) and DBias ([B,
+// Hq, Tq, Tk]) are written when not nil.
+type Grads struct {
+	DQ, DK, DV Tensor
+	DSinks     []float32
+	DBias      *Tensor
+}
+
+// AttentionBackward writes the gradients of Attention (octattn_attention_backward,
+// since 0.5) given the forward's options and inputs, the o and lse it returned, dout =
+// dL/do and dlse = dL/dlse (nil: zero). The bytes do not depend on the thread count or
+// the layout; on failure nothing is written.
+func (ctx *Context) AttentionBackward(opts *Options, q, k, v, o, lse, dout Tensor, dlse *Tensor, g *Grads) error {
+	if err := ctx.live(); err != nil {
+		return err
+	}
+	var c call
+	defer c.pin.Unpin()
+	var in [7]C.octattn_tensor
+	for i, x := range []struct {
+		t    Tensor
+		name string
+	}{{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {lse, "lse"}, {dout, "dout"}} {
+		t, err := c.tensor(x.t, x.name)
+		if err != nil {
+			return err
+		}
+		in[i] = t
+	}
+	var tdl *C.octattn_tensor
+	if dlse != nil {
+		t, err := c.tensor(*dlse, "dlse")
+		if err != nil {
+			return err
+		}
+		in[6] = t
+		tdl = &in[6]
+	}
+	var out [4]C.octattn_tensor
+	for i, x := range []struct {
+		t    Tensor
+		name string
+	}{{g.DQ, "DQ"}, {g.DK, "DK"}, {g.DV, "DV"}} {
+		t, err := c.tensor(x.t, x.name)
+		if err != nil {
+			return err
+		}
+		out[i] = t
+	}
+	var tdb *C.octattn_tensor
+	if g.DBias != nil {
+		t, err := c.tensor(*g.DBias, "DBias")
+		if err != nil {
+			return err
+		}
+		out[3] = t
+		tdb = &out[3]
+	}
+	var ds *C.float
+	if g.DSinks != nil {
+		if len(g.DSinks) != q.Shape[1] {
+			return &Error{InvalidShape, fmt.Sprintf("DSinks: %d entries for %d query heads", len(g.DSinks), q.Shape[1])}
+		}
+		c.pin.Pin(&g.DSinks[0])
+		ds = (*C.float)(unsafe.Pointer(&g.DSinks[0]))
+	}
+	options, err := c.options(opts, q.Shape[1])
+	if err != nil {
+		return err
+	}
+	return ctx.check(C.octattn_attention_backward(ctx.c, options, &in[0], &in[1], &in[2], &in[3], &in[4],
+		&in[5], tdl, &out[0], &out[1], &out[2], ds, tdb, nil, 0))
+}
+
 // IsStatus reports whether err is an *Error with the given status.
 func IsStatus(err error, status int) bool {
 	var e *Error

@@ -179,3 +179,53 @@ func TestThreadsTargetsAndABroadcastMask(t *testing.T) {
 		}
 	}
 }
+
+func TestBackwardMatchesTheReferenceAlgorithm(t *testing.T) {
+	b, hq, hkv, n, d := 1, 4, 2, 70, 16
+	q, k, v, dout := data(b*hq*n*d, 11), data(b*hkv*n*d, 12), data(b*hkv*n*d, 13), data(b*hq*n*d, 14)
+	o := make([]float32, len(q))
+	lse := make([]float32, b*hq*n)
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	sinks := []float32{0.5, -1, 0.25, 2}
+	tq, _ := BHTD(q, b, hq, n, d)
+	tk, _ := BHTD(k, b, hkv, n, d)
+	tv, _ := BHTD(v, b, hkv, n, d)
+	to, _ := BHTD(o, b, hq, n, d)
+	tl, _ := BHTD(lse, b, hq, n, 1)
+	td, _ := BHTD(dout, b, hq, n, d)
+	if err := ctx.Attention(&Options{Window: 20, Sinks: sinks}, tq, tk, tv, to, &tl); err != nil {
+		t.Fatal(err)
+	}
+	grads := func(algorithm Algorithm) [][]float32 {
+		dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+		g := Grads{DSinks: make([]float32, hq)}
+		g.DQ, _ = BHTD(dq, b, hq, n, d)
+		g.DK, _ = BHTD(dk, b, hkv, n, d)
+		g.DV, _ = BHTD(dv, b, hkv, n, d)
+		opts := &Options{Window: 20, Sinks: sinks, Algorithm: algorithm}
+		if err := ctx.AttentionBackward(opts, tq, tk, tv, to, tl, td, nil, &g); err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{dq, dk, dv, g.DSinks}
+	}
+	fused, ref := grads(AlgorithmFused), grads(AlgorithmReference)
+	for i := range fused {
+		for j := range fused[i] {
+			if math.Abs(float64(fused[i][j]-ref[i][j])) > 1e-4 {
+				t.Fatalf("gradient %d[%d]: %v vs reference %v", i, j, fused[i][j], ref[i][j])
+			}
+		}
+	}
+	g := Grads{DSinks: make([]float32, 3)}
+	g.DQ, _ = BHTD(make([]float32, len(q)), b, hq, n, d)
+	g.DK, _ = BHTD(make([]float32, len(k)), b, hkv, n, d)
+	g.DV, _ = BHTD(make([]float32, len(v)), b, hkv, n, d)
+	err = ctx.AttentionBackward(&Options{Sinks: sinks}, tq, tk, tv, to, tl, td, nil, &g)
+	if !IsStatus(err, InvalidShape) {
+		t.Fatalf("short DSinks: %v", err)
+	}
+}

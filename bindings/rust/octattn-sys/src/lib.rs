@@ -181,6 +181,43 @@ extern "C" {
         workspace: *mut c_void,
         workspace_size: usize,
     ) -> octattn_status;
+    /// Since 0.5.
+    pub fn octattn_attention_backward(
+        ctx: *mut octattn_context,
+        options: *const octattn_attention_options,
+        q: *const octattn_tensor,
+        k: *const octattn_tensor,
+        v: *const octattn_tensor,
+        o: *const octattn_tensor,
+        lse: *const octattn_tensor,
+        dout: *const octattn_tensor,
+        dlse: *const octattn_tensor,
+        dq: *mut octattn_tensor,
+        dk: *mut octattn_tensor,
+        dv: *mut octattn_tensor,
+        dsinks: *mut f32,
+        dbias: *mut octattn_tensor,
+        workspace: *mut c_void,
+        workspace_size: usize,
+    ) -> octattn_status;
+    /// Since 0.5.
+    pub fn octattn_attention_backward_workspace_size(
+        ctx: *mut octattn_context,
+        options: *const octattn_attention_options,
+        q: *const octattn_tensor,
+        k: *const octattn_tensor,
+        v: *const octattn_tensor,
+        o: *const octattn_tensor,
+        lse: *const octattn_tensor,
+        dout: *const octattn_tensor,
+        dlse: *const octattn_tensor,
+        dq: *const octattn_tensor,
+        dk: *const octattn_tensor,
+        dv: *const octattn_tensor,
+        dsinks: *const f32,
+        dbias: *const octattn_tensor,
+        bytes: *mut usize,
+    ) -> octattn_status;
     pub fn octattn_merge(
         ctx: *mut octattn_context,
         parts: usize,

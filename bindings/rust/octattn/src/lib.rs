@@ -439,6 +439,64 @@ impl Context {
         })
     }
 
+    /// The gradients of `attention` (octattn_attention_backward, since 0.5): given the
+    /// forward's options and inputs, the o and lse it returned, dout = dL/do and
+    /// optionally dlse = dL/dlse, writes dq, dk, dv, and dsinks (one entry per query
+    /// head; needs options.sinks) and dbias ([B, Hq, Tq, Tk]) when given. The same bytes
+    /// for any thread count and layout; on failure nothing is written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_backward(
+        &mut self,
+        options: &Options,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        dout: &Tensor,
+        dlse: Option<&Tensor>,
+        dq: &mut TensorMut,
+        dk: &mut TensorMut,
+        dv: &mut TensorMut,
+        dsinks: Option<&mut [f32]>,
+        dbias: Option<&mut TensorMut>,
+    ) -> Result<()> {
+        let (mut bias, mut mask) = (q.raw, q.raw);
+        let opts = options.raw(q.raw.shape[1], &mut bias, &mut mask)?;
+        let dsinks_ptr = match dsinks {
+            Some(s) if s.len() as i64 != q.raw.shape[1] => {
+                return Err(invalid(
+                    sys::OCTATTN_ERROR_INVALID_SHAPE,
+                    format!("dsinks: {} entries for {} query heads", s.len(), q.raw.shape[1]),
+                ))
+            }
+            Some(s) => s.as_mut_ptr(),
+            None => std::ptr::null_mut(),
+        };
+        let dlse_ptr = dlse.map_or(std::ptr::null(), |t| &t.raw as *const _);
+        let dbias_ptr = dbias.map_or(std::ptr::null_mut(), |t| &mut t.raw as *mut _);
+        self.check(unsafe {
+            sys::octattn_attention_backward(
+                self.raw,
+                &opts,
+                &q.raw,
+                &k.raw,
+                &v.raw,
+                &o.raw,
+                &lse.raw,
+                &dout.raw,
+                dlse_ptr,
+                &mut dq.raw,
+                &mut dk.raw,
+                &mut dv.raw,
+                dsinks_ptr,
+                dbias_ptr,
+                std::ptr::null_mut(),
+                0,
+            )
+        })
+    }
+
     /// Bytes of scratch the call would need (the context allocates and keeps it).
     pub fn workspace_size(
         &mut self,
@@ -579,6 +637,67 @@ mod tests {
         }
         assert!(lse.iter().all(|x| x.is_finite()));
         assert_eq!(ctx.last_run().unwrap().algorithm, "fused");
+    }
+
+    #[test]
+    fn backward_matches_the_reference_algorithm() {
+        let (b, hq, hkv, t, d) = (1, 4, 2, 70, 16);
+        let (q, k, v, dout) = (
+            data(b * hq * t * d, 11),
+            data(b * hkv * t * d, 12),
+            data(b * hkv * t * d, 13),
+            data(b * hq * t * d, 14),
+        );
+        let sinks = [0.5f32, -1.0, 0.25, 2.0];
+        let opts = Options { window: 20, sinks: Some(&sinks), ..Options::default() };
+        let mut o = vec![0.0f32; q.len()];
+        let mut lse = vec![0.0f32; b * hq * t];
+        let mut ctx = Context::new().unwrap();
+        let (tq, tk, tv) = (
+            Tensor::bhtd(&q, [b, hq, t, d]).unwrap(),
+            Tensor::bhtd(&k, [b, hkv, t, d]).unwrap(),
+            Tensor::bhtd(&v, [b, hkv, t, d]).unwrap(),
+        );
+        ctx.attention(
+            &opts,
+            &tq,
+            &tk,
+            &tv,
+            &mut TensorMut::bhtd(&mut o, [b, hq, t, d]).unwrap(),
+            Some(&mut TensorMut::bhtd(&mut lse, [b, hq, t, 1]).unwrap()),
+        )
+        .unwrap();
+        // The gradients by one algorithm, with `sinks_len` entries for dsinks.
+        let mut grads = |algorithm: Algorithm, sinks_len: usize| {
+            let (mut dq, mut dk, mut dv) =
+                (vec![0.0f32; q.len()], vec![0.0f32; k.len()], vec![0.0f32; v.len()]);
+            let mut ds = vec![0.0f32; sinks_len];
+            ctx.attention_backward(
+                &Options { algorithm, ..opts },
+                &tq,
+                &tk,
+                &tv,
+                &Tensor::bhtd(&o, [b, hq, t, d]).unwrap(),
+                &Tensor::bhtd(&lse, [b, hq, t, 1]).unwrap(),
+                &Tensor::bhtd(&dout, [b, hq, t, d]).unwrap(),
+                None,
+                &mut TensorMut::bhtd(&mut dq, [b, hq, t, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut dk, [b, hkv, t, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut dv, [b, hkv, t, d]).unwrap(),
+                Some(&mut ds),
+                None,
+            )
+            .map(|()| [dq, dk, dv, ds])
+        };
+        let fused = grads(Algorithm::Fused, hq).unwrap();
+        let reference = grads(Algorithm::Reference, hq).unwrap();
+        for (f, r) in fused.iter().zip(&reference) {
+            for (a, w) in f.iter().zip(r) {
+                assert!((a - w).abs() < 1e-4, "{a} vs {w}");
+            }
+        }
+        let err = grads(Algorithm::Auto, hq - 1).unwrap_err();
+        assert_eq!(err.status, octattn_sys::OCTATTN_ERROR_INVALID_SHAPE);
     }
 
     #[test]
