@@ -490,6 +490,29 @@ TEST_CASE("backward scratch does not grow with the sequence", "[backward]") {
   CHECK(bytes[1] < size_t{4} << 20);
 }
 
+TEST_CASE("backward reads o and lse as inputs: they may overlap other inputs", "[backward][api]") {
+  // o given as q's own memory (same shape): a nonsensical o, but an input like any
+  // other, so the call runs and reads the same numbers as from a copy.
+  Problem p(1, 2, 2, 20, 20, 8, 8, 71);
+  octattn_attention_options opt = Options();
+  Tensor dout = p.Out(), lse = p.Lse();
+  dout.Fill(72);
+  lse.Fill(73);
+  Context ctx;
+  Grads shared(p, false, false), copied(p, false, false);
+  RequireBackward(ctx, opt, p, p.q, lse, dout, shared);
+  const Tensor o = p.q;
+  RequireBackward(ctx, opt, p, o, lse, dout, copied);
+  CHECK(BytesEqual(shared.dq, copied.dq));
+  CHECK(BytesEqual(shared.dk, copied.dk));
+  CHECK(BytesEqual(shared.dv, copied.dv));
+  // An lse of stride 0 (one value for every row) is an input too.
+  Tensor flat = p.Lse();
+  flat.t.stride[0] = flat.t.stride[1] = flat.t.stride[2] = 0;
+  Grads g(p, false, false);
+  RequireBackward(ctx, opt, p, p.q, flat, dout, g);
+}
+
 TEST_CASE("backward with a caller's workspace gives the same bytes", "[backward]") {
   Problem p(2, 4, 2, 77, 77, 16, 16, 51);
   octattn_attention_options opt = Options();

@@ -53,17 +53,17 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
                              const octattn_tensor* q, const octattn_tensor* k,
                              const octattn_tensor* v, const octattn_tensor* o,
                              const octattn_tensor* lse, const octattn_tensor* weights,
-                             AttentionCall* c) {
+                             AttentionCall* c, Role o_role) {
   OCTATTN_CHECK(NeedContext(ctx));
   octattn_attention_options opt;
   OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
   OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &c->q));
   OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k));
   OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v));
-  OCTATTN_CHECK(api::ValidateTensor(o, "o", api::Role::kOutput, false, &c->o));
+  OCTATTN_CHECK(api::ValidateTensor(o, "o", o_role, false, &c->o));
   c->has_lse = lse != nullptr;
   c->has_weights = weights != nullptr;
-  if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", api::Role::kOutput, false, &c->lse));
+  if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", o_role, false, &c->lse));
   if (weights)
     OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
 
@@ -116,7 +116,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
              {&c->bias, "options.bias", c->bias.hi != 0},
              {&c->mask, "options.mask", c->mask.hi != 0}};
   for (const auto& out : outs) {
-    if (!out.present) continue;
+    if (!out.present || o_role == Role::kInput) continue;
     for (const auto& in : ins)
       if (in.present) OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *in.t, in.name));
     for (const auto& other : outs)

@@ -50,7 +50,8 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
                             const octattn_tensor* dlse, const octattn_tensor* dq,
                             const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
                             const octattn_tensor* dbias, BackwardCall* c) {
-  OCTATTN_CHECK(api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd));
+  OCTATTN_CHECK(
+      api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, api::Role::kInput));
   if (!lse)
     return api::Fail(OCTATTN_ERROR_NULL_POINTER, "lse is NULL: the backward reads the forward's");
   const plan::CallShape& sh = c->fwd.shape;

@@ -22,11 +22,14 @@ struct AttentionCall {
   const kernels::Table* table = nullptr;  // null for the reference
 };
 
-// Every check of octattn_attention's arguments (lse and weights may be NULL).
+// Every check of octattn_attention's arguments (lse and weights may be NULL). The
+// backward passes o and lse as inputs (o_role kInput): then they are checked as inputs
+// are, and its own checks keep its outputs apart from them.
 Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
                         const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
                         const octattn_tensor* o, const octattn_tensor* lse,
-                        const octattn_tensor* weights, AttentionCall* c);
+                        const octattn_tensor* weights, AttentionCall* c,
+                        Role o_role = Role::kOutput);
 // The operands of query head `h` of batch `b` (k and v those of its kv head).
 kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h);
 
