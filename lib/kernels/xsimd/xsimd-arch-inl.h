@@ -3,7 +3,9 @@
 // so that no inline function compiled with this TU's -m flags is shared with another.
 // The including file defines OCTATTN_XSIMD_ARCH, OCTATTN_XSIMD_NS, OCTATTN_XSIMD_TARGET
 // and OCTATTN_XSIMD_REGS.
-#include <immintrin.h>  // the AVX block transpose of the vocabulary (x86 only)
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // the AVX block transpose and the AVX-512 FMA of the vocabulary
+#endif
 
 #include <xsimd/xsimd.hpp>
 
