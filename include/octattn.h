@@ -208,16 +208,24 @@ typedef int32_t octattn_backend;
 #define OCTATTN_BACKEND_HIGHWAY 1
 #define OCTATTN_BACKEND_XSIMD 2
 
-/* SIMD targets, from least to most capable. A backend compiles a subset:
- * Highway: scalar, ssse3, sse4, avx2, avx512; xsimd: sse2, sse4, avx2, avx512. */
+/* SIMD targets: x86-64 from least to most capable (1-6), then ARM64 (7-9). A backend
+ * compiles the subset of its machine's architecture:
+ *   x86-64: Highway scalar, ssse3, sse4, avx2, avx512; xsimd sse2, sse4, avx2, avx512.
+ *   ARM64:  Highway scalar, neon, sve2_128, sve_256; xsimd neon.
+ * The SVE targets have the vector length in their name: a CPU runs sve_256 when its SVE
+ * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
+ * ARM64 CPU (no SVE, or SVE of another length) runs neon. */
 typedef int32_t octattn_target;
 #define OCTATTN_TARGET_AUTO 0 /* the best compiled target this CPU supports */
 #define OCTATTN_TARGET_SCALAR 1
 #define OCTATTN_TARGET_SSE2 2
 #define OCTATTN_TARGET_SSSE3 3
 #define OCTATTN_TARGET_SSE4 4
-#define OCTATTN_TARGET_AVX2 5   /* with FMA */
-#define OCTATTN_TARGET_AVX512 6 /* AVX-512 F+CD+DQ+BW (Highway also VL) */
+#define OCTATTN_TARGET_AVX2 5     /* with FMA */
+#define OCTATTN_TARGET_AVX512 6   /* AVX-512 F+CD+DQ+BW (Highway also VL) */
+#define OCTATTN_TARGET_NEON 7     /* ARM64 Advanced SIMD, 128-bit, with FMA */
+#define OCTATTN_TARGET_SVE2_128 8 /* ARM64 SVE2, 128-bit vectors */
+#define OCTATTN_TARGET_SVE_256 9  /* ARM64 SVE, 256-bit vectors */
 
 typedef int32_t octattn_layout;
 #define OCTATTN_LAYOUT_BHTD 0 /* [batch, heads, tokens, dim], dim fastest */
@@ -251,10 +259,10 @@ typedef struct octattn_context octattn_context;
 
 /* Creates a context: thread cap = all hardware threads, backend and target auto, no
  * memory limit. The environment variables OCTATTN_BACKEND (highway|xsimd) and
- * OCTATTN_TARGET (scalar|sse2|ssse3|sse4|avx2|avx512) set the initial choice; a value
- * this machine cannot run is ignored. OCTATTN_THREADS (a decimal integer >= 0, as
- * octattn_context_set_threads takes; since 0.4) sets the initial thread cap; any other
- * value is ignored.
+ * OCTATTN_TARGET (a target name: scalar, sse2, ..., avx512, neon, sve2_128, sve_256) set
+ * the initial choice; a value this machine cannot run is ignored. OCTATTN_THREADS (a
+ * decimal integer >= 0, as octattn_context_set_threads takes; since 0.4) sets the
+ * initial thread cap; any other value is ignored.
  * @return OCTATTN_OK, NULL_POINTER (out), OUT_OF_MEMORY. */
 OCTATTN_API octattn_status octattn_context_create(octattn_context** out);
 /* Frees the context and its scratch memory. Accepts NULL. */

@@ -400,6 +400,12 @@ const char* octattn_target_name(octattn_target target) {
       return "avx2";
     case OCTATTN_TARGET_AVX512:
       return "avx512";
+    case OCTATTN_TARGET_NEON:
+      return "neon";
+    case OCTATTN_TARGET_SVE2_128:
+      return "sve2_128";
+    case OCTATTN_TARGET_SVE_256:
+      return "sve_256";
     default:
       return "unknown";
   }
@@ -470,7 +476,7 @@ octattn_status octattn_context_create(octattn_context** out) {
       for (octattn_backend i = OCTATTN_BACKEND_HIGHWAY; i <= OCTATTN_BACKEND_XSIMD; ++i)
         if (std::strcmp(backend, octattn_backend_name(i)) == 0) b = i;
     if (target)
-      for (octattn_target i = OCTATTN_TARGET_SCALAR; i <= OCTATTN_TARGET_AVX512; ++i)
+      for (octattn_target i = OCTATTN_TARGET_SCALAR; i <= octattn::kernels::kLastTarget; ++i)
         if (std::strcmp(target, octattn_target_name(i)) == 0) t = i;
     const kernels::Table* table;
     if (!octattn::api::ResolveTarget(b, t, &table).failed()) {
@@ -542,7 +548,7 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
     if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
       return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
     size_t n = 0;
-    for (octattn_target t = OCTATTN_TARGET_AVX512; t >= OCTATTN_TARGET_SCALAR; --t) {
+    for (octattn_target t = octattn::kernels::kLastTarget; t >= OCTATTN_TARGET_SCALAR; --t) {
       const kernels::Table* table;
       if (octattn::api::ResolveTarget(backend, t, &table).failed()) continue;
       if (n < capacity) targets[n] = t;

@@ -11,7 +11,7 @@ namespace api {
 Check ResolveTarget(octattn_backend backend, octattn_target target, const kernels::Table** out) {
   if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
-  if (target < OCTATTN_TARGET_AUTO || target > OCTATTN_TARGET_AVX512)
+  if (target < OCTATTN_TARGET_AUTO || target > kernels::kLastTarget)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown target");
   const bool xsimd = backend == OCTATTN_BACKEND_XSIMD;
   const kernels::Table* table;

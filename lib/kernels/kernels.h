@@ -23,7 +23,11 @@ enum Target : int32_t {
   kSse4 = 4,
   kAvx2 = 5,
   kAvx512 = 6,
+  kNeon = 7,
+  kSve2_128 = 8,
+  kSve256 = 9,
 };
+constexpr Target kLastTarget = kSve256;
 
 // The score modifiers of one attention call seen from one (batch, query head), applied
 // in this order to s = scale * q.k: softcap (s = cap * tanh(s / cap)), ALiBi

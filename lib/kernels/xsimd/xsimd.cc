@@ -4,6 +4,13 @@
 namespace octattn {
 namespace kernels {
 
+#if defined(__aarch64__)
+const Table* XsimdBest() { return XsimdTables{}(xsimd::neon64{}); }
+
+const Table* XsimdTable(Target target) {
+  return target == kNeon ? XsimdTables{}(xsimd::neon64{}) : nullptr;
+}
+#else
 // xsimd 8.1 reads its SSE2 bit from CPUID.1:ECX (XSAVE) instead of EDX, so a CPU
 // without XSAVE looks like it lacks SSE2. SSE2 is part of x86-64 itself.
 bool Sse2Detected() { return xsimd::available_architectures().best >= xsimd::sse2::version(); }
@@ -32,6 +39,7 @@ const Table* XsimdTable(Target target) {
       return nullptr;
   }
 }
+#endif  // __aarch64__
 
 }  // namespace kernels
 }  // namespace octattn

@@ -10,6 +10,14 @@
 namespace octattn {
 namespace kernels {
 
+#if defined(__aarch64__)
+struct XsimdTables {
+  const Table* operator()(xsimd::neon64) const;
+};
+
+// NEON is part of ARM64 itself: the one arch.
+using XsimdArchs = xsimd::arch_list<xsimd::neon64>;
+#else
 struct XsimdTables {
   const Table* operator()(xsimd::avx512bw) const;
   const Table* operator()(xsimd::fma3<xsimd::avx2>) const;
@@ -25,6 +33,7 @@ using XsimdArchs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsi
 using XsimdArchs =
     xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
 #endif
+#endif  // __aarch64__
 
 }  // namespace kernels
 }  // namespace octattn
