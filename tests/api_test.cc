@@ -12,6 +12,15 @@ using namespace octtest;
 
 namespace {
 
+#if defined(__aarch64__)
+// xsimd's one target on ARM64, and a target of the other architecture.
+constexpr octattn_target kXsimdBaseline = OCTATTN_TARGET_NEON;
+constexpr octattn_target kForeignTarget = OCTATTN_TARGET_AVX2;
+#else
+constexpr octattn_target kXsimdBaseline = OCTATTN_TARGET_SSE2;
+constexpr octattn_target kForeignTarget = OCTATTN_TARGET_NEON;
+#endif
+
 // A small valid problem with canary-filled outputs.
 struct Call {
   Problem p{2, 4, 2, 5, 7, 8, 6, 3};
@@ -275,6 +284,9 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
           OCTATTN_ERROR_UNSUPPORTED);
     CHECK(octattn_context_set_target(ctx, OCTATTN_BACKEND_XSIMD, OCTATTN_TARGET_SCALAR) ==
           OCTATTN_ERROR_UNSUPPORTED);
+    // A target of the other architecture (ARM64 on x86-64 and the reverse), both backends.
+    for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD})
+      CHECK(octattn_context_set_target(ctx, b, kForeignTarget) == OCTATTN_ERROR_UNSUPPORTED);
     CHECK(!ctx.Error().empty());
   }
   SECTION("out of memory: the context's memory limit") {
@@ -376,20 +388,20 @@ TEST_CASE("introspection: last run, targets, threads, environment", "[api][dispa
 
   size_t count = 0;
   REQUIRE(octattn_available_targets(OCTATTN_BACKEND_XSIMD, nullptr, 0, &count) == OCTATTN_OK);
-  CHECK(count >= 1);  // sse2 at least on any x86-64
+  CHECK(count >= 1);  // sse2 at least on any x86-64, neon on any ARM64
   CHECK(octattn_available_targets(OCTATTN_BACKEND_XSIMD, nullptr, 0, nullptr) ==
         OCTATTN_ERROR_NULL_POINTER);
 
   // OCTATTN_BACKEND / OCTATTN_TARGET choose a new context's default.
   setenv("OCTATTN_BACKEND", "xsimd", 1);
-  setenv("OCTATTN_TARGET", "sse2", 1);
+  setenv("OCTATTN_TARGET", kXsimdBaseline == OCTATTN_TARGET_SSE2 ? "sse2" : "neon", 1);
   {
     Context env_ctx;
     Call e;
     REQUIRE(e.Run(env_ctx) == OCTATTN_OK);
     REQUIRE(octattn_context_last_run(env_ctx, &info) == OCTATTN_OK);
     CHECK(info.backend == OCTATTN_BACKEND_XSIMD);
-    CHECK(info.target == OCTATTN_TARGET_SSE2);
+    CHECK(info.target == kXsimdBaseline);
   }
   unsetenv("OCTATTN_BACKEND");
   unsetenv("OCTATTN_TARGET");

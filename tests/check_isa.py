@@ -5,6 +5,14 @@ isa LIB:      objdump the library; every function of a per-target namespace must
               and no zmm, SSE and scalar copies no VEX/EVEX instruction at all.
 weak OBJS:    nm the xsimd per-arch objects; no weak symbol may be defined by two of
               them (the linker would keep one copy, possibly AVX-512, for all).
+isa-arm64 OBJDUMP LIB:
+              the ARM64 library: the NEON copies (Highway's and xsimd's) use NEON FMAs
+              (fmla on v registers), the SVE copies SVE FMAs (z registers), and no
+              function outside the SVE namespaces has an SVE instruction (z or p
+              registers), so nothing a NEON-only CPU runs can fault.
+weak-arm64 NM OBJS:
+              no weak symbol of an SVE unit's object is defined by any other object (the
+              linker could hand its SVE copy to every caller).
 """
 import collections
 import re
@@ -96,9 +104,85 @@ def check_weak(objs):
     return [f"weak symbol in {sorted(o)}: {s}" for s, o in list(shared.items())[:20]]
 
 
+SVE_OPERAND = re.compile(r"\bz\d+\.[bhsdq]\b|\bz\d+\[|\bp\d+/[mz]\b|\bp\d+\.[bhsd]\b")
+ARM_GROUPS = {
+    # group: (markers, required FMA pattern, SVE allowed)
+    "N_NEON::": (("N_NEON::",), r"^fml[as]\s+v\d+\.4s", False),
+    "xsimd_neon64::": (("xsimd_neon64::", "xsimd::neon64>"), r"^fml[as]\s+v\d+\.4s", False),
+    "N_SVE_256::": (("N_SVE_256::",), r"^(fmla|fmad|fmls|fmsb)\s+z\d+\.s", True),
+    "N_SVE2_128::": (("N_SVE2_128::",), r"^(fmla|fmad|fmls|fmsb)\s+z\d+\.s", True),
+    "N_EMU128::": (("N_EMU128::",), None, False),
+    "N_SCALAR::": (("N_SCALAR::",), None, False),
+}
+
+
+def check_isa_arm64(objdump, lib):
+    out = subprocess.run([objdump, "-d", "-C", "--no-show-raw-insn", lib], check=True,
+                         capture_output=True, text=True).stdout
+    insns = collections.defaultdict(list)
+    sve_elsewhere = collections.defaultdict(list)
+    current, name = None, None
+    for line in out.splitlines():
+        m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if m:
+            name = m.group(1)
+            current = next((g for g, (marks, _, _) in ARM_GROUPS.items()
+                            if "octattn::kernels::" in name or g.startswith("xsimd")
+                            if any(k in name for k in marks)), None)
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[-1].strip() or name is None:
+            continue
+        insn = " ".join(p.strip() for p in parts[1:] if p.strip())
+        if current:
+            insns[current].append(insn)
+        if SVE_OPERAND.search(insn) and not (current and ARM_GROUPS[current][2]):
+            sve_elsewhere[name].append(insn)
+    failures = [] if insns.get("N_SCALAR::") or insns.get("N_EMU128::") else ["no scalar target"]
+    for group, (_, fma, _) in ARM_GROUPS.items():
+        code = insns.get(group)
+        if not code:
+            if group in ("N_SCALAR::", "N_EMU128::"):
+                continue  # one of the two exists
+            failures.append(f"{group}: no code found")
+            continue
+        fmas = sum(1 for i in code if fma and re.match(fma, i))
+        print(f"{group:16} {len(code):6} instructions, {fmas:4} FMAs of its kind")
+        if fma and fmas == 0:
+            failures.append(f"{group}: no FMA matching {fma}")
+    for fn, bad in list(sve_elsewhere.items())[:20]:
+        failures.append(f"SVE instruction outside the SVE namespaces, in {fn}: {bad[:2]}")
+    print(f"{len(sve_elsewhere)} functions outside the SVE namespaces with SVE instructions")
+    return failures
+
+
+def check_weak_arm64(nm, objs):
+    sve = [o for o in objs if re.search(r"highway_sve(_256|2_128)\.cc\.o$", o)]
+    if len(sve) != 2:
+        return [f"expected 2 SVE objects, got {sve}"]
+    owners = collections.defaultdict(set)
+    for obj in objs:
+        out = subprocess.run([nm, "-C", "--defined-only", obj], check=True, capture_output=True,
+                             text=True).stdout
+        for line in out.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[1] in ("W", "V", "u") and not parts[2].startswith("DW.ref."):
+                owners[parts[2]].add(obj)
+    shared = {s: o for s, o in owners.items() if len(o) > 1 and any(x in sve for x in o)}
+    print(f"{sum(1 for o in owners.values() if any(x in sve for x in o))} weak symbols in the SVE "
+          f"objects, {len(shared)} also defined by another object")
+    return [f"weak symbol in {sorted(x.rsplit('/', 1)[-1] for x in o)}: {s}"
+            for s, o in list(shared.items())[:20]]
+
+
 def main():
     mode, args = sys.argv[1], [a for arg in sys.argv[2:] for a in arg.split(";") if a]
-    failures = check_isa(args[0]) if mode == "isa" else check_weak(args)
+    if mode == "isa-arm64":
+        failures = check_isa_arm64(args[0], args[1])
+    elif mode == "weak-arm64":
+        failures = check_weak_arm64(args[0], args[1:])
+    else:
+        failures = check_isa(args[0]) if mode == "isa" else check_weak(args)
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)

@@ -13,8 +13,19 @@ using namespace octtest;
 
 namespace {
 
+// The library's target when Highway reports only `t`. On ARM64 Highway's vector-length
+// agnostic SVE targets are not compiled (the SVE units have fixed lengths): a CPU with
+// only those runs the scalar target here, as nothing else is supported.
 octattn_target FromHighway(int64_t t) {
   switch (t) {
+#if HWY_ARCH_ARM_A64
+    case HWY_SVE_256:
+      return OCTATTN_TARGET_SVE_256;
+    case HWY_SVE2_128:
+      return OCTATTN_TARGET_SVE2_128;
+    case HWY_NEON:
+      return OCTATTN_TARGET_NEON;
+#else
     case HWY_AVX3:
       return OCTATTN_TARGET_AVX512;
     case HWY_AVX2:
@@ -23,6 +34,7 @@ octattn_target FromHighway(int64_t t) {
       return OCTATTN_TARGET_SSE4;
     case HWY_SSSE3:
       return OCTATTN_TARGET_SSSE3;
+#endif
     default:
       return OCTATTN_TARGET_SCALAR;
   }

@@ -3,7 +3,14 @@
 #include "limits.h"
 
 #include <dlfcn.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define OCTATTN_X86 1
 #include <immintrin.h>
+#else
+#define OCTATTN_X86 0
+#include <arm_neon.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +23,7 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+#if OCTATTN_X86
 // 2 flops per lane per FMA; 16 independent chains hide the FMA latency.
 __attribute__((target("avx512f"), noinline)) double Fma512(long iters) {
   __m512 acc[16];
@@ -68,6 +76,23 @@ __attribute__((noinline)) double MulAdd128(long iters) {
   return 2.0 * 4 * 12 * iters / dt / 1e9;
 }
 
+#else
+// 2 flops per lane per FMA; 12 independent chains hide the FMA latency.
+__attribute__((noinline)) double FmaNeon(long iters) {
+  float32x4_t acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = vdupq_n_f32(1.0f + i * 1e-3f);
+  const float32x4_t a = vdupq_n_f32(0.999999f), b = vdupq_n_f32(1e-7f);
+  const double t0 = Now();
+  for (long n = 0; n < iters; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = vfmaq_f32(b, acc[i], a);
+  const double dt = Now() - t0;
+  float sink = 0;
+  for (int i = 0; i < 12; ++i) sink += vgetq_lane_f32(acc[i], 0);
+  if (sink == 12345.0f) std::puts("");
+  return 2.0 * 4 * 12 * iters / dt / 1e9;
+}
+#endif
+
 template <class F>
 double Best(F f, long iters) {
   double best = 0;
@@ -110,7 +135,13 @@ double Sgemm(int n) {
 // function is cloned per instruction set and the loader picks the one this CPU runs.
 typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
 
-__attribute__((target_clones("avx2", "default"), noinline)) double ReadBandwidth(size_t bytes) {
+#if OCTATTN_X86
+__attribute__((target_clones("avx2", "default"), noinline))
+#else
+__attribute__((noinline))
+#endif
+double
+ReadBandwidth(size_t bytes) {
   const size_t n = bytes / sizeof(float) / 32 * 32;
   std::vector<float> buf(n, 1.0f);
   double best = 0;
@@ -138,10 +169,14 @@ Limits MeasureLimits(bool full, bool quick) {
   Limits l;
   // Each measurement runs only on a CPU that has its instructions.
   const long iters = quick ? 20'000 : 20'000'000;
+#if OCTATTN_X86
   if (__builtin_cpu_supports("avx512f")) l.fma512 = Best(Fma512, iters);
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     l.fma256 = Best(Fma256, iters);
   l.muladd128 = Best(MulAdd128, iters);
+#else
+  l.fma128 = Best(FmaNeon, iters);
+#endif
   if (full) {
     l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20);
     l.sgemm = Sgemm(quick ? 64 : 2048);

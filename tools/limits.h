@@ -6,6 +6,7 @@ struct Limits {
   double fma512 = 0;     // GFLOP/s, one core, zmm FMA (0: not supported)
   double fma256 = 0;     // ymm FMA
   double muladd128 = 0;  // xmm multiply + add (SSE targets have no FMA)
+  double fma128 = 0;     // ARM64: NEON FMA (the peak of every ARM64 target, see bench.cc)
   double sgemm = 0;      // OpenBLAS sgemm, one thread (0: library not found)
   double read_gbps = 0;  // one core streaming read
 };
