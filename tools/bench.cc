@@ -61,13 +61,15 @@ const char* kHelp =
     "  --mask-tensor (a broadcast bool mask equal to the mask of the other flags, passed\n"
     "                 instead of them) --bias-tensor (a broadcast f32 bias)\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
-    "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,scalar) --threads LIST\n"
+    "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,sve_256,scalar)\n"
+    "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
-    "avx512, ymm FMA for avx2, xmm mul+add otherwise) and peak_fraction is\n"
+    "avx512, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA for\n"
+    "the ARM64 ones) and peak_fraction is\n"
     "gflops / (fma_peak_gflops * threads); kv_gbps is K and V bytes / median seconds;\n"
     "extra_rss_mib is the peak RSS growth of one call in a fresh process.\n";
 
@@ -156,8 +158,9 @@ bool Parse(int argc, char** argv, Args* a) {
       a->backends = List<octattn_backend>(
           next(), [](const std::string& s) { return ByName(s, 0, 2, octattn_backend_name); });
     else if (f == "--target")
-      a->targets = List<octattn_target>(
-          next(), [](const std::string& s) { return ByName(s, 0, 6, octattn_target_name); });
+      a->targets = List<octattn_target>(next(), [](const std::string& s) {
+        return ByName(s, 0, OCTATTN_TARGET_SVE_256, octattn_target_name);
+      });
     else {
       std::fputs(kHelp, f == "--help" || f == "-h" ? stdout : stderr);
       std::exit(f == "--help" || f == "-h" ? 0 : 2);
