@@ -1,50 +1,50 @@
-// The Highway backend's dispatch. Each target's kernels are compiled in a unit of their
-// own (highway_<target>.cc, see highway-unit-inl.h; on ARM64 the SVE units are compiled
-// for one vector length each) and export that target's table as GetTable() in Highway's
-// namespace for it. This unit lists the compiled ones (lib/CMakeLists.txt defines
-// OCTATTN_HWY_<TARGET> for each) and picks among them with Highway's CPU detection,
-// best first, as HWY_DYNAMIC_DISPATCH would.
+// The Highway backend: the kernel families (highway-inl.h) compiled once per Highway
+// target of this unit (foreach_target: the x86 targets, or NEON and the scalar one on
+// ARM64), each copy with its own target attributes, and the dispatch over them and, on
+// ARM64, the SVE units (highway_sve_256.cc, highway_sve2_128.cc, each compiled for one
+// vector length; OCTATTN_HWY_SVE): Highway's CPU detection, best first, as
+// HWY_DYNAMIC_DISPATCH would.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "lib/kernels/highway/highway.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // the AVX block transpose of the vocabulary
+#endif
+
 #include <hwy/highway.h>
-#include <hwy/targets.h>
 
 #include "lib/kernels/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace octattn {
+namespace kernels {
+namespace HWY_NAMESPACE {
+#include "lib/kernels/highway/highway-inl.h"
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace octattn
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <hwy/targets.h>
 
 namespace octattn {
 namespace kernels {
 
-#define OCTATTN_HWY_UNIT(ns) \
-  namespace ns {             \
-  const Table* GetTable();   \
-  }
-#if OCTATTN_HWY_AVX3
-OCTATTN_HWY_UNIT(N_AVX3)
+#if OCTATTN_HWY_SVE
+namespace N_SVE_256 {
+const Table* GetTable();
+}
+namespace N_SVE2_128 {
+const Table* GetTable();
+}
 #endif
-#if OCTATTN_HWY_AVX2
-OCTATTN_HWY_UNIT(N_AVX2)
-#endif
-#if OCTATTN_HWY_SSE4
-OCTATTN_HWY_UNIT(N_SSE4)
-#endif
-#if OCTATTN_HWY_SSSE3
-OCTATTN_HWY_UNIT(N_SSSE3)
-#endif
-#if OCTATTN_HWY_SVE2_128
-OCTATTN_HWY_UNIT(N_SVE2_128)
-#endif
-#if OCTATTN_HWY_SVE_256
-OCTATTN_HWY_UNIT(N_SVE_256)
-#endif
-#if OCTATTN_HWY_NEON
-OCTATTN_HWY_UNIT(N_NEON)
-#endif
-#if HWY_TARGETS & HWY_SCALAR  // the scalar unit: SCALAR where the build asks for it
-OCTATTN_HWY_UNIT(N_SCALAR)
+#if HWY_TARGETS & HWY_SCALAR  // the scalar target: SCALAR where the build asks for it
 #define OCTATTN_HWY_SCALAR_NS N_SCALAR
 #else
-OCTATTN_HWY_UNIT(N_EMU128)
 #define OCTATTN_HWY_SCALAR_NS N_EMU128
 #endif
-#undef OCTATTN_HWY_UNIT
 
 namespace {
 
@@ -57,25 +57,25 @@ struct Unit {
 // Best first. Highway reports SVE_256 for SVE with 256-bit vectors and SVE2_128 for SVE2
 // with 128-bit ones; any other ARM64 CPU runs NEON.
 constexpr Unit kUnits[] = {
-#if OCTATTN_HWY_AVX3
+#if HWY_TARGETS & HWY_AVX3
     {kAvx512, HWY_AVX3, &N_AVX3::GetTable},
 #endif
-#if OCTATTN_HWY_AVX2
+#if HWY_TARGETS & HWY_AVX2
     {kAvx2, HWY_AVX2, &N_AVX2::GetTable},
 #endif
-#if OCTATTN_HWY_SSE4
+#if HWY_TARGETS & HWY_SSE4
     {kSse4, HWY_SSE4, &N_SSE4::GetTable},
 #endif
-#if OCTATTN_HWY_SSSE3
+#if HWY_TARGETS & HWY_SSSE3
     {kSsse3, HWY_SSSE3, &N_SSSE3::GetTable},
 #endif
-#if OCTATTN_HWY_SVE2_128
+#if OCTATTN_HWY_SVE
     {kSve2_128, HWY_SVE2_128, &N_SVE2_128::GetTable},
 #endif
-#if OCTATTN_HWY_SVE_256
+#if OCTATTN_HWY_SVE
     {kSve256, HWY_SVE_256, &N_SVE_256::GetTable},
 #endif
-#if OCTATTN_HWY_NEON
+#if HWY_TARGETS & HWY_NEON
     {kNeon, HWY_NEON, &N_NEON::GetTable},
 #endif
     {kScalar, -1, &OCTATTN_HWY_SCALAR_NS::GetTable},  // every CPU
@@ -99,3 +99,4 @@ const Table* HighwayTable(Target target) {
 
 }  // namespace kernels
 }  // namespace octattn
+#endif  // HWY_ONCE
