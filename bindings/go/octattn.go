@@ -71,6 +71,10 @@ const (
 	TargetSSE4   Target = 4
 	TargetAVX2   Target = 5
 	TargetAVX512 Target = 6
+	// ARM64
+	TargetNEON     Target = 7
+	TargetSVE2_128 Target = 8
+	TargetSVE256   Target = 9
 
 	AlgorithmAuto      Algorithm = 0
 	AlgorithmReference Algorithm = 1

@@ -90,6 +90,9 @@ pub enum Target {
     Sse4 = 4,
     Avx2 = 5,
     Avx512 = 6,
+    Neon = 7,
+    Sve2_128 = 8,
+    Sve256 = 9,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
