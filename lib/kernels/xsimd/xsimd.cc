@@ -31,8 +31,10 @@ const Table* XsimdTable(Target target) {
 #endif
     case kAvx2:
       return cpu.fma3_avx2 ? tables(xsimd::fma3<xsimd::avx2>{}) : nullptr;
+#ifndef OCTATTN_NO_SSE4
     case kSse4:
       return cpu.sse4_2 ? tables(xsimd::sse4_2{}) : nullptr;
+#endif
     case kSse2:
       return tables(xsimd::sse2{});  // baseline of x86-64 (see Sse2Detected)
     default:
