@@ -478,13 +478,16 @@ octattn_status octattn_context_create(octattn_context** out) {
     if (target)
       for (octattn_target i = OCTATTN_TARGET_SCALAR; i <= octattn::kernels::kLastTarget; ++i)
         if (std::strcmp(target, octattn_target_name(i)) == 0) t = i;
-    const kernels::Table* table;
+    const kernels::Table* table = nullptr;
     if (!octattn::api::ResolveTarget(b, t, &table).failed()) {
       ctx->backend = b;
       ctx->target = t;
     } else if (!octattn::api::ResolveTarget(b, OCTATTN_TARGET_AUTO, &table).failed()) {
       ctx->backend = b;
+    } else {
+      octattn::api::ResolveTarget(OCTATTN_BACKEND_AUTO, OCTATTN_TARGET_AUTO, &table);
     }
+    ctx->table = table;
     *out = ctx.release();
     return api::Check();
   });
@@ -515,6 +518,7 @@ octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend 
     OCTATTN_CHECK(octattn::api::ResolveTarget(backend, target, &table));
     ctx->backend = backend;
     ctx->target = target;
+    ctx->table = table;
     return api::Check();
   });
 }

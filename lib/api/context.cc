@@ -29,10 +29,7 @@ Check ResolveTarget(octattn_backend backend, octattn_target target, const kernel
   return Check();
 }
 
-const kernels::Table* SelectTable(const octattn_context& ctx) {
-  const kernels::Table* table = nullptr;
-  return ResolveTarget(ctx.backend, ctx.target, &table).failed() ? nullptr : table;
-}
+const kernels::Table* SelectTable(const octattn_context& ctx) { return ctx.table; }
 
 Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t workspace_size,
                      void** out) {

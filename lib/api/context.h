@@ -20,6 +20,9 @@ struct octattn_context {
   std::unique_ptr<octattn::parallel::Pool> pool;
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
+  // The table backend and target resolved to when they were set: a CPU's targets do not
+  // change, and asking Highway for them costs microseconds (CPUID traps in a VM).
+  const octattn::kernels::Table* table = nullptr;
   uint64_t memory_limit = 0;
   std::string last_error;
   octattn_run_info last_run{};
@@ -32,7 +35,7 @@ struct octattn_context {
 namespace octattn {
 namespace api {
 
-// The table the context's backend and target select now; nullptr if unavailable.
+// The table the context's backend and target selected when they were set.
 const kernels::Table* SelectTable(const octattn_context& ctx);
 // Resolves (backend, target) to a table, or UNSUPPORTED / INVALID_OPTION.
 Check ResolveTarget(octattn_backend backend, octattn_target target, const kernels::Table** out);

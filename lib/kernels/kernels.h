@@ -180,7 +180,8 @@ struct Table {
 const Table* HighwayTable(Target target);
 const Table* XsimdTable(Target target);
 // The best target of each backend on this CPU (Highway honours
-// hwy::SetSupportedTargetsForTest through HWY_DYNAMIC_DISPATCH).
+// hwy::SetSupportedTargetsForTest: it asks hwy::SupportedTargets(), which costs
+// microseconds in a VM, so contexts resolve their table once).
 const Table* HighwayBest();
 const Table* XsimdBest();
 
