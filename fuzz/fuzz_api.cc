@@ -116,14 +116,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool huge = work > 1e5;
 
   // Options in a larger buffer: struct_size and the tail bytes are fuzzed.
-  unsigned char opt_buf[128] = {0};
+  unsigned char opt_buf[192] = {0};
   octattn_attention_options* opt = reinterpret_cast<octattn_attention_options*>(opt_buf);
   octattn_attention_options_init(opt);
   const uint8_t om = in.Byte();
-  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 128));
+  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 192));
   if (om & 2)
     opt_buf[sizeof(octattn_attention_options) +
-            in.Range(0, 127 - sizeof(octattn_attention_options))] = in.Byte();
+            in.Range(0, 191 - sizeof(octattn_attention_options))] = in.Byte();
   if (om & 4) opt->causal = static_cast<int32_t>(in.Range(-1, 2));
   if (om & 8) opt->algorithm = static_cast<int32_t>(in.Range(-1, 4));
   if (om & 16) opt->window = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());

@@ -56,6 +56,34 @@
  * lse = log(exp(sinks[h]) + sum_j exp(s_j)). lse (optional) receives the natural-log
  * log-sum-exp of each row; weights (optional) the softmax itself (0 where masked).
  *
+ * Sequences (since 0.6). By default each batch entry is one sequence holding every query
+ * and key row of its entry. Options describe batches of sequences of different lengths:
+ *   padded   kv_starts[s] and kv_lens[s] restrict sequence s to its key rows kv_starts[s]
+ *            .. kv_starts[s] + kv_lens[s] - 1 (left padding before them; right padding
+ *            or the unused capacity of a static cache after them);
+ *   ragged   sequences = n > 0 packs n sequences along the rows of batch entry 0 (the
+ *            FlashAttention "varlen" layout: q, k and v [1, heads, total_tokens, dim],
+ *            which is [total_tokens, heads, dim] in memory with the BTHD layout):
+ *            sequence s has query rows cu_seqlens_q[s] .. cu_seqlens_q[s + 1] - 1 and key
+ *            rows cu_seqlens_k[s] .. cu_seqlens_k[s + 1] - 1 (n + 1 offsets each,
+ *            non-decreasing, from 0 to q_len and to kv_len); kv_starts and kv_lens, when
+ *            given, then count within the sequence's key rows;
+ *   q_starts[s] is the position of sequence s's first query row (instead of q_start;
+ *            an entry OCTATTN_Q_START_DEFAULT: that sequence's default, below).
+ * The arrays hold one int64 per sequence (batch entries, or n when ragged). Sequence s is
+ * computed exactly as a call of its own on the views of its rows: its valid key rows
+ * (kv_len_s of them) sit at positions k_start, k_start + 1, ..., its query rows (q_len_s)
+ * at q_starts[s] + i (without q_starts: q_start + i), where the default is k_start +
+ * kv_len_s - q_len_s (bottom-right alignment per sequence), and every mask option,
+ * modifier and per-head array applies to it. The bias and mask tensors and weights keep the call's
+ * row and column indices (a sequence's pair reads and writes them at its own rows' indices, so a
+ * [batch, 1, q_len, kv_len] padding mask lines up). A sequence never reads the rows of another or
+ * key rows outside its valid range, whatever their bits; weights outside a sequence's block are 0.
+ * A sequence with no valid key (kv_lens[s] == 0) has only empty rows. Its output bytes are those of
+ * the call of its own (batch composition changes no byte); the backward's gradients too (dsinks
+ * sums the sequences' terms), with 0 for the key rows of no sequence and for dbias outside every
+ * sequence's block. The stages take no sequences.
+ *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
  * lse = sinks[h] with sinks.
@@ -120,7 +148,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 5
+#define OCTATTN_VERSION_MINOR 6
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -139,7 +167,8 @@ typedef int32_t octattn_status;
 /* A required pointer (context, tensor, data, options, out-pointer) is NULL. */
 #define OCTATTN_ERROR_NULL_POINTER 1
 /* A size is zero or negative, or sizes of different tensors disagree, or
- * q_heads % kv_heads != 0, or a split's channel count is not heads * head_dim. */
+ * q_heads % kv_heads != 0, or a split's channel count is not heads * head_dim, or a
+ * ragged batch's tensors have a batch size other than 1. */
 #define OCTATTN_ERROR_INVALID_SHAPE 2
 /* A stride is negative, or an output's elements overlap each other. */
 #define OCTATTN_ERROR_INVALID_STRIDE 3
@@ -152,7 +181,9 @@ typedef int32_t octattn_status;
  * window or stride with full attention, q_start, k_start, q_start - k_start or chunk
  * beyond +-2^62, non-finite scale, negative or non-finite softcap, a non-finite ALiBi
  * slope, a sink that is NaN or +inf, a mask or bias tensor of the wrong dtype, negative
- * thread count. */
+ * thread count; sequence arrays out of range (a q_starts entry as q_start, kv_starts or
+ * kv_lens beyond a sequence's key rows, offsets that decrease or do not run from 0 to the
+ * rows' count, cu_seqlens without sequences, a negative sequences). */
 #define OCTATTN_ERROR_INVALID_OPTION 6
 /* An option struct's struct_size is smaller than its size in version 0.1, or bytes past
  * the fields this library knows are not zero. */
@@ -160,7 +191,8 @@ typedef int32_t octattn_status;
 /* The caller's workspace is smaller than octattn_attention_workspace_size() says. */
 #define OCTATTN_ERROR_WORKSPACE_TOO_SMALL 8
 /* Valid but not available: a reserved dtype (bf16, f16), a SIMD target that is not
- * compiled or not supported by this CPU, weights requested from the fused algorithm. */
+ * compiled or not supported by this CPU, weights requested from the fused algorithm,
+ * sequences given to a stage. */
 #define OCTATTN_ERROR_UNSUPPORTED 9
 /* Memory could not be allocated, or would exceed the context's memory limit. */
 #define OCTATTN_ERROR_OUT_OF_MEMORY 10
@@ -345,6 +377,15 @@ typedef struct octattn_attention_options {
   const octattn_tensor* bias;
   /* The same shape rules, OCTATTN_DTYPE_BOOL: 0 masks the pair. */
   const octattn_tensor* mask;
+  /* Since 0.6 (struct_size 152): batches of sequences of different lengths, see
+   * SEMANTICS (Sequences). Arrays are read during the call only; NULL (the default) turns
+   * each off. Per sequence: */
+  const int64_t* q_starts;     /* the first query row's position (default: q_start) */
+  const int64_t* kv_starts;    /* the first valid key row (default 0) */
+  const int64_t* kv_lens;      /* valid key rows from kv_starts[s] (default: the rest) */
+  int64_t sequences;           /* default 0: the batch entries; n > 0: a ragged batch */
+  const int64_t* cu_seqlens_q; /* ragged: n + 1 offsets of the query rows */
+  const int64_t* cu_seqlens_k; /* ragged: n + 1 offsets of the key rows */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header
@@ -402,7 +443,8 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
  * Its o and lse must be what octattn_attention returned for these inputs and options.
  * REFERENCE is the double-accumulating oracle: it recomputes o and the softmax from q,
  * k and v and does not read o and lse. NAIVE: UNSUPPORTED. Tasks are (batch, kv head)
- * pairs: at most batch * kv_heads threads work.
+ * pairs, or (sequence, kv head) pairs for a batch of sequences: at most that many threads
+ * work.
  *
  * Invariants. A masked pair reaches no gradient whatever the bits of q, k, v, o, lse and
  * dout, dlse (NaN and Inf included): dk_j and dv_j depend only on the rows that may read key
@@ -487,14 +529,16 @@ OCTATTN_API octattn_status octattn_scores(octattn_context* ctx, const octattn_te
 OCTATTN_API octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float scale);
 /* Sets masked entries of scores to -inf, in place, by the options' causal, window,
  * stride, chunk, q_start, k_start and mask tensor (kv_len = scores' last size; the
- * modifiers are octattn_modify_scores'). Also INVALID_OPTION, STRUCT_SIZE. */
+ * modifiers are octattn_modify_scores'). Also INVALID_OPTION, STRUCT_SIZE, and
+ * UNSUPPORTED for options with sequences (q_starts, kv_starts, kv_lens, sequences). */
 OCTATTN_API octattn_status octattn_mask(octattn_context* ctx,
                                         const octattn_attention_options* options,
                                         octattn_tensor* scores);
 /* Applies the options' softcap, ALiBi slopes and bias tensor to scaled scores, in place,
  * in the order of SEMANTICS (positions from q_start and k_start); entries whose bias is
  * -inf become -inf. Other options are not applied (the mask is octattn_mask's, the sinks
- * octattn_softmax_sinks'). Also INVALID_OPTION, STRUCT_SIZE. Since 0.3. */
+ * octattn_softmax_sinks'). Also INVALID_OPTION, STRUCT_SIZE, UNSUPPORTED (sequences, as
+ * octattn_mask). Since 0.3. */
 OCTATTN_API octattn_status octattn_modify_scores(octattn_context* ctx,
                                                  const octattn_attention_options* options,
                                                  octattn_tensor* scores);

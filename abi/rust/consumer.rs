@@ -31,6 +31,12 @@ struct Options {
     sinks: *const f32,
     bias: *const Tensor,
     mask: *const Tensor,
+    q_starts: *const i64, // since 0.6
+    kv_starts: *const i64,
+    kv_lens: *const i64,
+    sequences: i64,
+    cu_seqlens_q: *const i64,
+    cu_seqlens_k: *const i64,
 }
 
 #[link(name = "octattn")]
@@ -62,18 +68,21 @@ struct RunInfo {
 }
 
 // The layouts, pinned as in abi/consumer.c (0.2 appended k_start to the options, 0.3
-// chunk and the score modifiers).
+// chunk and the score modifiers, 0.6 the sequences of padded and ragged batches).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Tensor>() == 80);
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 104 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 152 && offset_of!(Options, k_start) == 48);
     assert!(offset_of!(Options, chunk) == 56 && offset_of!(Options, softcap) == 64);
     assert!(offset_of!(Options, reserved2) == 68 && offset_of!(Options, alibi_slopes) == 72);
     assert!(offset_of!(Options, sinks) == 80 && offset_of!(Options, bias) == 88);
-    assert!(offset_of!(Options, mask) == 96);
+    assert!(offset_of!(Options, mask) == 96 && offset_of!(Options, q_starts) == 104);
+    assert!(offset_of!(Options, kv_starts) == 112 && offset_of!(Options, kv_lens) == 120);
+    assert!(offset_of!(Options, sequences) == 128 && offset_of!(Options, cu_seqlens_q) == 136);
+    assert!(offset_of!(Options, cu_seqlens_k) == 144);
     assert!(offset_of!(Options, struct_size) == 0 && offset_of!(Options, causal) == 8);
     assert!(offset_of!(Options, algorithm) == 12 && offset_of!(Options, window) == 16);
     assert!(offset_of!(Options, stride) == 24 && offset_of!(Options, q_start) == 32);

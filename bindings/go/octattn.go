@@ -109,6 +109,12 @@ func checkLayouts() error {
 		{"octattn_attention_options", "sinks", unsafe.Offsetof(o.sinks)},
 		{"octattn_attention_options", "bias", unsafe.Offsetof(o.bias)},
 		{"octattn_attention_options", "mask", unsafe.Offsetof(o.mask)},
+		{"octattn_attention_options", "q_starts", unsafe.Offsetof(o.q_starts)},
+		{"octattn_attention_options", "kv_starts", unsafe.Offsetof(o.kv_starts)},
+		{"octattn_attention_options", "kv_lens", unsafe.Offsetof(o.kv_lens)},
+		{"octattn_attention_options", "sequences", unsafe.Offsetof(o.sequences)},
+		{"octattn_attention_options", "cu_seqlens_q", unsafe.Offsetof(o.cu_seqlens_q)},
+		{"octattn_attention_options", "cu_seqlens_k", unsafe.Offsetof(o.cu_seqlens_k)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
 	}

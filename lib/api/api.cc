@@ -139,6 +139,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
   sh.mask = api::ResolveMask(opt, sh.q_len, sh.kv_len);
+  OCTATTN_CHECK(api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, &c->seqs));
   c->scale = opt.scale != 0.0f
                  ? opt.scale
                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
@@ -181,6 +182,22 @@ kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h) {
   t.scale = c.scale;
   t.mask = sh.mask;
   t.mods = api::ModsAt(sh.mods, c.bias, c.mask, b, h);
+  return t;
+}
+
+kernels::Operands OperandsOf(const AttentionCall& c, const plan::Sequence& seq, int64_t h) {
+  kernels::Operands t = OperandsOf(c, seq.batch, h);
+  t.q += seq.q_row * t.q_row;
+  t.o += seq.q_row * t.o_row;
+  if (t.lse) t.lse += seq.q_row * t.lse_row;
+  if (t.weights) t.weights += seq.q_row * t.w_row + seq.k_row * t.w_col;
+  t.k += seq.k_row * t.k_row;
+  t.v += seq.k_row * t.v_row;
+  if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_row * t.mods.bias_col;
+  if (t.mods.mask) t.mods.mask += seq.q_row * t.mods.mask_row + seq.k_row * t.mods.mask_col;
+  t.q_len = seq.q_len;
+  t.kv_len = seq.kv_len;
+  t.mask = seq.mask;
   return t;
 }
 
@@ -235,6 +252,100 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule
   });
 }
 
+// The fused task of kv head `kvh` of a sequence: all its rows, all its chunks.
+kernels::FlashTask SequenceGroupTask(const AttentionCall& c, const plan::Sequence& seq,
+                                     int64_t kvh) {
+  const int64_t group = c.shape.q_heads / c.shape.kv_heads;
+  kernels::FlashTask t{};
+  t.op = OperandsOf(c, seq, kvh * group);
+  t.heads = group;
+  t.row_begin = 0;
+  t.row_end = seq.q_len;
+  t.gathered = 1;
+  t.chunk_begin = 0;
+  t.chunk_end = (seq.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  return t;
+}
+
+// The weights of a sequence's rows (query head h) outside its valid keys: 0.
+void ZeroWeightsOutside(const AttentionCall& c, const plan::Sequence& seq, int64_t h) {
+  const kernels::Operands all = OperandsOf(c, seq.batch, h);
+  for (int64_t i = seq.q_row; i < seq.q_row + seq.q_len; ++i) {
+    float* row = all.weights + i * all.w_row;
+    for (int64_t j = 0; j < seq.k_row; ++j) row[j * all.w_col] = 0.0f;
+    for (int64_t j = seq.k_row + seq.kv_len; j < all.kv_len; ++j) row[j * all.w_col] = 0.0f;
+  }
+}
+
+// The rows of a sequence with no valid key: zeros, lse -inf (or the sink).
+void WriteEmptyRows(const kernels::Operands& op) {
+  const float lse = op.mods.sinks ? *op.mods.sinks : -INFINITY;
+  for (int64_t i = 0; i < op.q_len; ++i) {
+    for (int64_t d = 0; d < op.value_dim; ++d) op.o[i * op.o_row + d * op.o_dim] = 0.0f;
+    if (op.lse) op.lse[i * op.lse_row] = lse;
+  }
+}
+
+// A call of sequences (plan::BatchSchedule): every sequence's tasks in one first phase,
+// the merges of the decode-shaped ones in a second.
+void RunSequences(octattn_context* ctx, const AttentionCall& c, const plan::BatchSchedule& b,
+                  void* scratch) {
+  float* shared = reinterpret_cast<float*>(
+      static_cast<char*>(scratch) + b.slot_bytes * static_cast<size_t>(ctx->pool->threads()));
+  api::RunTasks(ctx, b.tasks, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+    const size_t n = plan::SequenceOfTask(b, i);
+    const plan::SequencePlan& p = b.seqs[n];
+    const plan::Sequence& seq = c.seqs[n];
+    const int64_t task = i - p.first_task;
+    if (p.empty || c.algorithm != OCTATTN_ALGORITHM_FUSED) {
+      const int64_t h = p.empty ? task : plan::HeadTaskAt(p.shape, task).head;
+      const kernels::Operands op = OperandsOf(c, seq, h);
+      if (op.weights) ZeroWeightsOutside(c, seq, h);
+      if (p.empty) {
+        WriteEmptyRows(op);
+      } else if (c.algorithm == OCTATTN_ALGORITHM_REFERENCE) {
+        octattn::reference::AttentionHead(op, static_cast<double*>(s));
+      } else {
+        c.table->naive_head(op, static_cast<float*>(s));
+      }
+      return;
+    }
+    if (!p.schedule.decode) {
+      const plan::PrefillIndex x = plan::PrefillTaskAt(p.schedule, p.shape, task);
+      kernels::FlashTask t = SequenceGroupTask(c, seq, x.kv_head);
+      t.row_begin = x.row_begin;
+      t.row_end = x.row_end;
+      c.table->flash_task(t, static_cast<float*>(s));
+      return;
+    }
+    const plan::DecodeIndex x = plan::DecodeTaskAt(p.schedule, p.shape, task);
+    kernels::FlashTask t = SequenceGroupTask(c, seq, x.kv_head);
+    t.gathered = x.gathered;
+    t.chunk_begin = x.gathered ? 0 : x.chunk;
+    t.chunk_end = x.gathered ? 0 : x.chunk + 1;
+    t.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, x.pair, x.unit);
+    c.table->flash_task(t, static_cast<float*>(s));
+  });
+  if (b.merges == 0) return;
+  api::RunTasks(ctx, b.merges, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+    const size_t n = plan::SequenceOfMerge(b, i);
+    const plan::SequencePlan& p = b.seqs[n];
+    const int64_t kvh = i - p.first_merge;
+    const kernels::FlashTask t = SequenceGroupTask(c, c.seqs[n], kvh);
+    c.table->flash_merge(t, shared + p.partials + plan::PartialOffset(p.schedule, p.shape, kvh, 0),
+                         p.schedule.units, static_cast<float*>(s));
+  });
+}
+
+// Bytes of workspace of a validated call on this context.
+size_t CallWorkspaceBytes(const octattn_context* ctx, const AttentionCall& c) {
+  if (!c.seqs.empty())
+    return plan::WorkspaceBytes(plan::MakeBatchSchedule(c.shape, c.seqs, c.plan_algorithm, c.table),
+                                ctx->pool->threads());
+  return plan::WorkspaceBytes(plan::MakeSchedule(c.shape, c.plan_algorithm, c.table),
+                              ctx->pool->threads());
+}
+
 api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const AttentionCall& c) {
   if (!workspace) return api::Check();
   api::TensorInfo ws;
@@ -280,7 +391,13 @@ constexpr FieldOffset kOptionsFields[] = {OCTATTN_FIELD(octattn_attention_option
                                           OCTATTN_FIELD(octattn_attention_options, alibi_slopes),
                                           OCTATTN_FIELD(octattn_attention_options, sinks),
                                           OCTATTN_FIELD(octattn_attention_options, bias),
-                                          OCTATTN_FIELD(octattn_attention_options, mask)};
+                                          OCTATTN_FIELD(octattn_attention_options, mask),
+                                          OCTATTN_FIELD(octattn_attention_options, q_starts),
+                                          OCTATTN_FIELD(octattn_attention_options, kv_starts),
+                                          OCTATTN_FIELD(octattn_attention_options, kv_lens),
+                                          OCTATTN_FIELD(octattn_attention_options, sequences),
+                                          OCTATTN_FIELD(octattn_attention_options, cu_seqlens_q),
+                                          OCTATTN_FIELD(octattn_attention_options, cu_seqlens_k)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
     OCTATTN_FIELD(octattn_run_info, backend), OCTATTN_FIELD(octattn_run_info, target),
@@ -563,16 +680,22 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
   });
 }
 
-// Three versions of octattn_attention_options_init, all named by .symver directives (the
-// symver attribute is GCC-only): the default (OCTATTN_0.3 on) writes the current struct,
-// which programs linked now get, statically too; @OCTATTN_0.2 and @OCTATTN_0.1 write the
-// 56 and 48 bytes of those versions for programs linked against them, whose structs are
-// that size.
-__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_3(
+// Four versions of octattn_attention_options_init, all named by .symver directives (the
+// symver attribute is GCC-only): the default (OCTATTN_0.6 on) writes the current struct,
+// which programs linked now get, statically too; @OCTATTN_0.3, @OCTATTN_0.2 and
+// @OCTATTN_0.1 write the 104, 56 and 48 bytes of those versions for programs linked
+// against them, whose structs are that size.
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_6(
     octattn_attention_options* options) {
   return InitOptions(options, sizeof(*options));
 }
-__asm__(".symver octattn_attention_options_init_0_3, octattn_attention_options_init@@OCTATTN_0.3");
+__asm__(".symver octattn_attention_options_init_0_6, octattn_attention_options_init@@OCTATTN_0.6");
+
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_3(
+    octattn_attention_options* options) {
+  return InitOptions(options, octattn::api::kOptionsSize_0_3);
+}
+__asm__(".symver octattn_attention_options_init_0_3, octattn_attention_options_init@OCTATTN_0.3");
 
 __attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_2(
     octattn_attention_options* options) {
@@ -596,8 +719,7 @@ octattn_status octattn_attention_workspace_size(octattn_context* ctx,
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     if (!bytes) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
-    const size_t need = plan::WorkspaceBytes(plan::MakeSchedule(c.shape, c.plan_algorithm, c.table),
-                                             ctx->pool->threads());
+    const size_t need = CallWorkspaceBytes(ctx, c);
     if (need == SIZE_MAX)
       return api::Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
     *bytes = need;
@@ -613,6 +735,16 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
+    if (!c.seqs.empty()) {
+      const plan::BatchSchedule b =
+          plan::MakeBatchSchedule(c.shape, c.seqs, c.plan_algorithm, c.table);
+      void* scratch = nullptr;
+      OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, plan::WorkspaceBytes(b, ctx->pool->threads()),
+                                                 workspace, workspace_size, &scratch));
+      RunSequences(ctx, c, b, scratch);
+      octattn::api::RecordRun(ctx, c.algorithm, c.table);
+      return api::Check();
+    }
     const plan::Schedule plan = plan::MakeSchedule(c.shape, c.plan_algorithm, c.table);
     void* scratch = nullptr;
     OCTATTN_CHECK(octattn::api::AcquireScratch(ctx,

@@ -1,5 +1,7 @@
 // The backward entry points: the forward call's checks, then the gradients' own, then
 // one task per (batch, kv head) on the pool.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -147,9 +149,32 @@ api::Check CheckWorkspace(const void* workspace, size_t size, const BackwardCall
   return api::Check();
 }
 
+// A call of sequences runs one task per (sequence, kv head), each sequence scheduled as
+// a call of batch 1 of its sizes; the slot is the largest, the shared sums per sequence.
 plan::Schedule BackwardSchedule(const BackwardCall& c) {
-  return plan::MakeBackwardSchedule(c.fwd.shape, c.fwd.plan_algorithm, c.fwd.table,
-                                    c.dsinks_data != nullptr);
+  const plan::CallShape& sh = c.fwd.shape;
+  const bool sinks = c.dsinks_data != nullptr;
+  if (c.fwd.seqs.empty())
+    return plan::MakeBackwardSchedule(sh, c.fwd.plan_algorithm, c.fwd.table, sinks);
+  plan::Schedule s;
+  s.algorithm = c.fwd.plan_algorithm;
+  const int64_t n = static_cast<int64_t>(c.fwd.seqs.size());
+  s.tasks = n * sh.kv_heads;
+  for (const plan::Sequence& seq : c.fwd.seqs) {
+    if (seq.q_len == 0 || seq.kv_len == 0) continue;
+    plan::CallShape one = sh;
+    one.batch = 1;
+    one.q_len = seq.q_len;
+    one.kv_len = seq.kv_len;
+    one.mask = seq.mask;
+    s.slot_bytes = std::max(
+        s.slot_bytes,
+        plan::MakeBackwardSchedule(one, c.fwd.plan_algorithm, c.fwd.table, false).slot_bytes);
+  }
+  if (sinks)
+    s.shared_bytes =
+        plan::RoundUp(plan::SatMul(plan::SatMul(plan::Count(n), plan::Count(sh.q_heads)), 8), 64);
+  return s;
 }
 
 // The task of (batch b, kv head kvh): the group's first query head's operands.
@@ -186,6 +211,59 @@ kernels::BackwardTask TaskOf(const BackwardCall& c, int64_t b, int64_t kvh, doub
   }
   if (sink_sums) t.dsinks = sink_sums + b * sh.q_heads + h;
   return t;
+}
+
+// The task of kv head kvh of a sequence: its rows' views (and its sink sums' slot).
+kernels::BackwardTask SequenceTaskOf(const BackwardCall& c, size_t s, int64_t kvh,
+                                     double* sink_sums) {
+  const plan::Sequence& seq = c.fwd.seqs[s];
+  kernels::BackwardTask t = TaskOf(c, seq.batch, kvh, nullptr);
+  const int64_t h = kvh * (c.fwd.shape.q_heads / c.fwd.shape.kv_heads);
+  t.op = api::OperandsOf(c.fwd, seq, h);
+  t.dout += seq.q_row * t.do_row;
+  if (t.dlse) t.dlse += seq.q_row * t.dlse_row;
+  t.dq += seq.q_row * t.dq_row;
+  t.dk += seq.k_row * t.dk_row;
+  t.dv += seq.k_row * t.dv_row;
+  if (t.dbias) t.dbias += seq.q_row * t.db_row + seq.k_row * t.db_col;
+  if (sink_sums) t.dsinks = sink_sums + static_cast<int64_t>(s) * c.fwd.shape.q_heads + h;
+  return t;
+}
+
+// What the kernels do not write for a sequence's task: dk and dv of its key rows that no
+// row reads (outside its valid range; all of them without query rows), dbias of its rows
+// outside its valid keys, and for a sequence without valid keys its rows' dq, dbias and
+// sink terms (empty rows: a finite sink receives dlse).
+void FillAroundSequence(const BackwardCall& c, size_t s, int64_t kvh, double* sink_sums) {
+  const plan::Sequence& seq = c.fwd.seqs[s];
+  const plan::CallShape& sh = c.fwd.shape;
+  const int64_t group = sh.q_heads / sh.kv_heads, h0 = kvh * group;
+  const kernels::BackwardTask all = TaskOf(c, seq.batch, kvh, nullptr);
+  const bool no_rows = seq.q_len == 0;
+  for (int64_t j = seq.seg_row; j < seq.seg_row + seq.seg_len; ++j) {
+    if (!no_rows && j >= seq.k_row && j < seq.k_row + seq.kv_len) continue;
+    for (int64_t d = 0; d < sh.head_dim; ++d) all.dk[j * all.dk_row + d * all.dk_dim] = 0.0f;
+    for (int64_t d = 0; d < sh.value_dim; ++d) all.dv[j * all.dv_row + d * all.dv_dim] = 0.0f;
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    double sink_sum = 0.0;
+    const float* sink = all.op.mods.sinks ? all.op.mods.sinks + g : nullptr;
+    for (int64_t i = seq.q_row; i < seq.q_row + seq.q_len; ++i) {
+      if (all.dbias) {
+        float* row = all.dbias + g * all.db_head + i * all.db_row;
+        for (int64_t j = 0; j < sh.kv_len; ++j)
+          if (seq.kv_len == 0 || j < seq.k_row || j >= seq.k_row + seq.kv_len)
+            row[j * all.db_col] = 0.0f;
+      }
+      if (seq.kv_len != 0) continue;
+      for (int64_t d = 0; d < sh.head_dim; ++d)
+        all.dq[g * all.dq_head + i * all.dq_row + d * all.dq_dim] = 0.0f;
+      if (sink && *sink != -INFINITY && all.dlse)
+        sink_sum += static_cast<double>(all.dlse[g * all.dlse_head + i * all.dlse_row]);
+    }
+    if (sink_sums && (seq.kv_len == 0 || no_rows))
+      sink_sums[static_cast<int64_t>(s) * sh.q_heads + h0 + g] = sink_sum;
+  }
 }
 
 }  // namespace
@@ -233,18 +311,30 @@ octattn_status octattn_attention_backward(
                             : nullptr;
     const plan::CallShape& sh = c.fwd.shape;
     const bool reference = c.fwd.algorithm == OCTATTN_ALGORITHM_REFERENCE;
+    const bool seqs = !c.fwd.seqs.empty();
     api::RunTasks(ctx, s.tasks, scratch, s.slot_bytes, [&](int64_t i, void* slot) {
-      const kernels::BackwardTask t = TaskOf(c, i / sh.kv_heads, i % sh.kv_heads, sink_sums);
+      const int64_t b = i / sh.kv_heads, kvh = i % sh.kv_heads;
+      if (seqs) {
+        const size_t n = static_cast<size_t>(b);
+        FillAroundSequence(c, n, kvh, sink_sums);
+        const plan::Sequence& seq = c.fwd.seqs[n];
+        if (seq.q_len == 0 || seq.kv_len == 0) return;
+      }
+      const kernels::BackwardTask t =
+          seqs ? SequenceTaskOf(c, static_cast<size_t>(b), kvh, sink_sums)
+               : TaskOf(c, b, kvh, sink_sums);
       if (reference) {
         octattn::reference::BackwardGroup(t, static_cast<double*>(slot));
       } else {
         c.fwd.table->backward_task(t, static_cast<float*>(slot));
       }
     });
-    if (sink_sums)  // over the batch in order: the same bytes for any thread count
+    // Over the batch (or the sequences) in order: the same bytes for any thread count.
+    const int64_t parts = seqs ? static_cast<int64_t>(c.fwd.seqs.size()) : sh.batch;
+    if (sink_sums)
       for (int64_t h = 0; h < sh.q_heads; ++h) {
         double sum = 0.0;
-        for (int64_t b = 0; b < sh.batch; ++b) sum += sink_sums[b * sh.q_heads + h];
+        for (int64_t b = 0; b < parts; ++b) sum += sink_sums[b * sh.q_heads + h];
         c.dsinks_data[h] = static_cast<float>(sum);
       }
     api::RecordRun(ctx, c.fwd.algorithm, c.fwd.table);

@@ -2,6 +2,8 @@
 #ifndef OCTATTN_LIB_API_CALL_H_
 #define OCTATTN_LIB_API_CALL_H_
 
+#include <vector>
+
 #include "lib/api/validate.h"
 #include "lib/kernels/kernels.h"
 #include "lib/plan/schedule.h"
@@ -20,6 +22,8 @@ struct AttentionCall {
   octattn_algorithm algorithm = OCTATTN_ALGORITHM_AUTO;
   plan::Algorithm plan_algorithm = plan::Algorithm::kFused;
   const kernels::Table* table = nullptr;  // null for the reference
+  // The sequences of a padded or ragged batch (empty: each batch entry with every row).
+  std::vector<plan::Sequence> seqs;
 };
 
 // Every check of octattn_attention's arguments (lse and weights may be NULL). The
@@ -32,6 +36,8 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
                         Role o_role = Role::kOutput);
 // The operands of query head `h` of batch `b` (k and v those of its kv head).
 kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h);
+// The operands of query head `h` of sequence `seq`: its rows' views, sizes and mask.
+kernels::Operands OperandsOf(const AttentionCall& c, const plan::Sequence& seq, int64_t h);
 
 }  // namespace api
 }  // namespace octattn

@@ -26,6 +26,15 @@ api::Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** tabl
   return api::Check();
 }
 
+// The stages work on one dense scores tensor: a batch of sequences is
+// octattn_attention's.
+api::Check NoSequences(const octattn_attention_options& opt) {
+  if (!octattn::api::HasSequences(opt)) return api::Check();
+  return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                   "the stages take no sequences (options.q_starts, kv_starts, kv_lens, "
+                   "sequences): mask each sequence's scores with a call of its own");
+}
+
 // Runs body(b, h, slot_scratch) for every (batch, head) of a [B, H, rows, cols] tensor,
 // with `slot_floats` of scratch each (the composed call's runner).
 template <class Body>
@@ -120,6 +129,7 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
     octattn_attention_options opt;
     OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+    OCTATTN_CHECK(NoSequences(opt));
     api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
@@ -154,6 +164,7 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
     octattn_attention_options opt;
     OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+    OCTATTN_CHECK(NoSequences(opt));
     api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     opt.mask = nullptr;   // octattn_mask's

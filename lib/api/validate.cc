@@ -139,7 +139,8 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
                                    sizeof(octattn_attention_options), in, "options"));
   // Only fields wholly inside the caller's struct_size are read (the sizes of the
   // published versions); the others (an older caller's) keep their defaults.
-  const size_t covered = in->struct_size >= kOptionsSize_0_3   ? kOptionsSize_0_3
+  const size_t covered = in->struct_size >= kOptionsSize_0_6   ? kOptionsSize_0_6
+                         : in->struct_size >= kOptionsSize_0_3 ? kOptionsSize_0_3
                          : in->struct_size >= kOptionsSize_0_2 ? kOptionsSize_0_2
                                                                : kOptionsSize_0_1;
   std::memcpy(out, in, covered);
@@ -155,18 +156,10 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   if (!out->causal && (out->window != 0 || out->stride != 0))
     return Fail(OCTATTN_ERROR_INVALID_OPTION,
                 "options.window and options.stride need causal attention");
-  if (out->q_start != OCTATTN_Q_START_DEFAULT &&
-      (out->q_start < -kMaxPosition || out->q_start > kMaxPosition))
-    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.q_start must be in [-2^62, 2^62]");
   if (out->k_start < -kMaxPosition || out->k_start > kMaxPosition)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.k_start must be in [-2^62, 2^62]");
-  // Each is within +-2^62; their difference can reach 2^63, which int64_t does not hold.
-  int64_t relative = 0;
-  if (out->q_start != OCTATTN_Q_START_DEFAULT &&
-      (__builtin_sub_overflow(out->q_start, out->k_start, &relative) || relative < -kMaxPosition ||
-       relative > kMaxPosition))
-    return Fail(OCTATTN_ERROR_INVALID_OPTION,
-                "options.q_start - options.k_start must be in [-2^62, 2^62]");
+  if (out->q_start != OCTATTN_Q_START_DEFAULT)
+    OCTATTN_CHECK(CheckQStart(out->q_start, out->k_start, "options.q_start"));
   if (!std::isfinite(out->scale))
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.scale is not finite");
   if (out->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved is not 0");
@@ -175,6 +168,102 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
   if (!std::isfinite(out->softcap) || out->softcap < 0.0f)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.softcap must be finite and >= 0");
   if (out->reserved2 != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved2 is not 0");
+  if (out->sequences < 0)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.sequences is negative");
+  if (out->sequences == 0 && (out->cu_seqlens_q || out->cu_seqlens_k))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.cu_seqlens_q and cu_seqlens_k describe a ragged batch: they need "
+                "options.sequences > 0");
+  if (out->sequences > 0 && (!out->cu_seqlens_q || !out->cu_seqlens_k))
+    return Fail(OCTATTN_ERROR_NULL_POINTER,
+                std::string("a ragged batch (options.sequences > 0) needs options.") +
+                    (out->cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q"));
+  return Check();
+}
+
+namespace {
+
+// `n` + 1 row offsets that run from 0 to `rows` and never decrease.
+Check CheckOffsets(const int64_t* cu, int64_t n, int64_t rows, const char* name, const char* what) {
+  if (cu[0] != 0)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                std::string(name) + "[0] is " + std::to_string(cu[0]) + ", must be 0");
+  for (int64_t s = 0; s < n; ++s)
+    if (cu[s + 1] < cu[s])
+      return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                  std::string(name) + " decreases: [" + std::to_string(s + 1) + "] is " +
+                      std::to_string(cu[s + 1]) + ", below [" + std::to_string(s) +
+                      "] = " + std::to_string(cu[s]));
+  if (cu[n] != rows)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, std::string(name) + "[" + std::to_string(n) +
+                                                  "] is " + std::to_string(cu[n]) + ", must be " +
+                                                  what + " (" + std::to_string(rows) + ")");
+  return Check();
+}
+
+}  // namespace
+
+Check CheckQStart(int64_t q_start, int64_t k_start, const std::string& name) {
+  if (q_start < -kMaxPosition || q_start > kMaxPosition)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, name + " must be in [-2^62, 2^62]");
+  // Each is within +-2^62; their difference can reach 2^63, which int64_t does not hold.
+  int64_t relative = 0;
+  if (__builtin_sub_overflow(q_start, k_start, &relative) || relative < -kMaxPosition ||
+      relative > kMaxPosition)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, name + " - options.k_start must be in [-2^62, 2^62]");
+  return Check();
+}
+
+bool HasSequences(const octattn_attention_options& opt) {
+  return opt.sequences > 0 || opt.q_starts || opt.kv_starts || opt.kv_lens;
+}
+
+Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int64_t q_len,
+                       int64_t kv_len, std::vector<plan::Sequence>* out) {
+  out->clear();
+  if (!HasSequences(opt)) return Check();
+  const bool ragged = opt.sequences > 0;
+  if (ragged && batch != 1)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                "a ragged batch (options.sequences > 0) packs its sequences in batch entry 0: "
+                "the tensors' batch size must be 1, not " +
+                    std::to_string(batch));
+  const int64_t n = ragged ? opt.sequences : batch;
+  if (ragged) {
+    OCTATTN_CHECK(CheckOffsets(opt.cu_seqlens_q, n, q_len, "options.cu_seqlens_q", "q_len"));
+    OCTATTN_CHECK(CheckOffsets(opt.cu_seqlens_k, n, kv_len, "options.cu_seqlens_k", "kv_len"));
+  }
+  out->resize(static_cast<size_t>(n));
+  octattn_attention_options seq_opt = opt;
+  for (int64_t s = 0; s < n; ++s) {
+    plan::Sequence& q = (*out)[static_cast<size_t>(s)];
+    const std::string at = "[" + std::to_string(s) + "]";
+    q.batch = ragged ? 0 : s;
+    q.q_row = ragged ? opt.cu_seqlens_q[s] : 0;
+    q.q_len = ragged ? opt.cu_seqlens_q[s + 1] - q.q_row : q_len;
+    const int64_t rows0 = ragged ? opt.cu_seqlens_k[s] : 0;
+    const int64_t rows = ragged ? opt.cu_seqlens_k[s + 1] - rows0 : kv_len;
+    const int64_t start = opt.kv_starts ? opt.kv_starts[s] : 0;
+    if (start < 0 || start > rows)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.kv_starts" + at + " is " +
+                                                    std::to_string(start) + ", must be in [0, " +
+                                                    std::to_string(rows) + "]");
+    const int64_t len = opt.kv_lens ? opt.kv_lens[s] : rows - start;
+    if (len < 0 || len > rows - start)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                  "options.kv_lens" + at + " is " + std::to_string(len) + ", must be in [0, " +
+                      std::to_string(rows - start) + "] (the sequence's key rows from kv_starts)");
+    q.k_row = rows0 + start;
+    q.kv_len = len;
+    q.seg_row = rows0;
+    q.seg_len = rows;
+    if (opt.q_starts) {
+      if (opt.q_starts[s] != OCTATTN_Q_START_DEFAULT)
+        OCTATTN_CHECK(CheckQStart(opt.q_starts[s], opt.k_start, "options.q_starts" + at));
+      seq_opt.q_start = opt.q_starts[s];
+    }
+    q.mask = ResolveMask(seq_opt, q.q_len, q.kv_len);
+  }
   return Check();
 }
 
@@ -249,7 +338,8 @@ kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const Tenso
   return r;
 }
 
-static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_3 &&
+static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_6 &&
+                  offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&
                   offsetof(octattn_attention_options, chunk) == kOptionsSize_0_2,
               "a field appended to octattn_attention_options needs its version's size here");

@@ -6,9 +6,11 @@
 #include <stdint.h>
 
 #include <string>
+#include <vector>
 
 #include "lib/kernels/kernels.h"
 #include "lib/plan/plan.h"
+#include "lib/plan/schedule.h"
 #include "octattn.h"
 
 namespace octattn {
@@ -58,11 +60,23 @@ Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, co
 // Checks every range, so that positions and their differences stay within +-2^62.
 Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out);
 
+// INVALID_OPTION unless q_start and q_start - k_start are within +-2^62 (`name`: the
+// option's name in the message).
+Check CheckQStart(int64_t q_start, int64_t k_start, const std::string& name);
+
+// Whether validated options describe sequences (padded or ragged batches).
+bool HasSequences(const octattn_attention_options& opt);
+// The sequences of a call whose tensors have these sizes, checked against them (empty
+// when the options describe none: each batch entry is a sequence with every row).
+Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int64_t q_len,
+                       int64_t kv_len, std::vector<plan::Sequence>* out);
+
 // The sizes of the public structs as version 0.1 published them: the smallest
 // struct_size a caller may pass, forever (a caller built against 0.1 passes these).
 constexpr size_t kOptionsSize_0_1 = 48;
 constexpr size_t kOptionsSize_0_2 = 56;   // k_start appended
 constexpr size_t kOptionsSize_0_3 = 104;  // chunk and the score modifiers appended
+constexpr size_t kOptionsSize_0_6 = 152;  // the sequences of padded and ragged batches
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of

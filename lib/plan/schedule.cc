@@ -101,6 +101,73 @@ size_t WorkspaceBytes(const Schedule& s, int threads) {
   return SatAdd(SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes), kAlign);
 }
 
+BatchSchedule MakeBatchSchedule(const CallShape& call, const std::vector<Sequence>& seqs,
+                                Algorithm algorithm, const kernels::Table* table) {
+  BatchSchedule b;
+  b.seqs.resize(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    SequencePlan& p = b.seqs[i];
+    p.shape = call;
+    p.shape.batch = 1;
+    p.shape.q_len = seqs[i].q_len;
+    p.shape.kv_len = seqs[i].kv_len;
+    p.shape.mask = seqs[i].mask;
+    p.first_task = b.tasks;
+    p.first_merge = b.merges;
+    if (seqs[i].q_len == 0) continue;
+    if (seqs[i].kv_len == 0) {
+      p.empty = true;
+      p.tasks = call.q_heads;
+      b.tasks += p.tasks;
+      continue;
+    }
+    p.schedule = MakeSchedule(p.shape, algorithm, table);
+    p.tasks = p.schedule.tasks;
+    b.tasks += p.tasks;
+    b.slot_bytes = std::max(b.slot_bytes, p.schedule.slot_bytes);
+    if (p.schedule.decode) {
+      p.merges = call.kv_heads;
+      b.merges += p.merges;
+      p.partials = b.shared_bytes / sizeof(float);
+      b.shared_bytes = SatAdd(b.shared_bytes, p.schedule.shared_bytes);
+    }
+  }
+  return b;
+}
+
+size_t WorkspaceBytes(const BatchSchedule& s, int threads) {
+  return SatAdd(SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes), kAlign);
+}
+
+namespace {
+
+// The sequence whose tasks of one phase (first and count: members of SequencePlan) hold
+// task i: the last one that starts at or before i and has tasks (sequences without
+// tasks start where the next one does).
+size_t SequenceOf(const BatchSchedule& s, int64_t i, int64_t SequencePlan::*first,
+                  int64_t SequencePlan::*count) {
+  size_t lo = 0, hi = s.seqs.size();
+  while (hi - lo > 1) {
+    const size_t mid = (lo + hi) / 2;
+    if (s.seqs[mid].*first <= i)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  while (s.seqs[lo].*count == 0) ++lo;
+  return lo;
+}
+
+}  // namespace
+
+size_t SequenceOfTask(const BatchSchedule& s, int64_t i) {
+  return SequenceOf(s, i, &SequencePlan::first_task, &SequencePlan::tasks);
+}
+
+size_t SequenceOfMerge(const BatchSchedule& s, int64_t i) {
+  return SequenceOf(s, i, &SequencePlan::first_merge, &SequencePlan::merges);
+}
+
 HeadIndex HeadTaskAt(const CallShape& c, int64_t i) { return {i / c.q_heads, i % c.q_heads}; }
 
 PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i) {

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <vector>
+
 #include "lib/kernels/kernels.h"
 #include "lib/plan/plan.h"
 
@@ -50,6 +52,44 @@ int64_t QueryTile(int64_t group);
 int64_t CallKeyEnd(const CallShape& c);
 
 Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table);
+
+// One sequence of a padded or ragged batch: its query rows [q_row, q_row + q_len) and its
+// valid key rows [k_row, k_row + kv_len) of batch entry `batch`, inside its key rows
+// [seg_row, seg_row + seg_len) (padded: all of the entry's), and its mask (key row k_row
+// at key coordinate 0).
+struct Sequence {
+  int64_t batch, q_row, q_len, k_row, kv_len;
+  int64_t seg_row, seg_len;
+  Mask mask;
+};
+
+// A call of sequences: each is scheduled as a call of batch 1 with its own sizes and
+// mask, its tasks numbered after those of the sequences before it; the first phase runs
+// every sequence's tasks (prefill tiles, decode units, or for reference and naive its
+// heads), the second the merges of the decode-shaped ones. A sequence with no query row
+// has no task; one with no valid key (`empty`) has one task per query head, which
+// writes its empty rows.
+struct SequencePlan {
+  CallShape shape;  // batch 1
+  Schedule schedule;
+  bool empty = false;
+  int64_t first_task = 0, tasks = 0;    // first phase
+  int64_t first_merge = 0, merges = 0;  // second phase (decode: its kv heads)
+  size_t partials = 0;  // decode: its partials' offset from the shared base, in floats
+};
+struct BatchSchedule {
+  std::vector<SequencePlan> seqs;
+  size_t slot_bytes = 0;    // the largest slot of any sequence
+  size_t shared_bytes = 0;  // every decode-shaped sequence's partials
+  int64_t tasks = 0, merges = 0;
+};
+// `call`: the call's shape (its sizes those of the tensors).
+BatchSchedule MakeBatchSchedule(const CallShape& call, const std::vector<Sequence>& seqs,
+                                Algorithm algorithm, const kernels::Table* table);
+size_t WorkspaceBytes(const BatchSchedule& s, int threads);
+// The sequence whose first-phase (merge: second-phase) tasks hold task i.
+size_t SequenceOfTask(const BatchSchedule& s, int64_t i);
+size_t SequenceOfMerge(const BatchSchedule& s, int64_t i);
 
 // The backward (reference or fused): one task per (batch, kv head), its slot the
 // scratch of one group; shared: `batch * q_heads` doubles of per-batch sink sums when

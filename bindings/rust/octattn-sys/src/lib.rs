@@ -85,6 +85,13 @@ pub struct octattn_attention_options {
     pub sinks: *const f32,
     pub bias: *const octattn_tensor,
     pub mask: *const octattn_tensor,
+    // Since 0.6: the sequences of padded and ragged batches.
+    pub q_starts: *const i64,
+    pub kv_starts: *const i64,
+    pub kv_lens: *const i64,
+    pub sequences: i64,
+    pub cu_seqlens_q: *const i64,
+    pub cu_seqlens_k: *const i64,
 }
 
 #[repr(C)]
@@ -103,13 +110,14 @@ pub struct octattn_context {
     _private: [u8; 0],
 }
 
-// The layouts of version 0.4 (fields are only ever appended).
+// The layouts of version 0.6 (fields are only ever appended).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 104);
+    assert!(size_of::<octattn_attention_options>() == 152);
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
     assert!(offset_of!(octattn_attention_options, mask) == 96);
+    assert!(offset_of!(octattn_attention_options, cu_seqlens_k) == 144);
     assert!(size_of::<octattn_run_info>() == 24);
 };
 
@@ -383,6 +391,36 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("mask"),
             offset_of!(O, mask),
+        ),
+        (
+            "octattn_attention_options",
+            Some("q_starts"),
+            offset_of!(O, q_starts),
+        ),
+        (
+            "octattn_attention_options",
+            Some("kv_starts"),
+            offset_of!(O, kv_starts),
+        ),
+        (
+            "octattn_attention_options",
+            Some("kv_lens"),
+            offset_of!(O, kv_lens),
+        ),
+        (
+            "octattn_attention_options",
+            Some("sequences"),
+            offset_of!(O, sequences),
+        ),
+        (
+            "octattn_attention_options",
+            Some("cu_seqlens_q"),
+            offset_of!(O, cu_seqlens_q),
+        ),
+        (
+            "octattn_attention_options",
+            Some("cu_seqlens_k"),
+            offset_of!(O, cu_seqlens_k),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (
