@@ -123,7 +123,8 @@ octattn_tensor View(const octattn_tensor& t, int64_t b, int64_t row, int64_t row
                     int64_t cols = 0) {
   octattn_tensor v = t;
   const size_t elem = t.dtype == OCTATTN_DTYPE_BOOL ? 1 : 4;
-  const int64_t at = (t.shape[0] == 1 ? 0 : b) * t.stride[0] + row * t.stride[2] + col * t.stride[3];
+  const int64_t at =
+      (t.shape[0] == 1 ? 0 : b) * t.stride[0] + row * t.stride[2] + col * t.stride[3];
   v.data = static_cast<char*>(t.data) + at * static_cast<int64_t>(elem);
   v.shape[0] = 1;
   v.shape[2] = t.shape[2] == 1 ? 1 : rows;
@@ -163,9 +164,9 @@ void CheckAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, const Ta
   if (bt.mods.bias) opt.bias = bt.bias.ptr();
   if (bt.mods.mask) opt.mask = &bt.mask->t;
   {
-    const octattn_status st = octattn_attention(ctx, &opt, bt.q.ptr(), bt.k.ptr(), bt.v.ptr(),
-                                                o.ptr(), lse.ptr(), weights ? w.ptr() : nullptr,
-                                                nullptr, 0);
+    const octattn_status st =
+        octattn_attention(ctx, &opt, bt.q.ptr(), bt.k.ptr(), bt.v.ptr(), o.ptr(), lse.ptr(),
+                          weights ? w.ptr() : nullptr, nullptr, 0);
     INFO(ctx.Error());
     REQUIRE(st == OCTATTN_OK);
   }
@@ -222,7 +223,8 @@ Batch RandomBatch(std::mt19937& rng, bool ragged, int64_t n, int64_t max_len, bo
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   std::vector<Seq> seqs;
-  const int64_t pad_q = long_keys ? pick(1, 3) : pick(1, max_len), pad_k = pick(1, max_len) + (long_keys ? 1100 : 0);
+  const int64_t pad_q = long_keys ? pick(1, 3) : pick(1, max_len),
+                pad_k = pick(1, max_len) + (long_keys ? 1100 : 0);
   for (int64_t s = 0; s < n; ++s) {
     Seq q{};
     q.rows = ragged ? pick(0, max_len) + (long_keys && s % 2 ? 1100 : 0) : pad_k;
@@ -247,8 +249,7 @@ Batch RandomBatch(std::mt19937& rng, bool ragged, int64_t n, int64_t max_len, bo
   if (total_q == 0) seqs.back().q_len = 1;
   if (total_k == 0) seqs.back().rows = 1;
   const int64_t d = pick(0, 1) ? 16 : 24;
-  return Batch(ragged, seqs, hq, hkv, d, pick(0, 1) ? d : 8, mods,
-               static_cast<uint32_t>(rng()));
+  return Batch(ragged, seqs, hq, hkv, d, pick(0, 1) ? d : 8, mods, static_cast<uint32_t>(rng()));
 }
 
 Mods RandomMods(std::mt19937& rng) {
@@ -314,8 +315,8 @@ TEST_CASE("batches on every target: own-call bytes, reference within the bound",
     INFO(t.Name());
     for (int iter = 0; iter < 4; ++iter) {
       const Mods mods = RandomMods(rng);
-      const Batch bt = RandomBatch(rng, iter % 2 == 1, 3, Sized(33, 12), iter == 3 && !Emulated(),
-                                   mods, 4, 2);
+      const Batch bt =
+          RandomBatch(rng, iter % 2 == 1, 3, Sized(33, 12), iter == 3 && !Emulated(), mods, 4, 2);
       for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED})
         CheckAgainstOwnCalls(bt, algo, &t, 2, iter % 2 == 0);
       // Fused against the reference, both batched.
@@ -439,8 +440,8 @@ void CheckBackwardAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, 
   {
     const octattn_status st = octattn_attention_backward(
         ctx, &opt, bt.q.ptr(), bt.k.ptr(), bt.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), dlse.ptr(),
-        dq.ptr(), dk.ptr(), dv.ptr(), bt.mods.sinks ? dsinks.data() : nullptr, dbias.ptr(),
-        nullptr, 0);
+        dq.ptr(), dk.ptr(), dv.ptr(), bt.mods.sinks ? dsinks.data() : nullptr, dbias.ptr(), nullptr,
+        0);
     INFO(ctx.Error());
     REQUIRE(st == OCTATTN_OK);
   }
@@ -512,17 +513,15 @@ void CheckBackwardAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, 
             1e-5 * (1.0 + std::fabs(sink_sum[static_cast<size_t>(h)])));
 }
 
-TEST_CASE("the backward of a padded or ragged batch: each sequence's own gradients",
-          "[batches]") {
+TEST_CASE("the backward of a padded or ragged batch: each sequence's own gradients", "[batches]") {
   std::mt19937 rng(16);
   for (int iter = 0; iter < 40; ++iter) {
     const Mods mods = RandomMods(rng);
     const int64_t hkv = 1 + rng() % 2, hq = hkv * (1 + rng() % 3);
     const Batch bt = RandomBatch(rng, iter % 2 == 1, 1 + rng() % 4, 24, false, mods, hq, hkv);
     INFO("iteration " << iter);
-    CheckBackwardAgainstOwnCalls(bt, iter % 4 == 3 ? OCTATTN_ALGORITHM_REFERENCE
-                                                   : OCTATTN_ALGORITHM_FUSED,
-                                 1 + iter % 3);
+    CheckBackwardAgainstOwnCalls(
+        bt, iter % 4 == 3 ? OCTATTN_ALGORITHM_REFERENCE : OCTATTN_ALGORITHM_FUSED, 1 + iter % 3);
   }
 }
 
@@ -564,25 +563,90 @@ TEST_CASE("every bad sequence array gets a status and a message, and nothing is 
       {"kv_starts past the rows", OCTATTN_ERROR_INVALID_OPTION, {0, 7}, {}, {}, 0, {}, {}, false},
       {"kv_lens negative", OCTATTN_ERROR_INVALID_OPTION, {}, {-1, 1}, {}, 0, {}, {}, false},
       {"kv_lens past the rows", OCTATTN_ERROR_INVALID_OPTION, {1, 0}, {6, 6}, {}, 0, {}, {}, false},
-      {"q_starts beyond 2^62", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {0, big + 1}, 0, {}, {}, false},
-      {"q_starts - k_start beyond 2^62", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {-big, 0}, 0, {}, {},
-       false, big},
+      {"q_starts beyond 2^62",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {0, big + 1},
+       0,
+       {},
+       {},
+       false},
+      {"q_starts - k_start beyond 2^62",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {-big, 0},
+       0,
+       {},
+       {},
+       false,
+       big},
       {"negative sequences", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {}, -1, {}, {}, false},
-      {"cu_seqlens without sequences", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {}, 0, {0, 4}, {0, 6},
+      {"cu_seqlens without sequences",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {},
+       0,
+       {0, 4},
+       {0, 6},
        false},
       {"sequences without cu_seqlens", OCTATTN_ERROR_NULL_POINTER, {}, {}, {}, 1, {}, {}, true},
-      {"ragged with batch 2", OCTATTN_ERROR_INVALID_SHAPE, {}, {}, {}, 2, {0, 2, 4}, {0, 3, 6},
+      {"ragged with batch 2",
+       OCTATTN_ERROR_INVALID_SHAPE,
+       {},
+       {},
+       {},
+       2,
+       {0, 2, 4},
+       {0, 3, 6},
        false},
-      {"cu_seqlens_q[0] not 0", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {}, 2, {1, 2, 4}, {0, 3, 6},
+      {"cu_seqlens_q[0] not 0",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {},
+       2,
+       {1, 2, 4},
+       {0, 3, 6},
        true},
-      {"cu_seqlens_q decreasing", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {}, 2, {0, 3, 2, 4},
-       {0, 3, 3, 6}, true},
-      {"cu_seqlens_q not ending at q_len", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {}, 2, {0, 2, 3},
-       {0, 3, 6}, true},
-      {"cu_seqlens_k not ending at kv_len", OCTATTN_ERROR_INVALID_OPTION, {}, {}, {}, 2, {0, 2, 4},
-       {0, 3, 7}, true},
-      {"ragged kv_lens past a segment", OCTATTN_ERROR_INVALID_OPTION, {}, {4, 1}, {}, 2, {0, 2, 4},
-       {0, 3, 6}, true},
+      {"cu_seqlens_q decreasing",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {},
+       2,
+       {0, 3, 2, 4},
+       {0, 3, 3, 6},
+       true},
+      {"cu_seqlens_q not ending at q_len",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {},
+       2,
+       {0, 2, 3},
+       {0, 3, 6},
+       true},
+      {"cu_seqlens_k not ending at kv_len",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {},
+       {},
+       2,
+       {0, 2, 4},
+       {0, 3, 7},
+       true},
+      {"ragged kv_lens past a segment",
+       OCTATTN_ERROR_INVALID_OPTION,
+       {},
+       {4, 1},
+       {},
+       2,
+       {0, 2, 4},
+       {0, 3, 6},
+       true},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -630,9 +694,8 @@ TEST_CASE("a caller of the 0.3 struct never has its sequence fields read", "[bat
   opt.struct_size = 104;
   opt.kv_starts = bad;
   opt.sequences = -3;
-  const octattn_status st =
-      octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), old.ptr(), nullptr, nullptr,
-                        nullptr, 0);
+  const octattn_status st = octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), p.v.ptr(), old.ptr(),
+                                              nullptr, nullptr, nullptr, 0);
   REQUIRE(st == OCTATTN_OK);
   REQUIRE(BytesEqual(dense, old));
 }

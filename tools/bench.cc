@@ -47,6 +47,11 @@ struct Args {
   std::vector<octattn_target> targets;
   int repeat = 5;
   bool json = false, limits = false, quick = false, rss = true;
+  // A batch of sequences: their key lengths (q_len new tokens each) and how they are
+  // passed: one ragged call, one padded call, or one call per sequence.
+  std::vector<int64_t> seq_kv_lens;
+  std::string seq_mode = "ragged";
+  std::string seq_layout;  // bhtd or bthd (default: bhtd padded, else bthd)
 };
 
 const char* kHelp =
@@ -66,6 +71,12 @@ const char* kHelp =
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
+    "  --seq-kv-lens LIST  a batch of sequences with these key lengths, --q-len new\n"
+    "               tokens each (its first value), as one ragged call ([total, H, D],\n"
+    "               cu_seqlens), or with --padded as one padded call (kv_lens; the\n"
+    "               batch's longest lengths), or with --separate as one call per\n"
+    "               sequence; times the whole batch. --seq-layout bhtd|bthd: the\n"
+    "               tensors' memory order (default: bhtd padded, else bthd)\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
     "avx512, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA for\n"
@@ -149,6 +160,14 @@ bool Parse(int argc, char** argv, Args* a) {
       a->limits = true;
     else if (f == "--quick")
       a->quick = true;
+    else if (f == "--seq-kv-lens")
+      a->seq_kv_lens = List<int64_t>(next(), i64);
+    else if (f == "--padded")
+      a->seq_mode = "padded";
+    else if (f == "--separate")
+      a->seq_mode = "separate";
+    else if (f == "--seq-layout")
+      a->seq_layout = next();
     else if (f == "--no-rss")
       a->rss = false;
     else if (f == "--algo")
@@ -452,6 +471,153 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   std::fflush(stdout);
 }
 
+// A batch of sequences (--seq-kv-lens): the ragged layout packs every sequence's rows
+// ([1, heads, total, dim], by default [total, heads, dim] in memory), the padded one
+// gives each the batch's longest lengths (right padding, kv_lens), separate calls take
+// views of the ragged tensors.
+struct SequenceBatch {
+  int64_t n, q_len, total_q, total_k, max_k;
+  std::vector<int64_t> kv_lens, cu_q, cu_k;
+  std::vector<float> q, k, v, o;
+  octattn_tensor tq{}, tk{}, tv{}, to{};
+  SequenceBatch(const Case& c, const std::vector<int64_t>& lens, bool padded, octattn_layout layout)
+      : n(static_cast<int64_t>(lens.size())), q_len(c.q_len), kv_lens(lens) {
+    cu_q.push_back(0);
+    cu_k.push_back(0);
+    max_k = 0;
+    for (int64_t kv : lens) {
+      cu_q.push_back(cu_q.back() + q_len);
+      cu_k.push_back(cu_k.back() + kv);
+      max_k = std::max(max_k, kv);
+    }
+    total_q = cu_q.back();
+    total_k = cu_k.back();
+    const int64_t qs[4] = {padded ? n : 1, c.q_heads, padded ? q_len : total_q, c.head_dim};
+    const int64_t ks[4] = {padded ? n : 1, c.kv_heads, padded ? max_k : total_k, c.head_dim};
+    q.resize(static_cast<size_t>(qs[0] * qs[1] * qs[2] * qs[3]));
+    k.resize(static_cast<size_t>(ks[0] * ks[1] * ks[2] * ks[3]));
+    v.resize(k.size());
+    o.assign(q.size(), 0.0f);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto* b : {&q, &k, &v})
+      for (float& x : *b) x = dist(rng);
+    octattn_tensor_init(&tq, q.data(), qs, layout);
+    octattn_tensor_init(&tk, k.data(), ks, layout);
+    octattn_tensor_init(&tv, v.data(), ks, layout);
+    octattn_tensor_init(&to, o.data(), qs, layout);
+  }
+  // Rows [row, row + rows) of a [1, H, T, D] tensor.
+  static octattn_tensor Rows(const octattn_tensor& t, int64_t row, int64_t rows) {
+    octattn_tensor r = t;
+    r.data = static_cast<float*>(t.data) + row * t.stride[2];
+    r.shape[2] = rows;
+    return r;
+  }
+};
+
+// Times one step over a batch of sequences (all of them, whichever way they are passed).
+void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
+  const bool padded = a.seq_mode == "padded", separate = a.seq_mode == "separate";
+  const octattn_layout layout = a.seq_layout == "bhtd" || (a.seq_layout.empty() && padded)
+                                    ? OCTATTN_LAYOUT_BHTD
+                                    : OCTATTN_LAYOUT_BTHD;
+  SequenceBatch sb(c, a.seq_kv_lens, padded, layout);
+  std::string err;
+  octattn_context* ctx = MakeContext(c, &err);
+  // The mask flags and softcap (the other modifiers are not offered with batches here).
+  octattn_attention_options opt;
+  octattn_attention_options_init(&opt);
+  opt.causal = c.causal;
+  opt.window = c.window;
+  opt.stride = c.stride;
+  opt.chunk = c.chunk;
+  opt.algorithm = c.algo;
+  opt.softcap = c.softcap;
+  std::vector<octattn_tensor> views;  // separate: q, k, v, o of each sequence
+  if (padded) {
+    opt.kv_lens = sb.kv_lens.data();
+  } else if (!separate) {
+    opt.sequences = sb.n;
+    opt.cu_seqlens_q = sb.cu_q.data();
+    opt.cu_seqlens_k = sb.cu_k.data();
+  } else {
+    for (int64_t s = 0; s < sb.n; ++s) {
+      views.push_back(SequenceBatch::Rows(sb.tq, sb.cu_q[s], sb.q_len));
+      views.push_back(SequenceBatch::Rows(sb.tk, sb.cu_k[s], sb.kv_lens[s]));
+      views.push_back(SequenceBatch::Rows(sb.tv, sb.cu_k[s], sb.kv_lens[s]));
+      views.push_back(SequenceBatch::Rows(sb.to, sb.cu_q[s], sb.q_len));
+    }
+  }
+  auto step = [&]() -> octattn_status {
+    if (!separate)
+      return octattn_attention(ctx, &opt, &sb.tq, &sb.tk, &sb.tv, &sb.to, nullptr, nullptr, nullptr,
+                               0);
+    for (size_t s = 0; s < views.size(); s += 4) {
+      const octattn_status st =
+          octattn_attention(ctx, &opt, &views[s], &views[s + 1], &views[s + 2], &views[s + 3],
+                            nullptr, nullptr, nullptr, 0);
+      if (st != OCTATTN_OK) return st;
+    }
+    return OCTATTN_OK;
+  };
+  const octattn_status st = ctx ? step() : OCTATTN_ERROR_UNSUPPORTED;
+  if (st != OCTATTN_OK) {
+    if (ctx) err = octattn_context_last_error(ctx);
+    std::printf(a.json ? "{\"error\":\"%s\"}\n" : "error: %s\n", err.c_str());
+    octattn_context_destroy(ctx);
+    return;
+  }
+  std::vector<double> times;
+  for (int r = 0; r < a.repeat; ++r) {
+    const double t0 = Now();
+    step();
+    times.push_back(Now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  octattn_run_info info{};
+  info.struct_size = sizeof(info);
+  octattn_context_last_run(ctx, &info);
+  octattn_context_destroy(ctx);
+  double pairs = 0;
+  for (int64_t kv : sb.kv_lens) {
+    Case one = c;
+    one.kv_len = kv;
+    pairs += AllowedPairs(one);
+  }
+  const double gflops = 2.0 * (2 * c.head_dim) * pairs * c.q_heads / median / 1e9;
+  const double peak = PeakFor(limits, info.target);
+  const double kv_gbps = 2.0 * c.kv_heads * sb.total_k * c.head_dim * sizeof(float) / median / 1e9;
+  std::string lens;
+  for (int64_t kv : sb.kv_lens) lens += (lens.empty() ? "" : ",") + std::to_string(kv);
+  const char* layout_name = layout == OCTATTN_LAYOUT_BHTD ? "bhtd" : "bthd";
+  if (a.json) {
+    std::printf(
+        "{\"pass\":\"forward\",\"batch_mode\":\"%s\",\"layout\":\"%s\",\"algo\":\"%s\","
+        "\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"sequences\":%lld,"
+        "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"seq_kv_lens\":[%s],"
+        "\"head_dim\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
+        "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g}\n",
+        a.seq_mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
+        octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
+        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len,
+        lens.c_str(), (long long)c.head_dim, median, times.front(), times.back(), gflops, peak,
+        gflops / (peak * info.threads), kv_gbps);
+  } else {
+    std::printf(
+        "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
+        "%lld) D%lld  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv\n",
+        a.seq_mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
+        octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
+        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len,
+        (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
+        (long long)sb.total_k, (long long)c.head_dim, median * 1e3, gflops,
+        100 * gflops / (peak * info.threads), kv_gbps);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int RunBench(int argc, char** argv) {
@@ -504,7 +670,10 @@ int RunBench(int argc, char** argv) {
               c.backend = backend;
               c.target = target;
               c.threads = threads;
-              RunCase(c, a, limits);
+              if (a.seq_kv_lens.empty())
+                RunCase(c, a, limits);
+              else
+                RunSequenceBatch(c, a, limits);
             }
   return 0;
 }
