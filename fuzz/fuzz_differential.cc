@@ -1,8 +1,11 @@
 // Differential: naive, fused and AUTO against the fp64 reference within the documented
 // tolerance, lse and weights too when requested, with any score modifiers the input
 // draws; the same bytes for 1 and 2 threads, for another layout of the same numbers,
-// for one batch computed alone, and for a second run.
+// for one batch computed alone, and for a second run. Then the same problem as a padded
+// batch (per-batch kv_starts, kv_lens and q_starts the input draws): against the
+// reference with the same arrays, and the same bytes for 1 and 2 threads.
 #include <algorithm>
+#include <vector>
 
 #include "fuzz_support.h"
 
@@ -113,17 +116,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_CHECK(std::fabs(double(t.w.at(b, h, i, j)) - ref.w.at(b, h, i, j)) <=
                        2e-6 * s_max);
       }
+  auto within_bound = [&](const Tensors& x, const Tensors& r) {
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.q_heads; ++h)
+        for (int64_t i = 0; i < p.q_len; ++i)
+          for (int64_t d = 0; d < p.value_dim; ++d) {
+            const double diff = std::fabs(double(x.o.at(b, h, i, d)) - r.o.at(b, h, i, d));
+            if (!(diff <= bound)) {
+              std::fprintf(stderr, "row %lld dim %lld: %.9g vs reference %.9g (bound %.3g)\n",
+                           (long long)i, (long long)d, x.o.at(b, h, i, d), r.o.at(b, h, i, d),
+                           bound);
+              FUZZ_CHECK(diff <= bound);
+            }
+          }
+  };
+  within_bound(t, ref);
+
+  // A padded batch: each batch entry a sequence with its own valid keys and positions.
+  std::vector<int64_t> starts, lens, q_starts;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    starts.push_back(in.Range(0, p.kv_len));
+    lens.push_back(in.Range(0, p.kv_len - starts.back()));
+    q_starts.push_back(in.Bool() ? OCTATTN_Q_START_DEFAULT : in.Range(-4, p.kv_len + 4));
+  }
+  octattn_attention_options padded = p.opt;
+  padded.kv_starts = starts.data();
+  padded.kv_lens = lens.data();
+  if (in.Bool()) padded.q_starts = q_starts.data();
+  Tensors seq1 = t, seq2 = t, seq_ref = t;
+  FUZZ_CHECK(Attend(one, padded, seq1) == OCTATTN_OK);
+  FUZZ_CHECK(Attend(two, padded, seq2) == OCTATTN_OK);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
-      for (int64_t i = 0; i < p.q_len; ++i)
-        for (int64_t d = 0; d < p.value_dim; ++d) {
-          const double diff = std::fabs(double(t.o.at(b, h, i, d)) - ref.o.at(b, h, i, d));
-          if (!(diff <= bound)) {
-            std::fprintf(stderr, "row %lld dim %lld: %.9g vs reference %.9g (bound %.3g)\n",
-                         (long long)i, (long long)d, t.o.at(b, h, i, d), ref.o.at(b, h, i, d),
-                         bound);
-            FUZZ_CHECK(diff <= bound);
-          }
-        }
+      for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(OutputRowsEqual(seq1, seq2, b, h, i));
+  padded.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+  FUZZ_CHECK(Attend(one, padded, seq_ref) == OCTATTN_OK);
+  within_bound(seq1, seq_ref);
   return 0;
 }

@@ -52,6 +52,7 @@ struct Args {
   std::vector<int64_t> seq_kv_lens;
   std::string seq_mode = "ragged";
   std::string seq_layout;  // bhtd or bthd (default: bhtd padded, else bthd)
+  bool prefill = false;    // each sequence's queries are all its keys (a prompt)
 };
 
 const char* kHelp =
@@ -76,7 +77,9 @@ const char* kHelp =
     "               cu_seqlens), or with --padded as one padded call (kv_lens; the\n"
     "               batch's longest lengths), or with --separate as one call per\n"
     "               sequence; times the whole batch. --seq-layout bhtd|bthd: the\n"
-    "               tensors' memory order (default: bhtd padded, else bthd)\n"
+    "               tensors' memory order (default: bhtd padded, else bthd).\n"
+    "               --prefill: each sequence's queries are its keys (a prompt; padded:\n"
+    "               left padding, as tokenizers pad; q_len is reported as -1)\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
     "avx512, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA for\n"
@@ -168,6 +171,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->seq_mode = "separate";
     else if (f == "--seq-layout")
       a->seq_layout = next();
+    else if (f == "--prefill")
+      a->prefill = true;
     else if (f == "--no-rss")
       a->rss = false;
     else if (f == "--algo")
@@ -473,26 +478,30 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
 
 // A batch of sequences (--seq-kv-lens): the ragged layout packs every sequence's rows
 // ([1, heads, total, dim], by default [total, heads, dim] in memory), the padded one
-// gives each the batch's longest lengths (right padding, kv_lens), separate calls take
-// views of the ragged tensors.
+// gives each the batch's longest lengths (left padding: kv_starts, kv_lens), separate
+// calls take views of the ragged tensors.
 struct SequenceBatch {
-  int64_t n, q_len, total_q, total_k, max_k;
-  std::vector<int64_t> kv_lens, cu_q, cu_k;
+  int64_t n, total_q, total_k, max_q, max_k;
+  std::vector<int64_t> kv_lens, q_lens, kv_starts, cu_q, cu_k;
   std::vector<float> q, k, v, o;
   octattn_tensor tq{}, tk{}, tv{}, to{};
-  SequenceBatch(const Case& c, const std::vector<int64_t>& lens, bool padded, octattn_layout layout)
-      : n(static_cast<int64_t>(lens.size())), q_len(c.q_len), kv_lens(lens) {
+  SequenceBatch(const Case& c, const std::vector<int64_t>& lens, bool padded, bool prefill,
+                octattn_layout layout)
+      : n(static_cast<int64_t>(lens.size())), kv_lens(lens) {
     cu_q.push_back(0);
     cu_k.push_back(0);
-    max_k = 0;
+    max_q = max_k = 0;
     for (int64_t kv : lens) {
-      cu_q.push_back(cu_q.back() + q_len);
+      q_lens.push_back(prefill ? kv : c.q_len);
+      cu_q.push_back(cu_q.back() + q_lens.back());
       cu_k.push_back(cu_k.back() + kv);
+      max_q = std::max(max_q, q_lens.back());
       max_k = std::max(max_k, kv);
     }
+    for (int64_t kv : lens) kv_starts.push_back(max_k - kv);
     total_q = cu_q.back();
     total_k = cu_k.back();
-    const int64_t qs[4] = {padded ? n : 1, c.q_heads, padded ? q_len : total_q, c.head_dim};
+    const int64_t qs[4] = {padded ? n : 1, c.q_heads, padded ? max_q : total_q, c.head_dim};
     const int64_t ks[4] = {padded ? n : 1, c.kv_heads, padded ? max_k : total_k, c.head_dim};
     q.resize(static_cast<size_t>(qs[0] * qs[1] * qs[2] * qs[3]));
     k.resize(static_cast<size_t>(ks[0] * ks[1] * ks[2] * ks[3]));
@@ -522,7 +531,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   const octattn_layout layout = a.seq_layout == "bhtd" || (a.seq_layout.empty() && padded)
                                     ? OCTATTN_LAYOUT_BHTD
                                     : OCTATTN_LAYOUT_BTHD;
-  SequenceBatch sb(c, a.seq_kv_lens, padded, layout);
+  SequenceBatch sb(c, a.seq_kv_lens, padded, a.prefill, layout);
   std::string err;
   octattn_context* ctx = MakeContext(c, &err);
   // The mask flags and softcap (the other modifiers are not offered with batches here).
@@ -536,6 +545,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   opt.softcap = c.softcap;
   std::vector<octattn_tensor> views;  // separate: q, k, v, o of each sequence
   if (padded) {
+    opt.kv_starts = sb.kv_starts.data();
     opt.kv_lens = sb.kv_lens.data();
   } else if (!separate) {
     opt.sequences = sb.n;
@@ -543,10 +553,10 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     opt.cu_seqlens_k = sb.cu_k.data();
   } else {
     for (int64_t s = 0; s < sb.n; ++s) {
-      views.push_back(SequenceBatch::Rows(sb.tq, sb.cu_q[s], sb.q_len));
+      views.push_back(SequenceBatch::Rows(sb.tq, sb.cu_q[s], sb.q_lens[s]));
       views.push_back(SequenceBatch::Rows(sb.tk, sb.cu_k[s], sb.kv_lens[s]));
       views.push_back(SequenceBatch::Rows(sb.tv, sb.cu_k[s], sb.kv_lens[s]));
-      views.push_back(SequenceBatch::Rows(sb.to, sb.cu_q[s], sb.q_len));
+      views.push_back(SequenceBatch::Rows(sb.to, sb.cu_q[s], sb.q_lens[s]));
     }
   }
   auto step = [&]() -> octattn_status {
@@ -581,9 +591,10 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   octattn_context_last_run(ctx, &info);
   octattn_context_destroy(ctx);
   double pairs = 0;
-  for (int64_t kv : sb.kv_lens) {
+  for (size_t s = 0; s < sb.kv_lens.size(); ++s) {
     Case one = c;
-    one.kv_len = kv;
+    one.q_len = sb.q_lens[s];
+    one.kv_len = sb.kv_lens[s];
     pairs += AllowedPairs(one);
   }
   const double gflops = 2.0 * (2 * c.head_dim) * pairs * c.q_heads / median / 1e9;
@@ -601,16 +612,17 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g}\n",
         a.seq_mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
-        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len,
-        lens.c_str(), (long long)c.head_dim, median, times.front(), times.back(), gflops, peak,
-        gflops / (peak * info.threads), kv_gbps);
+        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
+        (long long)(a.prefill ? -1 : c.q_len), lens.c_str(), (long long)c.head_dim, median,
+        times.front(), times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps);
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
         "%lld) D%lld  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv\n",
         a.seq_mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
-        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads, (long long)c.q_len,
+        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
+        (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
         (long long)sb.total_k, (long long)c.head_dim, median * 1e3, gflops,
         100 * gflops / (peak * info.threads), kv_gbps);
