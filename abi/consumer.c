@@ -13,14 +13,14 @@
 /* The layouts (the same numbers are checked by the Python, Rust and Go consumers).
  * Structs only grow at their end, so an offset never changes once published; 0.2
  * appended k_start to the options (48 -> 56 bytes), 0.3 chunk and the score modifiers
- * (56 -> 104), 0.6 the sequences of padded and ragged batches (104 -> 152). */
+ * (56 -> 104), 0.6 the sequences of padded, ragged and paged batches (104 -> 168). */
 PIN(tensor_size, sizeof(octattn_tensor) == 80);
 PIN(tensor_data, offsetof(octattn_tensor, data) == 0);
 PIN(tensor_dtype, offsetof(octattn_tensor, dtype) == 8);
 PIN(tensor_reserved, offsetof(octattn_tensor, reserved) == 12);
 PIN(tensor_shape, offsetof(octattn_tensor, shape) == 16);
 PIN(tensor_stride, offsetof(octattn_tensor, stride) == 48);
-PIN(options_size, sizeof(octattn_attention_options) == 152);
+PIN(options_size, sizeof(octattn_attention_options) == 168);
 PIN(options_struct_size, offsetof(octattn_attention_options, struct_size) == 0);
 PIN(options_causal, offsetof(octattn_attention_options, causal) == 8);
 PIN(options_algorithm, offsetof(octattn_attention_options, algorithm) == 12);
@@ -43,6 +43,8 @@ PIN(options_kv_lens, offsetof(octattn_attention_options, kv_lens) == 120);
 PIN(options_sequences, offsetof(octattn_attention_options, sequences) == 128);
 PIN(options_cu_seqlens_q, offsetof(octattn_attention_options, cu_seqlens_q) == 136);
 PIN(options_cu_seqlens_k, offsetof(octattn_attention_options, cu_seqlens_k) == 144);
+PIN(options_block_table, offsetof(octattn_attention_options, block_table) == 152);
+PIN(options_block_table_cols, offsetof(octattn_attention_options, block_table_cols) == 160);
 PIN(run_info_size, sizeof(octattn_run_info) == 24);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);

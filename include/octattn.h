@@ -84,6 +84,21 @@
  * sums the sequences' terms), with 0 for the key rows of no sequence and for dbias outside every
  * sequence's block. The stages take no sequences.
  *
+ * Paged (since 0.6). With options.block_table, k and v are pools of fixed-size blocks
+ * (vLLM's PagedAttention layout): k [num_blocks, kv_heads, block_size, head_dim] and v
+ * [num_blocks, kv_heads, block_size, value_dim], any strides ([num_blocks, block_size,
+ * kv_heads, dim] in memory is the BTHD layout), any block_size >= 1. Sequence s (a batch
+ * entry of q, or a ragged sequence by cu_seqlens_q; cu_seqlens_k must be NULL) has
+ * logical key rows 0 .. block_table_cols * block_size - 1: row r is row r % block_size of
+ * block block_table[s * block_table_cols + r / block_size]; kv_starts and kv_lens (its
+ * context length) select its valid rows among them as above, and only the blocks that
+ * hold valid rows are read (each id must be in [0, num_blocks)). The bias and mask
+ * tensors and weights have block_table_cols * block_size columns, the logical rows.
+ * Blocks are read in place and never written: sequences may share blocks (a common
+ * prefix). A paged call's bytes equal those of the same sequences with contiguous keys.
+ * The naive algorithm, the backward and the stages do not take a paged cache
+ * (UNSUPPORTED): it runs fused (AUTO) or reference.
+ *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
  * lse = sinks[h] with sinks.
@@ -183,7 +198,8 @@ typedef int32_t octattn_status;
  * slope, a sink that is NaN or +inf, a mask or bias tensor of the wrong dtype, negative
  * thread count; sequence arrays out of range (a q_starts entry as q_start, kv_starts or
  * kv_lens beyond a sequence's key rows, offsets that decrease or do not run from 0 to the
- * rows' count, cu_seqlens without sequences, a negative sequences). */
+ * rows' count, cu_seqlens without sequences, a negative sequences, a block id out of
+ * range, block_table_cols < 1, cu_seqlens_k with a block table). */
 #define OCTATTN_ERROR_INVALID_OPTION 6
 /* An option struct's struct_size is smaller than its size in version 0.1, or bytes past
  * the fields this library knows are not zero. */
@@ -192,7 +208,7 @@ typedef int32_t octattn_status;
 #define OCTATTN_ERROR_WORKSPACE_TOO_SMALL 8
 /* Valid but not available: a reserved dtype (bf16, f16), a SIMD target that is not
  * compiled or not supported by this CPU, weights requested from the fused algorithm,
- * sequences given to a stage. */
+ * sequences given to a stage, a paged cache given to naive or to the backward. */
 #define OCTATTN_ERROR_UNSUPPORTED 9
 /* Memory could not be allocated, or would exceed the context's memory limit. */
 #define OCTATTN_ERROR_OUT_OF_MEMORY 10
@@ -377,7 +393,7 @@ typedef struct octattn_attention_options {
   const octattn_tensor* bias;
   /* The same shape rules, OCTATTN_DTYPE_BOOL: 0 masks the pair. */
   const octattn_tensor* mask;
-  /* Since 0.6 (struct_size 152): batches of sequences of different lengths, see
+  /* Since 0.6 (struct_size 168): batches of sequences of different lengths, see
    * SEMANTICS (Sequences). Arrays are read during the call only; NULL (the default) turns
    * each off. Per sequence: */
   const int64_t* q_starts;     /* the first query row's position (default: q_start) */
@@ -386,6 +402,10 @@ typedef struct octattn_attention_options {
   int64_t sequences;           /* default 0: the batch entries; n > 0: a ragged batch */
   const int64_t* cu_seqlens_q; /* ragged: n + 1 offsets of the query rows */
   const int64_t* cu_seqlens_k; /* ragged: n + 1 offsets of the key rows */
+  /* A paged KV cache (see SEMANTICS, Paged): block_table_cols block ids per sequence
+   * (row s at block_table + s * block_table_cols). NULL: contiguous keys. */
+  const int32_t* block_table;
+  int64_t block_table_cols;
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header

@@ -525,6 +525,180 @@ TEST_CASE("the backward of a padded or ragged batch: each sequence's own gradien
   }
 }
 
+// The keys and values of a batch moved into a paged cache: pools [blocks, H, block_size,
+// D] in vLLM's memory order ([blocks, block_size, H, D]), each sequence's logical rows
+// (padded: the entry's rows; ragged: its segment's, from 0) in blocks of shuffled ids,
+// sequence 1's first block shared with sequence 0 (their first rows made equal first).
+// Every pool row outside a valid range is NaN: a read would show.
+struct Paged {
+  int64_t bs, cols, num_blocks;
+  std::vector<int32_t> table;
+  Tensor k, v, bias;
+  std::unique_ptr<BoolTensor> mask;
+  Paged(Batch& bt, int64_t block_size, std::mt19937& rng) : bs(block_size) {
+    const size_t n = bt.seqs.size();
+    int64_t cap = 1;
+    for (const Seq& sq : bt.seqs) cap = std::max(cap, sq.rows);
+    cols = (cap + bs - 1) / bs;
+    const bool share = n >= 2 && bt.seqs[0].rows >= bs && bt.seqs[1].rows >= bs;
+    if (share)  // sequence 1's first block holds sequence 0's first rows
+      for (int64_t h = 0; h < bt.hkv; ++h)
+        for (int64_t r = 0; r < bs; ++r) {
+          for (int64_t d = 0; d < bt.d; ++d)
+            bt.k.at(bt.BatchOf(1), h, bt.k_rows[1] + r, d) =
+                bt.k.at(bt.BatchOf(0), h, bt.k_rows[0] + r, d);
+          for (int64_t d = 0; d < bt.dv; ++d)
+            bt.v.at(bt.BatchOf(1), h, bt.k_rows[1] + r, d) =
+                bt.v.at(bt.BatchOf(0), h, bt.k_rows[0] + r, d);
+        }
+    num_blocks = static_cast<int64_t>(n) * cols + 3;  // 3 never used
+    std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    table.assign(n * static_cast<size_t>(cols), 0);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = ids[i];
+    if (share) table[static_cast<size_t>(cols)] = table[0];
+    k = Tensor(num_blocks, bt.hkv, bs, bt.d, Layout::kBTHD);
+    v = Tensor(num_blocks, bt.hkv, bs, bt.dv, Layout::kBTHD);
+    for (float& x : k.buf) x = std::numeric_limits<float>::quiet_NaN();
+    for (float& x : v.buf) x = std::numeric_limits<float>::quiet_NaN();
+    for (size_t s = 0; s < n; ++s) {
+      const Seq& sq = bt.seqs[s];
+      for (int64_t r = sq.kv_start; r < sq.kv_start + sq.kv_len; ++r) {
+        const int64_t blk = table[s * static_cast<size_t>(cols) + static_cast<size_t>(r / bs)];
+        for (int64_t h = 0; h < bt.hkv; ++h) {
+          for (int64_t d = 0; d < bt.d; ++d)
+            k.at(blk, h, r % bs, d) = bt.k.at(bt.BatchOf(s), h, bt.k_rows[s] + r, d);
+          for (int64_t d = 0; d < bt.dv; ++d)
+            v.at(blk, h, r % bs, d) = bt.v.at(bt.BatchOf(s), h, bt.k_rows[s] + r, d);
+        }
+      }
+    }
+    // The modifier tensors in logical columns (cols * bs of them).
+    const int64_t width = cols * bs;
+    if (bt.mods.bias) {
+      bias = Tensor(bt.Batches(), 1, bt.tq, width);
+      for (size_t s = 0; s < n; ++s)
+        for (int64_t i = bt.q_rows[s]; i < bt.q_rows[s] + bt.seqs[s].q_len; ++i)
+          for (int64_t r = 0; r < bt.seqs[s].rows; ++r)
+            bias.at(bt.BatchOf(s), 0, i, r) = bt.bias.at(bt.BatchOf(s), 0, i, bt.k_rows[s] + r);
+    }
+    if (bt.mods.mask) {
+      const int64_t shape[4] = {bt.Batches(), bt.hq, bt.tq, width};
+      mask = std::make_unique<BoolTensor>(shape);
+      for (size_t s = 0; s < n; ++s)
+        for (int64_t h = 0; h < bt.hq; ++h)
+          for (int64_t i = bt.q_rows[s]; i < bt.q_rows[s] + bt.seqs[s].q_len; ++i)
+            for (int64_t r = 0; r < bt.seqs[s].rows; ++r)
+              mask->at(bt.BatchOf(s), h, i, r) = bt.mask->at(bt.BatchOf(s), h, i, bt.k_rows[s] + r);
+    }
+  }
+  octattn_attention_options Options(const Batch& bt, octattn_algorithm algorithm) const {
+    octattn_attention_options o = bt.Batched(algorithm, true);
+    o.cu_seqlens_k = nullptr;
+    o.block_table = table.data();
+    o.block_table_cols = cols;
+    if (bt.mods.bias) o.bias = bias.ptr();
+    if (bt.mods.mask) o.mask = &mask->t;
+    return o;
+  }
+};
+
+TEST_CASE("a paged cache gives the bytes of contiguous keys, blocks read in place", "[batches]") {
+  std::mt19937 rng(17);
+  const int64_t sizes[] = {1, 3, 16, 256, 5};
+  for (int iter = 0; iter < 40; ++iter) {
+    const Mods mods = RandomMods(rng);
+    const int64_t hkv = 1 + rng() % 2, hq = hkv * (1 + rng() % 3);
+    Batch bt = RandomBatch(rng, iter % 2 == 1, 1 + rng() % 4, 40, iter % 5 == 4, mods, hq, hkv);
+    const Paged pg(bt, sizes[iter % 5], rng);
+    INFO("iteration " << iter << " block size " << pg.bs);
+    for (octattn_algorithm algo : {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_REFERENCE}) {
+      Context ctx(1 + iter % 3);
+      octattn_attention_options opt = bt.Batched(algo, true);
+      if (bt.mods.bias) opt.bias = bt.bias.ptr();
+      if (bt.mods.mask) opt.mask = &bt.mask->t;
+      Tensor o = bt.Out(), lse = bt.Lse(), po = bt.Out(), plse = bt.Lse();
+      Attend(ctx, opt, bt.q, bt.k, bt.v, o, &lse);
+      const octattn_attention_options popt = pg.Options(bt, algo);
+      const octattn_status st = octattn_attention(ctx, &popt, bt.q.ptr(), pg.k.ptr(), pg.v.ptr(),
+                                                  po.ptr(), plse.ptr(), nullptr, nullptr, 0);
+      INFO(ctx.Error());
+      REQUIRE(st == OCTATTN_OK);
+      REQUIRE(BytesEqual(o, po));
+      REQUIRE(BytesEqual(lse, plse));
+    }
+  }
+}
+
+TEST_CASE("a paged cache on every target: the bytes of contiguous keys", "[batches][dispatch]") {
+  std::mt19937 rng(19);
+  for (const Target& t : AllTargets()) {
+    INFO(t.Name());
+    for (int iter = 0; iter < 3; ++iter) {
+      Batch bt = RandomBatch(rng, iter == 1, 3, Sized(33, 12), iter == 2 && !Emulated(),
+                             RandomMods(rng), 4, 2);
+      const Paged pg(bt, iter == 0 ? 1 : 16, rng);
+      Context ctx(t, 2);
+      octattn_attention_options opt = bt.Batched(OCTATTN_ALGORITHM_FUSED, true);
+      if (bt.mods.bias) opt.bias = bt.bias.ptr();
+      if (bt.mods.mask) opt.mask = &bt.mask->t;
+      Tensor o = bt.Out(), po = bt.Out();
+      Attend(ctx, opt, bt.q, bt.k, bt.v, o);
+      const octattn_attention_options popt = pg.Options(bt, OCTATTN_ALGORITHM_FUSED);
+      REQUIRE(octattn_attention(ctx, &popt, bt.q.ptr(), pg.k.ptr(), pg.v.ptr(), po.ptr(), nullptr,
+                                nullptr, nullptr, 0) == OCTATTN_OK);
+      REQUIRE(BytesEqual(o, po));
+    }
+  }
+}
+
+TEST_CASE("paged calls refuse naive, the backward and bad block tables", "[batches][api]") {
+  std::mt19937 rng(18);
+  Batch bt = RandomBatch(rng, false, 2, 20, false, Mods{}, 2, 1);
+  const Paged pg(bt, 4, rng);
+  Context ctx;
+  Tensor o = bt.Out(), lse = bt.Lse();
+  for (float& x : o.buf) x = 7.0f;
+  const std::vector<float> before = o.buf;
+  auto call = [&](const octattn_attention_options& opt) {
+    return octattn_attention(ctx, &opt, bt.q.ptr(), pg.k.ptr(), pg.v.ptr(), o.ptr(), nullptr,
+                             nullptr, nullptr, 0);
+  };
+  CHECK(call(pg.Options(bt, OCTATTN_ALGORITHM_NAIVE)) == OCTATTN_ERROR_UNSUPPORTED);
+  octattn_attention_options opt = pg.Options(bt, OCTATTN_ALGORITHM_FUSED);
+  std::vector<int32_t> bad = pg.table;
+  bad[1] = static_cast<int32_t>(pg.num_blocks);  // a block the sequence reads, out of range
+  opt.block_table = bad.data();
+  int64_t lens[2] = {pg.cols * pg.bs, pg.cols * pg.bs};
+  opt.kv_starts = nullptr;
+  opt.kv_lens = lens;
+  CHECK(call(opt) == OCTATTN_ERROR_INVALID_OPTION);
+  bad[1] = -1;
+  CHECK(call(opt) == OCTATTN_ERROR_INVALID_OPTION);
+  opt.block_table = pg.table.data();
+  opt.block_table_cols = 0;
+  CHECK(call(opt) == OCTATTN_ERROR_INVALID_OPTION);
+  opt = pg.Options(bt, OCTATTN_ALGORITHM_FUSED);
+  const int64_t cu[3] = {0, 1, 2};
+  opt.cu_seqlens_k = cu;
+  CHECK(call(opt) == OCTATTN_ERROR_INVALID_OPTION);
+  opt = pg.Options(bt, OCTATTN_ALGORITHM_FUSED);
+  opt.kv_lens = lens;
+  lens[0] = pg.cols * pg.bs + 1;  // past the sequence's blocks
+  CHECK(call(opt) == OCTATTN_ERROR_INVALID_OPTION);
+  CHECK(o.buf == before);
+  // The backward of a paged call.
+  opt = pg.Options(bt, OCTATTN_ALGORITHM_FUSED);
+  REQUIRE(octattn_attention(ctx, &opt, bt.q.ptr(), pg.k.ptr(), pg.v.ptr(), o.ptr(), lse.ptr(),
+                            nullptr, nullptr, 0) == OCTATTN_OK);
+  Tensor dq = bt.q, dk = pg.k, dv = pg.v, dout = bt.Out();
+  CHECK(octattn_attention_backward(ctx, &opt, bt.q.ptr(), pg.k.ptr(), pg.v.ptr(), o.ptr(),
+                                   lse.ptr(), dout.ptr(), nullptr, dq.ptr(), dk.ptr(), dv.ptr(),
+                                   nullptr, nullptr, nullptr, 0) == OCTATTN_ERROR_UNSUPPORTED);
+  CHECK(!ctx.Error().empty());
+}
+
 TEST_CASE("the batched call's workspace size is enough and exact", "[batches]") {
   std::mt19937 rng(15);
   const Batch bt = RandomBatch(rng, true, 5, 30, true, Mods{}, 4, 2);
@@ -688,7 +862,7 @@ TEST_CASE("a caller of the 0.3 struct never has its sequence fields read", "[bat
   octattn_attention_options opt = Options();
   Tensor dense = p.Out(), old = p.Out();
   Attend(ctx, opt, p.q, p.k, p.v, dense);
-  // Bytes past 104 are the 0.6 fields; a 0.3 caller's struct_size does not cover them,
+  // Bytes from 104 on are the 0.6 fields; a 0.3 caller's struct_size does not cover them,
   // whatever they hold (here: arrays that would otherwise be refused).
   const int64_t bad[1] = {-5};
   opt.struct_size = 104;

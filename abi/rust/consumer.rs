@@ -37,6 +37,8 @@ struct Options {
     sequences: i64,
     cu_seqlens_q: *const i64,
     cu_seqlens_k: *const i64,
+    block_table: *const i32,
+    block_table_cols: i64,
 }
 
 #[link(name = "octattn")]
@@ -68,21 +70,22 @@ struct RunInfo {
 }
 
 // The layouts, pinned as in abi/consumer.c (0.2 appended k_start to the options, 0.3
-// chunk and the score modifiers, 0.6 the sequences of padded and ragged batches).
+// chunk and the score modifiers, 0.6 the sequences of padded, ragged and paged batches).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Tensor>() == 80);
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 152 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 168 && offset_of!(Options, k_start) == 48);
     assert!(offset_of!(Options, chunk) == 56 && offset_of!(Options, softcap) == 64);
     assert!(offset_of!(Options, reserved2) == 68 && offset_of!(Options, alibi_slopes) == 72);
     assert!(offset_of!(Options, sinks) == 80 && offset_of!(Options, bias) == 88);
     assert!(offset_of!(Options, mask) == 96 && offset_of!(Options, q_starts) == 104);
     assert!(offset_of!(Options, kv_starts) == 112 && offset_of!(Options, kv_lens) == 120);
     assert!(offset_of!(Options, sequences) == 128 && offset_of!(Options, cu_seqlens_q) == 136);
-    assert!(offset_of!(Options, cu_seqlens_k) == 144);
+    assert!(offset_of!(Options, cu_seqlens_k) == 144 && offset_of!(Options, block_table) == 152);
+    assert!(offset_of!(Options, block_table_cols) == 160);
     assert!(offset_of!(Options, struct_size) == 0 && offset_of!(Options, causal) == 8);
     assert!(offset_of!(Options, algorithm) == 12 && offset_of!(Options, window) == 16);
     assert!(offset_of!(Options, stride) == 24 && offset_of!(Options, q_start) == 32);

@@ -115,6 +115,8 @@ func checkLayouts() error {
 		{"octattn_attention_options", "sequences", unsafe.Offsetof(o.sequences)},
 		{"octattn_attention_options", "cu_seqlens_q", unsafe.Offsetof(o.cu_seqlens_q)},
 		{"octattn_attention_options", "cu_seqlens_k", unsafe.Offsetof(o.cu_seqlens_k)},
+		{"octattn_attention_options", "block_table", unsafe.Offsetof(o.block_table)},
+		{"octattn_attention_options", "block_table_cols", unsafe.Offsetof(o.block_table_cols)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
 	}

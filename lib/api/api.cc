@@ -76,11 +76,24 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   sh.kv_len = c->k.shape[2];
   sh.value_dim = c->v.shape[3];
   sh.v_dim = c->v.stride[3];
-  OCTATTN_CHECK(api::CheckSize(c->k, "k", 0, sh.batch, "batch of q"));
+  // A paged cache: k and v are pools [num_blocks, kv_heads, block_size, dim], and a
+  // sequence's logical key rows are block_table_cols blocks.
+  const bool paged = opt.block_table != nullptr;
+  const int64_t num_blocks = paged ? c->k.shape[0] : 0, block_size = paged ? c->k.shape[2] : 0;
   OCTATTN_CHECK(api::CheckSize(c->k, "k", 3, sh.head_dim, "head_dim of q"));
-  OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, sh.batch, "batch of q"));
   OCTATTN_CHECK(api::CheckSize(c->v, "v", 1, sh.kv_heads, "kv_heads of k"));
-  OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, sh.kv_len, "kv_len of k"));
+  if (paged) {
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, num_blocks, "num_blocks of k"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, block_size, "block_size of k"));
+    if (__builtin_mul_overflow(opt.block_table_cols, block_size, &sh.kv_len) ||
+        sh.kv_len > api::kMaxSize)
+      return api::Fail(OCTATTN_ERROR_OVERFLOW,
+                       "options.block_table_cols * block_size (a sequence's rows) is too large");
+  } else {
+    OCTATTN_CHECK(api::CheckSize(c->k, "k", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, sh.kv_len, "kv_len of k"));
+  }
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 0, sh.batch, "batch of q"));
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 1, sh.q_heads, "q_heads of q"));
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
@@ -139,7 +152,17 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
   sh.mask = api::ResolveMask(opt, sh.q_len, sh.kv_len);
-  OCTATTN_CHECK(api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, &c->seqs));
+  OCTATTN_CHECK(
+      api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, num_blocks, block_size, &c->seqs));
+  for (plan::Sequence& seq : c->seqs)
+    if (paged) {
+      seq.paging.k_block = c->k.stride[0];
+      seq.paging.v_block = c->v.stride[0];
+    }
+  if (paged && c->algorithm == OCTATTN_ALGORITHM_NAIVE)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the naive algorithm reads contiguous keys: a paged cache runs fused (no "
+                     "weights) or reference");
   c->scale = opt.scale != 0.0f
                  ? opt.scale
                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
@@ -190,11 +213,18 @@ kernels::Operands OperandsOf(const AttentionCall& c, const plan::Sequence& seq, 
   t.q += seq.q_row * t.q_row;
   t.o += seq.q_row * t.o_row;
   if (t.lse) t.lse += seq.q_row * t.lse_row;
-  if (t.weights) t.weights += seq.q_row * t.w_row + seq.k_row * t.w_col;
-  t.k += seq.k_row * t.k_row;
-  t.v += seq.k_row * t.v_row;
-  if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_row * t.mods.bias_col;
-  if (t.mods.mask) t.mods.mask += seq.q_row * t.mods.mask_row + seq.k_row * t.mods.mask_col;
+  if (t.weights) t.weights += seq.q_row * t.w_row + seq.k_col * t.w_col;
+  if (seq.paging.blocks) {  // block 0 of the kv head; rows through the block table
+    const int64_t kvh = h / (c.shape.q_heads / c.shape.kv_heads);
+    t.k = c.k.data + kvh * c.k.stride[1];
+    t.v = c.v.data + kvh * c.v.stride[1];
+    t.paging = &seq.paging;
+  } else {
+    t.k += seq.k_row * t.k_row;
+    t.v += seq.k_row * t.v_row;
+  }
+  if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
+  if (t.mods.mask) t.mods.mask += seq.q_row * t.mods.mask_row + seq.k_col * t.mods.mask_col;
   t.q_len = seq.q_len;
   t.kv_len = seq.kv_len;
   t.mask = seq.mask;
@@ -272,8 +302,8 @@ void ZeroWeightsOutside(const AttentionCall& c, const plan::Sequence& seq, int64
   const kernels::Operands all = OperandsOf(c, seq.batch, h);
   for (int64_t i = seq.q_row; i < seq.q_row + seq.q_len; ++i) {
     float* row = all.weights + i * all.w_row;
-    for (int64_t j = 0; j < seq.k_row; ++j) row[j * all.w_col] = 0.0f;
-    for (int64_t j = seq.k_row + seq.kv_len; j < all.kv_len; ++j) row[j * all.w_col] = 0.0f;
+    for (int64_t j = 0; j < seq.k_col; ++j) row[j * all.w_col] = 0.0f;
+    for (int64_t j = seq.k_col + seq.kv_len; j < all.kv_len; ++j) row[j * all.w_col] = 0.0f;
   }
 }
 
@@ -376,28 +406,31 @@ constexpr FieldOffset kTensorFields[] = {
     OCTATTN_FIELD(octattn_tensor, data), OCTATTN_FIELD(octattn_tensor, dtype),
     OCTATTN_FIELD(octattn_tensor, reserved), OCTATTN_FIELD(octattn_tensor, shape),
     OCTATTN_FIELD(octattn_tensor, stride)};
-constexpr FieldOffset kOptionsFields[] = {OCTATTN_FIELD(octattn_attention_options, struct_size),
-                                          OCTATTN_FIELD(octattn_attention_options, causal),
-                                          OCTATTN_FIELD(octattn_attention_options, algorithm),
-                                          OCTATTN_FIELD(octattn_attention_options, window),
-                                          OCTATTN_FIELD(octattn_attention_options, stride),
-                                          OCTATTN_FIELD(octattn_attention_options, q_start),
-                                          OCTATTN_FIELD(octattn_attention_options, scale),
-                                          OCTATTN_FIELD(octattn_attention_options, reserved),
-                                          OCTATTN_FIELD(octattn_attention_options, k_start),
-                                          OCTATTN_FIELD(octattn_attention_options, chunk),
-                                          OCTATTN_FIELD(octattn_attention_options, softcap),
-                                          OCTATTN_FIELD(octattn_attention_options, reserved2),
-                                          OCTATTN_FIELD(octattn_attention_options, alibi_slopes),
-                                          OCTATTN_FIELD(octattn_attention_options, sinks),
-                                          OCTATTN_FIELD(octattn_attention_options, bias),
-                                          OCTATTN_FIELD(octattn_attention_options, mask),
-                                          OCTATTN_FIELD(octattn_attention_options, q_starts),
-                                          OCTATTN_FIELD(octattn_attention_options, kv_starts),
-                                          OCTATTN_FIELD(octattn_attention_options, kv_lens),
-                                          OCTATTN_FIELD(octattn_attention_options, sequences),
-                                          OCTATTN_FIELD(octattn_attention_options, cu_seqlens_q),
-                                          OCTATTN_FIELD(octattn_attention_options, cu_seqlens_k)};
+constexpr FieldOffset kOptionsFields[] = {
+    OCTATTN_FIELD(octattn_attention_options, struct_size),
+    OCTATTN_FIELD(octattn_attention_options, causal),
+    OCTATTN_FIELD(octattn_attention_options, algorithm),
+    OCTATTN_FIELD(octattn_attention_options, window),
+    OCTATTN_FIELD(octattn_attention_options, stride),
+    OCTATTN_FIELD(octattn_attention_options, q_start),
+    OCTATTN_FIELD(octattn_attention_options, scale),
+    OCTATTN_FIELD(octattn_attention_options, reserved),
+    OCTATTN_FIELD(octattn_attention_options, k_start),
+    OCTATTN_FIELD(octattn_attention_options, chunk),
+    OCTATTN_FIELD(octattn_attention_options, softcap),
+    OCTATTN_FIELD(octattn_attention_options, reserved2),
+    OCTATTN_FIELD(octattn_attention_options, alibi_slopes),
+    OCTATTN_FIELD(octattn_attention_options, sinks),
+    OCTATTN_FIELD(octattn_attention_options, bias),
+    OCTATTN_FIELD(octattn_attention_options, mask),
+    OCTATTN_FIELD(octattn_attention_options, q_starts),
+    OCTATTN_FIELD(octattn_attention_options, kv_starts),
+    OCTATTN_FIELD(octattn_attention_options, kv_lens),
+    OCTATTN_FIELD(octattn_attention_options, sequences),
+    OCTATTN_FIELD(octattn_attention_options, cu_seqlens_q),
+    OCTATTN_FIELD(octattn_attention_options, cu_seqlens_k),
+    OCTATTN_FIELD(octattn_attention_options, block_table),
+    OCTATTN_FIELD(octattn_attention_options, block_table_cols)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
     OCTATTN_FIELD(octattn_run_info, backend), OCTATTN_FIELD(octattn_run_info, target),

@@ -174,10 +174,22 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
     return Fail(OCTATTN_ERROR_INVALID_OPTION,
                 "options.cu_seqlens_q and cu_seqlens_k describe a ragged batch: they need "
                 "options.sequences > 0");
-  if (out->sequences > 0 && (!out->cu_seqlens_q || !out->cu_seqlens_k))
+  if (out->sequences > 0 && !out->cu_seqlens_q)
     return Fail(OCTATTN_ERROR_NULL_POINTER,
-                std::string("a ragged batch (options.sequences > 0) needs options.") +
-                    (out->cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q"));
+                "a ragged batch (options.sequences > 0) needs options.cu_seqlens_q");
+  if (out->sequences > 0 && !out->cu_seqlens_k && !out->block_table)
+    return Fail(OCTATTN_ERROR_NULL_POINTER,
+                "a ragged batch (options.sequences > 0) needs options.cu_seqlens_k, or a "
+                "paged cache (options.block_table)");
+  if (out->block_table && out->cu_seqlens_k)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "a paged cache holds no packed keys: options.cu_seqlens_k must be NULL with "
+                "options.block_table (kv_lens gives each sequence's keys)");
+  if (out->block_table && out->block_table_cols < 1)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.block_table_cols must be >= 1, not " +
+                                                  std::to_string(out->block_table_cols));
+  if (!out->block_table && out->block_table_cols != 0)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.block_table_cols needs options.block_table");
   return Check();
 }
 
@@ -215,11 +227,13 @@ Check CheckQStart(int64_t q_start, int64_t k_start, const std::string& name) {
 }
 
 bool HasSequences(const octattn_attention_options& opt) {
-  return opt.sequences > 0 || opt.q_starts || opt.kv_starts || opt.kv_lens;
+  return opt.sequences > 0 || opt.q_starts || opt.kv_starts || opt.kv_lens || opt.block_table;
 }
 
 Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int64_t q_len,
-                       int64_t kv_len, std::vector<plan::Sequence>* out) {
+                       int64_t kv_len, int64_t num_blocks, int64_t block_size,
+                       std::vector<plan::Sequence>* out) {
+  const bool paged = opt.block_table != nullptr;
   out->clear();
   if (!HasSequences(opt)) return Check();
   const bool ragged = opt.sequences > 0;
@@ -231,7 +245,8 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
   const int64_t n = ragged ? opt.sequences : batch;
   if (ragged) {
     OCTATTN_CHECK(CheckOffsets(opt.cu_seqlens_q, n, q_len, "options.cu_seqlens_q", "q_len"));
-    OCTATTN_CHECK(CheckOffsets(opt.cu_seqlens_k, n, kv_len, "options.cu_seqlens_k", "kv_len"));
+    if (!paged)
+      OCTATTN_CHECK(CheckOffsets(opt.cu_seqlens_k, n, kv_len, "options.cu_seqlens_k", "kv_len"));
   }
   out->resize(static_cast<size_t>(n));
   octattn_attention_options seq_opt = opt;
@@ -241,8 +256,8 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
     q.batch = ragged ? 0 : s;
     q.q_row = ragged ? opt.cu_seqlens_q[s] : 0;
     q.q_len = ragged ? opt.cu_seqlens_q[s + 1] - q.q_row : q_len;
-    const int64_t rows0 = ragged ? opt.cu_seqlens_k[s] : 0;
-    const int64_t rows = ragged ? opt.cu_seqlens_k[s + 1] - rows0 : kv_len;
+    const int64_t rows0 = ragged && !paged ? opt.cu_seqlens_k[s] : 0;
+    const int64_t rows = ragged && !paged ? opt.cu_seqlens_k[s + 1] - rows0 : kv_len;
     const int64_t start = opt.kv_starts ? opt.kv_starts[s] : 0;
     if (start < 0 || start > rows)
       return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.kv_starts" + at + " is " +
@@ -254,9 +269,20 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
                   "options.kv_lens" + at + " is " + std::to_string(len) + ", must be in [0, " +
                       std::to_string(rows - start) + "] (the sequence's key rows from kv_starts)");
     q.k_row = rows0 + start;
+    q.k_col = q.k_row;
     q.kv_len = len;
     q.seg_row = rows0;
     q.seg_len = rows;
+    if (paged) {
+      const int32_t* row = opt.block_table + s * opt.block_table_cols;
+      for (int64_t b = start / block_size; len > 0 && b <= (start + len - 1) / block_size; ++b)
+        if (row[b] < 0 || row[b] >= num_blocks)
+          return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                      "options.block_table" + at + "[" + std::to_string(b) + "] is " +
+                          std::to_string(row[b]) + ", not a block of k (" +
+                          std::to_string(num_blocks) + " blocks)");
+      q.paging = kernels::Paging{row, block_size, start, 0, 0};
+    }
     if (opt.q_starts) {
       if (opt.q_starts[s] != OCTATTN_Q_START_DEFAULT)
         OCTATTN_CHECK(CheckQStart(opt.q_starts[s], opt.k_start, "options.q_starts" + at));
@@ -339,6 +365,7 @@ kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const Tenso
 }
 
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_6 &&
+                  offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&
                   offsetof(octattn_attention_options, chunk) == kOptionsSize_0_2,

@@ -67,16 +67,19 @@ Check CheckQStart(int64_t q_start, int64_t k_start, const std::string& name);
 // Whether validated options describe sequences (padded or ragged batches).
 bool HasSequences(const octattn_attention_options& opt);
 // The sequences of a call whose tensors have these sizes, checked against them (empty
-// when the options describe none: each batch entry is a sequence with every row).
+// when the options describe none: each batch entry is a sequence with every row). A
+// paged call (options.block_table) passes its pools' block count and size (kv_len: the
+// logical rows of a sequence); the sequences' Paging then lacks only the block strides.
 Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int64_t q_len,
-                       int64_t kv_len, std::vector<plan::Sequence>* out);
+                       int64_t kv_len, int64_t num_blocks, int64_t block_size,
+                       std::vector<plan::Sequence>* out);
 
 // The sizes of the public structs as version 0.1 published them: the smallest
 // struct_size a caller may pass, forever (a caller built against 0.1 passes these).
 constexpr size_t kOptionsSize_0_1 = 48;
 constexpr size_t kOptionsSize_0_2 = 56;   // k_start appended
 constexpr size_t kOptionsSize_0_3 = 104;  // chunk and the score modifiers appended
-constexpr size_t kOptionsSize_0_6 = 152;  // the sequences of padded and ragged batches
+constexpr size_t kOptionsSize_0_6 = 168;  // sequences: padded, ragged and paged batches
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of

@@ -48,6 +48,16 @@ struct Mods {
   bool Scores() const { return softcap > 0.0f || slopes || bias || mask; }
 };
 
+// Paged keys and values (vLLM's PagedAttention): key j of an op is row first + j of its
+// sequence, which lives in block blocks[(first + j) / size] at row (first + j) % size; the
+// op's k and v point at block 0 of its kv head, k_block and v_block are the element
+// strides from one block to the next (k_row and v_row: from one row to the next in a
+// block).
+struct Paging {
+  const int32_t* blocks;
+  int64_t size, first, k_block, v_block;
+};
+
 // The operands of one attention call seen from one (batch, query head): every pointer
 // points at that head's first element (k and v at its kv head's); strides are in
 // elements. The *_head strides step to the next query head of the same kv head, for
@@ -69,7 +79,27 @@ struct Operands {
   float scale;
   plan::Mask mask;
   Mods mods;
+  const Paging* paging = nullptr;  // null: key j at k + j * k_row (v likewise)
 };
+
+namespace {  // internal linkage: included by per-arch units (plan.h says why)
+
+// Key (value) row j of an op, contiguous or paged.
+inline const float* PagedRow(const float* base, int64_t row, int64_t block, const Paging& p,
+                             int64_t j) {
+  const int64_t r = p.first + j;
+  return base + static_cast<int64_t>(p.blocks[r / p.size]) * block + (r % p.size) * row;
+}
+inline const float* KeyRow(const Operands& op, int64_t j) {
+  return op.paging ? PagedRow(op.k, op.k_row, op.paging->k_block, *op.paging, j)
+                   : op.k + j * op.k_row;
+}
+inline const float* ValueRow(const Operands& op, int64_t j) {
+  return op.paging ? PagedRow(op.v, op.v_row, op.paging->v_block, *op.paging, j)
+                   : op.v + j * op.v_row;
+}
+
+}  // namespace
 
 // A strided matrix (rows, then columns) of the stages: scores, weights, one head's q, k,
 // v or o. Sizes travel as separate arguments.

@@ -57,10 +57,14 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
 // valid key rows [k_row, k_row + kv_len) of batch entry `batch`, inside its key rows
 // [seg_row, seg_row + seg_len) (padded: all of the entry's), and its mask (key row k_row
 // at key coordinate 0).
+// Paged (paging.blocks set): k_row is the first valid logical row and the key rows are
+// found through paging. k_col is key 0's column in the bias, mask and weights tensors.
 struct Sequence {
   int64_t batch, q_row, q_len, k_row, kv_len;
   int64_t seg_row, seg_len;
   Mask mask;
+  int64_t k_col = 0;
+  kernels::Paging paging{};
 };
 
 // A call of sequences: each is scheduled as a call of batch 1 with its own sizes and

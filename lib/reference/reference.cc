@@ -8,8 +8,10 @@ namespace octattn {
 namespace reference {
 
 using kernels::ConstMatrix;
+using kernels::KeyRow;
 using kernels::Matrix;
 using kernels::Operands;
+using kernels::ValueRow;
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -49,7 +51,7 @@ void AttentionHead(const Operands& t, double* scratch) {
         s[j] = kNegInf;
         continue;
       }
-      const float* k = t.k + j * t.k_row;
+      const float* k = KeyRow(t, j);
       double dot = 0.0;
       for (int64_t d = 0; d < t.head_dim; ++d)
         dot += static_cast<double>(q[d * t.q_dim]) * k[d * t.k_dim];
@@ -77,7 +79,7 @@ void AttentionHead(const Operands& t, double* scratch) {
     }
     for (int64_t j = 0; j < t.kv_len; ++j) {
       if (!PairAllowed(t, i, qpos, j)) continue;  // masked value rows are never read
-      const float* v = t.v + j * t.v_row;
+      const float* v = ValueRow(t, j);
       const double p = s[j] / sum;
       for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * v[d * t.v_dim];
     }
@@ -139,7 +141,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
         s[j] = kNegInf;
         if (db) db[j * t.db_col] = 0.0f;
         if (!PairAllowed(op, i, qpos, j)) continue;
-        const float* k = op.k + j * op.k_row;
+        const float* k = KeyRow(op, j);
         double dot = 0.0;
         for (int64_t d = 0; d < hd; ++d)
           dot += static_cast<double>(q[d * op.q_dim]) * k[d * op.k_dim];
@@ -170,7 +172,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       for (int64_t j = 0; j < n; ++j) {
         if (!PairAllowed(op, i, qpos, j)) continue;
         p[j] /= sum;
-        const float* v = op.v + j * op.v_row;
+        const float* v = ValueRow(op, j);
         for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * v[d * op.v_dim];
       }
       double dd = -dlse;  // do . o - dlse
@@ -179,8 +181,8 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       for (int64_t d = 0; d < hd; ++d) dq[d] = 0.0;
       for (int64_t j = 0; j < n; ++j) {
         if (!PairAllowed(op, i, qpos, j)) continue;
-        const float* v = op.v + j * op.v_row;
-        const float* k = op.k + j * op.k_row;
+        const float* v = ValueRow(op, j);
+        const float* k = KeyRow(op, j);
         double dp = 0.0;
         for (int64_t d = 0; d < vd; ++d)
           dp += static_cast<double>(dout[d * t.do_dim]) * v[d * op.v_dim];

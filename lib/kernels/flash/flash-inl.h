@@ -428,6 +428,36 @@ static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim,
   }
 }
 
+// PackTile for paged keys and values: each row found through the block table, copied
+// (the same numbers a contiguous call packs, so the same scores and sums); values in
+// rows of the padded width.
+static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, FlashTile* tile,
+                                 int64_t load, int64_t first, int64_t step, plan::Columns below) {
+  const Operands& op = t.op;
+  const KeyLayout lay{kQkPanel, kQkPanel * op.head_dim, kQkPanel};
+  const int64_t dvp = PadKeys(op.value_dim);
+  for (int64_t jj = 0; jj < tile->tpad; ++jj) {
+    const int64_t g = tile->t0 + jj;
+    const bool real = g < tile->t1 && (g >= load || below.Has(g));
+    float* kt = lay.Base(f.kt, jj) + jj;
+    float* vr = f.vpack + jj * dvp;
+    int64_t d = 0;
+    if (real) {
+      const float* k = KeyRow(op, first + g * step);
+      const float* v = ValueRow(op, first + g * step);
+      for (; d < op.head_dim; ++d) kt[d * lay.row] = k[d * op.k_dim];
+      for (int64_t e = 0; e < op.value_dim; ++e) vr[e] = v[e * op.v_dim];
+      for (int64_t e = op.value_dim; e < dvp; ++e) vr[e] = 0.0f;
+    } else {
+      for (int64_t e = 0; e < dvp; ++e) vr[e] = 0.0f;
+    }
+    for (; d < op.head_dim; ++d) kt[d * lay.row] = 0.0f;
+  }
+  tile->kt = f.kt;
+  tile->v = f.vpack;
+  tile->v_row = dvp;
+}
+
 // Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys
 // below `load` other than the strided columns `below` (real keys only) are no row's:
 // zeros in the packed K tile, value rows not loaded.
@@ -439,6 +469,10 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
   tile.t1 = t1;
   tile.tpad = static_cast<int64_t>(plan::RoundUp(plan::Count(t1 - t0), kQkPanel));
   load = plan::MinI(plan::MaxI(load, t0), t1);
+  if (t.op.paging) {
+    PackPagedTile(t, f, &tile, load, first, step, below);
+    return tile;
+  }
   PackKeysT(t.op.k + first * t.op.k_row, t.op.k_row * step, t.op.k_dim, t0, load, t1, below,
             tile.tpad, t.op.head_dim, f.kt,
             KeyLayout{kQkPanel, kQkPanel * t.op.head_dim, kQkPanel});
@@ -526,7 +560,7 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     return t0;
   };
   FlashPrefetch pf;
-  if (t.op.k_dim == 1 && t.op.v_dim == 1) {
+  if (t.op.k_dim == 1 && t.op.v_dim == 1 && !t.op.paging) {
     pf.k = reinterpret_cast<const char*>(t.op.k + first * t.op.k_row);
     pf.v = reinterpret_cast<const char*>(t.op.v + first * t.op.v_row);
     pf.k_step = t.op.k_row * step * static_cast<int64_t>(sizeof(float));

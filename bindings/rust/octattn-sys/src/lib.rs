@@ -85,13 +85,15 @@ pub struct octattn_attention_options {
     pub sinks: *const f32,
     pub bias: *const octattn_tensor,
     pub mask: *const octattn_tensor,
-    // Since 0.6: the sequences of padded and ragged batches.
+    // Since 0.6: the sequences of padded, ragged and paged batches.
     pub q_starts: *const i64,
     pub kv_starts: *const i64,
     pub kv_lens: *const i64,
     pub sequences: i64,
     pub cu_seqlens_q: *const i64,
     pub cu_seqlens_k: *const i64,
+    pub block_table: *const i32,
+    pub block_table_cols: i64,
 }
 
 #[repr(C)]
@@ -114,10 +116,10 @@ pub struct octattn_context {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 152);
+    assert!(size_of::<octattn_attention_options>() == 168);
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
     assert!(offset_of!(octattn_attention_options, mask) == 96);
-    assert!(offset_of!(octattn_attention_options, cu_seqlens_k) == 144);
+    assert!(offset_of!(octattn_attention_options, block_table_cols) == 160);
     assert!(size_of::<octattn_run_info>() == 24);
 };
 
@@ -421,6 +423,16 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("cu_seqlens_k"),
             offset_of!(O, cu_seqlens_k),
+        ),
+        (
+            "octattn_attention_options",
+            Some("block_table"),
+            offset_of!(O, block_table),
+        ),
+        (
+            "octattn_attention_options",
+            Some("block_table_cols"),
+            offset_of!(O, block_table_cols),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (
