@@ -53,6 +53,7 @@ struct Args {
   std::string seq_mode = "ragged";
   std::string seq_layout;  // bhtd or bthd (default: bhtd padded, else bthd)
   bool prefill = false;    // each sequence's queries are all its keys (a prompt)
+  int64_t block_size = 0;  // > 0: the ragged batch's keys in a paged cache
 };
 
 const char* kHelp =
@@ -79,7 +80,9 @@ const char* kHelp =
     "               sequence; times the whole batch. --seq-layout bhtd|bthd: the\n"
     "               tensors' memory order (default: bhtd padded, else bthd).\n"
     "               --prefill: each sequence's queries are its keys (a prompt; padded:\n"
-    "               left padding, as tokenizers pad; q_len is reported as -1)\n"
+    "               left padding, as tokenizers pad; q_len is reported as -1).\n"
+    "               --block-size N: the keys in a paged cache of N-row blocks, their\n"
+    "               order shuffled (with the ragged call)\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
     "avx512, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA for\n"
@@ -173,6 +176,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->seq_layout = next();
     else if (f == "--prefill")
       a->prefill = true;
+    else if (f == "--block-size")
+      a->block_size = i64(next());
     else if (f == "--no-rss")
       a->rss = false;
     else if (f == "--algo")
@@ -517,6 +522,36 @@ struct SequenceBatch {
     octattn_tensor_init(&to, o.data(), qs, layout);
   }
   // Rows [row, row + rows) of a [1, H, T, D] tensor.
+  // The keys and values moved into pools of blocks of `bs` rows ([blocks, bs, H, D] in
+  // memory), the blocks in shuffled order; the table has `cols` ids per sequence.
+  int64_t cols = 0;
+  std::vector<int32_t> table;
+  std::vector<float> kp, vp;
+  octattn_tensor tkp{}, tvp{};
+  void Page(const Case& c, int64_t bs) {
+    cols = (max_k + bs - 1) / bs;
+    const int64_t blocks = n * cols;
+    std::vector<int32_t> ids(static_cast<size_t>(blocks));
+    for (int64_t i = 0; i < blocks; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+    table = ids;
+    const int64_t ps[4] = {blocks, c.kv_heads, bs, c.head_dim};
+    kp.assign(static_cast<size_t>(blocks * c.kv_heads * bs * c.head_dim), 0.0f);
+    vp.assign(kp.size(), 0.0f);
+    octattn_tensor_init(&tkp, kp.data(), ps, OCTATTN_LAYOUT_BTHD);
+    octattn_tensor_init(&tvp, vp.data(), ps, OCTATTN_LAYOUT_BTHD);
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t r = 0; r < kv_lens[static_cast<size_t>(s)]; ++r)
+        for (int64_t h = 0; h < c.kv_heads; ++h) {
+          const int64_t blk = table[static_cast<size_t>(s * cols + r / bs)];
+          const int64_t dst = blk * tkp.stride[0] + h * tkp.stride[1] + (r % bs) * tkp.stride[2];
+          const int64_t from = h * tk.stride[1] + (cu_k[static_cast<size_t>(s)] + r) * tk.stride[2];
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            kp[static_cast<size_t>(dst + d)] = k[static_cast<size_t>(from + d * tk.stride[3])];
+            vp[static_cast<size_t>(dst + d)] = v[static_cast<size_t>(from + d * tv.stride[3])];
+          }
+        }
+  }
   static octattn_tensor Rows(const octattn_tensor& t, int64_t row, int64_t rows) {
     octattn_tensor r = t;
     r.data = static_cast<float*>(t.data) + row * t.stride[2];
@@ -551,6 +586,15 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     opt.sequences = sb.n;
     opt.cu_seqlens_q = sb.cu_q.data();
     opt.cu_seqlens_k = sb.cu_k.data();
+    if (a.block_size > 0) {
+      sb.Page(c, a.block_size);
+      opt.cu_seqlens_k = nullptr;
+      opt.kv_lens = sb.kv_lens.data();
+      opt.block_table = sb.table.data();
+      opt.block_table_cols = sb.cols;
+      sb.tk = sb.tkp;
+      sb.tv = sb.tvp;
+    }
   } else {
     for (int64_t s = 0; s < sb.n; ++s) {
       views.push_back(SequenceBatch::Rows(sb.tq, sb.cu_q[s], sb.q_lens[s]));
@@ -603,23 +647,27 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   std::string lens;
   for (int64_t kv : sb.kv_lens) lens += (lens.empty() ? "" : ",") + std::to_string(kv);
   const char* layout_name = layout == OCTATTN_LAYOUT_BHTD ? "bhtd" : "bthd";
+  const bool paged = opt.block_table != nullptr;
+  const std::string mode = paged ? "paged" + std::to_string(a.block_size) : a.seq_mode;
   if (a.json) {
     std::printf(
-        "{\"pass\":\"forward\",\"batch_mode\":\"%s\",\"layout\":\"%s\",\"algo\":\"%s\","
+        "{\"pass\":\"forward\",\"batch_mode\":\"%s\",\"block_size\":%lld,\"layout\":\"%s\","
+        "\"algo\":\"%s\","
         "\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"sequences\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"seq_kv_lens\":[%s],"
         "\"head_dim\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
         "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g}\n",
-        a.seq_mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
-        octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
-        (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
-        (long long)(a.prefill ? -1 : c.q_len), lens.c_str(), (long long)c.head_dim, median,
-        times.front(), times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps);
+        mode.c_str(), (long long)(paged ? a.block_size : 0), layout_name,
+        octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
+        octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
+        (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
+        (long long)c.head_dim, median, times.front(), times.back(), gflops, peak,
+        gflops / (peak * info.threads), kv_gbps);
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
         "%lld) D%lld  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv\n",
-        a.seq_mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
+        mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
         (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)(a.prefill ? -1 : c.q_len),
