@@ -155,12 +155,18 @@ struct FlashPrefetch {
   int64_t k_bytes = 0, v_bytes = 0;  // bytes of one row (0: rows are not contiguous)
   int64_t next = 0, end = 0;         // rows still to fetch
   int64_t per_step = 0;              // rows per step: a row block takes one step per K panel
+  // Paged keys (else null): row g is key first + g * k_step of *paged, through its table.
+  const Operands* paged = nullptr;
+  int64_t first = 0;
 
   void Step() {
     for (int64_t n = per_step; n > 0 && next < end; --n, ++next) {
-      const char* kr = k + next * k_step;
+      const char* kr = paged ? reinterpret_cast<const char*>(KeyRow(*paged, first + next * k_step))
+                             : k + next * k_step;
       for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(kr + b, 0, 2);
-      const char* vr = v + next * v_step;
+      const char* vr = paged
+                           ? reinterpret_cast<const char*>(ValueRow(*paged, first + next * v_step))
+                           : v + next * v_step;
       for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(vr + b, 0, 2);
     }
   }
@@ -430,28 +436,55 @@ static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim,
 
 // PackTile for paged keys and values: each row found through the block table, copied
 // (the same numbers a contiguous call packs, so the same scores and sums); values in
-// rows of the padded width.
+// rows of the padded width. Eight keys in a row of one block are transposed as a block
+// where the target has a fast one, as contiguous keys are.
 static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, FlashTile* tile,
                                  int64_t load, int64_t first, int64_t step, plan::Columns below) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const Operands& op = t.op;
   const KeyLayout lay{kQkPanel, kQkPanel * op.head_dim, kQkPanel};
-  const int64_t dvp = PadKeys(op.value_dim);
-  for (int64_t jj = 0; jj < tile->tpad; ++jj) {
+  const int64_t dvp = PadKeys(op.value_dim), hd = op.head_dim;
+  const int64_t size = op.paging->size, d8 = hd / 8 * 8;
+  auto real = [&](int64_t g) { return g < tile->t1 && (g >= load || below.Has(g)); };
+  for (int64_t jj = 0; jj < tile->tpad;) {
     const int64_t g = tile->t0 + jj;
-    const bool real = g < tile->t1 && (g >= load || below.Has(g));
     float* kt = lay.Base(f.kt, jj) + jj;
+    if constexpr (S::kBlockTranspose) {
+      // Eight real keys, consecutive rows of one block, inside one panel: one transpose.
+      const int64_t r = op.paging->first + first + g * step;
+      if (op.k_dim == 1 && step == 1 && jj % 8 == 0 && (jj + 7) / kQkPanel == jj / kQkPanel &&
+          r % size + 8 <= size && g >= load && g + 8 <= tile->t1) {
+        const float* k = KeyRow(op, first + g);
+        for (int64_t d = 0; d < d8; d += 8)
+          S::Transpose8x8(k + d, op.k_row, kt + d * lay.row, lay.row);
+        for (int64_t e = 0; e < 8; ++e)
+          for (int64_t d = d8; d < hd; ++d) kt[d * lay.row + e] = k[e * op.k_row + d];
+        for (int64_t e = 0; e < 8; ++e) {
+          const float* v = ValueRow(op, first + g + e);
+          float* vr = f.vpack + (jj + e) * dvp;
+          int64_t d = 0;
+          if (op.v_dim == 1)
+            for (; d + L <= op.value_dim; d += L) S::Store(S::Load(v + d), vr + d);
+          for (; d < op.value_dim; ++d) vr[d] = v[d * op.v_dim];
+          for (; d < dvp; ++d) vr[d] = 0.0f;
+        }
+        jj += 8;
+        continue;
+      }
+    }
     float* vr = f.vpack + jj * dvp;
-    int64_t d = 0;
-    if (real) {
+    int64_t d = 0, e = 0;
+    if (real(g)) {
       const float* k = KeyRow(op, first + g * step);
       const float* v = ValueRow(op, first + g * step);
-      for (; d < op.head_dim; ++d) kt[d * lay.row] = k[d * op.k_dim];
-      for (int64_t e = 0; e < op.value_dim; ++e) vr[e] = v[e * op.v_dim];
-      for (int64_t e = op.value_dim; e < dvp; ++e) vr[e] = 0.0f;
-    } else {
-      for (int64_t e = 0; e < dvp; ++e) vr[e] = 0.0f;
+      for (; d < hd; ++d) kt[d * lay.row] = k[d * op.k_dim];
+      if (op.v_dim == 1)
+        for (; e + L <= op.value_dim; e += L) S::Store(S::Load(v + e), vr + e);
+      for (; e < op.value_dim; ++e) vr[e] = v[e * op.v_dim];
     }
-    for (; d < op.head_dim; ++d) kt[d * lay.row] = 0.0f;
+    for (; d < hd; ++d) kt[d * lay.row] = 0.0f;
+    for (; e < dvp; ++e) vr[e] = 0.0f;
+    ++jj;
   }
   tile->kt = f.kt;
   tile->v = f.vpack;
@@ -560,7 +593,13 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     return t0;
   };
   FlashPrefetch pf;
-  if (t.op.k_dim == 1 && t.op.v_dim == 1 && !t.op.paging) {
+  if (t.op.k_dim == 1 && t.op.v_dim == 1 && t.op.paging) {  // steps counted in keys
+    pf.paged = &t.op;
+    pf.first = first;
+    pf.k_step = pf.v_step = step;
+    pf.k_bytes = t.op.head_dim * static_cast<int64_t>(sizeof(float));
+    pf.v_bytes = t.op.value_dim * static_cast<int64_t>(sizeof(float));
+  } else if (t.op.k_dim == 1 && t.op.v_dim == 1) {
     pf.k = reinterpret_cast<const char*>(t.op.k + first * t.op.k_row);
     pf.v = reinterpret_cast<const char*>(t.op.v + first * t.op.v_row);
     pf.k_step = t.op.k_row * step * static_cast<int64_t>(sizeof(float));
