@@ -3,8 +3,10 @@
 // draws; the same bytes for 1 and 2 threads, for another layout of the same numbers,
 // for one batch computed alone, and for a second run. Then the same problem as a padded
 // batch (per-batch kv_starts, kv_lens and q_starts the input draws): against the
-// reference with the same arrays, and the same bytes for 1 and 2 threads.
+// reference with the same arrays, and the same bytes for 1 and 2 threads; batch entry 0
+// as a ragged batch and from a paged cache: the same bytes, within the bound.
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "fuzz_support.h"
@@ -152,5 +154,68 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   padded.algorithm = OCTATTN_ALGORITHM_REFERENCE;
   FUZZ_CHECK(Attend(one, padded, seq_ref) == OCTATTN_OK);
   within_bound(seq1, seq_ref);
+
+  // Batch entry 0's rows as a ragged batch of up to four sequences, and the same keys in
+  // a paged cache of a drawn block size (ids reversed, NaN in every unowned pool row;
+  // no modifier tensors or ALiBi): paged gives the ragged call's bytes, both within the
+  // bound of the reference.
+  if (p.opt.algorithm == OCTATTN_ALGORITHM_NAIVE) return 0;  // naive takes no paged cache
+  const int64_t n = in.Range(1, 4), bs = in.Range(1, 20);
+  std::vector<int64_t> cu_q{0}, cu_k{0};
+  for (int64_t s = 1; s < n; ++s) {
+    cu_q.push_back(in.Range(cu_q.back(), p.q_len));
+    cu_k.push_back(in.Range(cu_k.back(), p.kv_len));
+  }
+  cu_q.push_back(p.q_len);
+  cu_k.push_back(p.kv_len);
+  octattn_attention_options rag = p.opt;
+  rag.bias = rag.mask = nullptr;
+  rag.alibi_slopes = nullptr;
+  rag.sequences = n;
+  rag.cu_seqlens_q = cu_q.data();
+  rag.cu_seqlens_k = cu_k.data();
+  octattn_tensor q0 = t.q.t, k0 = t.k.t, v0 = t.v.t;
+  q0.shape[0] = k0.shape[0] = v0.shape[0] = 1;
+  Tensor ro(1, p.q_heads, p.q_len, p.value_dim, 0), po = ro, rr = ro;
+  FUZZ_CHECK(octattn_attention(two, &rag, &q0, &k0, &v0, &ro.t, nullptr, nullptr, nullptr, 0) ==
+             OCTATTN_OK);
+  int64_t cols = 1;
+  for (int64_t s = 0; s < n; ++s) cols = std::max(cols, (cu_k[s + 1] - cu_k[s] + bs - 1) / bs);
+  const int64_t blocks = n * cols;
+  Tensor kp(blocks, p.kv_heads, bs, p.head_dim, kBTHD),
+      vp(blocks, p.kv_heads, bs, p.value_dim, kBTHD);
+  for (float& x : kp.buf) x = std::numeric_limits<float>::quiet_NaN();
+  for (float& x : vp.buf) x = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::vector<int64_t> ctx_lens;
+  for (int64_t s = 0; s < n; ++s) {
+    ctx_lens.push_back(cu_k[s + 1] - cu_k[s]);
+    for (int64_t c = 0; c < cols; ++c)
+      table[static_cast<size_t>(s * cols + c)] = static_cast<int32_t>(blocks - 1 - (s * cols + c));
+    for (int64_t r = 0; r < ctx_lens.back(); ++r)
+      for (int64_t h = 0; h < p.kv_heads; ++h) {
+        const int64_t blk = table[static_cast<size_t>(s * cols + r / bs)];
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          kp.at(blk, h, r % bs, d) = t.k.at(0, h, cu_k[s] + r, d);
+        for (int64_t d = 0; d < p.value_dim; ++d)
+          vp.at(blk, h, r % bs, d) = t.v.at(0, h, cu_k[s] + r, d);
+      }
+  }
+  octattn_attention_options pag = rag;
+  pag.cu_seqlens_k = nullptr;
+  pag.block_table = table.data();
+  pag.block_table_cols = cols;
+  pag.kv_lens = ctx_lens.data();
+  FUZZ_CHECK(octattn_attention(one, &pag, &q0, &kp.t, &vp.t, &po.t, nullptr, nullptr, nullptr, 0) ==
+             OCTATTN_OK);
+  for (int64_t h = 0; h < p.q_heads; ++h)
+    for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(po.RowEquals(ro, 0, h, i));
+  rag.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+  FUZZ_CHECK(octattn_attention(one, &rag, &q0, &k0, &v0, &rr.t, nullptr, nullptr, nullptr, 0) ==
+             OCTATTN_OK);
+  for (int64_t h = 0; h < p.q_heads; ++h)
+    for (int64_t i = 0; i < p.q_len; ++i)
+      for (int64_t d = 0; d < p.value_dim; ++d)
+        FUZZ_CHECK(std::fabs(double(ro.at(0, h, i, d)) - rr.at(0, h, i, d)) <= bound);
   return 0;
 }
