@@ -8,7 +8,7 @@ fn main() {
         .map(|v| v == "1")
         .unwrap_or(false);
     match pkg_config::Config::new()
-        .atleast_version("0.4")
+        .atleast_version("0.6")
         .statik(statik)
         .probe("octattn")
     {
@@ -18,7 +18,7 @@ fn main() {
             }
         }
         Err(e) => panic!(
-            "octattn-sys: liboctattn >= 0.4 not found by pkg-config ({e}).\n\
+            "octattn-sys: liboctattn >= 0.6 not found by pkg-config ({e}).\n\
              Install it (cmake --install build/release --prefix <prefix>) and set \
              PKG_CONFIG_PATH=<prefix>/lib/pkgconfig."
         ),

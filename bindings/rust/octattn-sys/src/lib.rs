@@ -1,5 +1,5 @@
 //! Raw declarations of liboctattn's C API, as include/octattn.h declares them (version
-//! 0.4). Every function is `unsafe`; the `octattn` crate is the safe API. The struct
+//! 0.6: the struct layouts; its functions are those of 0.5). Every function is `unsafe`; the `octattn` crate is the safe API. The struct
 //! layouts are checked at compile time against the numbers of the header's version, and
 //! [`check_layouts`] compares them with the loaded library's own (octattn_struct_layout).
 #![allow(non_camel_case_types)]
