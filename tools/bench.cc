@@ -202,6 +202,19 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Seconds of `repeat` calls of fn, sorted.
+template <class Fn>
+std::vector<double> TimeRepeats(int repeat, Fn&& fn) {
+  std::vector<double> times;
+  for (int r = 0; r < repeat; ++r) {
+    const double t0 = Now();
+    fn();
+    times.push_back(Now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
 // The keys row i may read by the header's formula (default alignment, k_start 0): the
 // dense run [lo, hi) and the strided columns in [sb, lo).
 struct RowRange {
@@ -329,7 +342,8 @@ octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt,
   return c.backward ? Backward(ctx, opt, b) : Forward(ctx, opt, b, c);
 }
 
-octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
+// The options of a case's flags that need no buffers: mask, algorithm, softcap.
+octattn_attention_options MaskOptions(const Case& c) {
   octattn_attention_options o;
   octattn_attention_options_init(&o);
   o.causal = c.causal;
@@ -338,6 +352,11 @@ octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
   o.chunk = c.chunk;
   o.algorithm = c.algo;
   o.softcap = c.softcap;
+  return o;
+}
+
+octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
+  octattn_attention_options o = MaskOptions(c);
   if (c.alibi) o.alibi_slopes = b.slopes.data();
   if (c.sinks) o.sinks = b.sinks.data();
   if (c.bias_tensor) o.bias = &b.tbias;
@@ -424,13 +443,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
-  std::vector<double> times;
-  for (int r = 0; r < a.repeat; ++r) {
-    const double t0 = Now();
-    Timed(ctx, opt, b, c);
-    times.push_back(Now() - t0);
-  }
-  std::sort(times.begin(), times.end());
+  const std::vector<double> times = TimeRepeats(a.repeat, [&] { Timed(ctx, opt, b, c); });
   const double median = times[times.size() / 2];
   octattn_run_info info{};
   info.struct_size = sizeof(info);
@@ -570,14 +583,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   std::string err;
   octattn_context* ctx = MakeContext(c, &err);
   // The mask flags and softcap (the other modifiers are not offered with batches here).
-  octattn_attention_options opt;
-  octattn_attention_options_init(&opt);
-  opt.causal = c.causal;
-  opt.window = c.window;
-  opt.stride = c.stride;
-  opt.chunk = c.chunk;
-  opt.algorithm = c.algo;
-  opt.softcap = c.softcap;
+  octattn_attention_options opt = MaskOptions(c);
   std::vector<octattn_tensor> views;  // separate: q, k, v, o of each sequence
   if (padded) {
     opt.kv_starts = sb.kv_starts.data();
@@ -622,13 +628,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
-  std::vector<double> times;
-  for (int r = 0; r < a.repeat; ++r) {
-    const double t0 = Now();
-    step();
-    times.push_back(Now() - t0);
-  }
-  std::sort(times.begin(), times.end());
+  const std::vector<double> times = TimeRepeats(a.repeat, step);
   const double median = times[times.size() / 2];
   octattn_run_info info{};
   info.struct_size = sizeof(info);
