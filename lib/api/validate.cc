@@ -215,14 +215,18 @@ Check CheckOffsets(const int64_t* cu, int64_t n, int64_t rows, const char* name,
 
 }  // namespace
 
-Check CheckQStart(int64_t q_start, int64_t k_start, const std::string& name) {
+Check CheckQStart(int64_t q_start, int64_t k_start, const char* option, int64_t index) {
+  auto name = [&] {
+    return std::string(option) + (index < 0 ? "" : "[" + std::to_string(index) + "]");
+  };
   if (q_start < -kMaxPosition || q_start > kMaxPosition)
-    return Fail(OCTATTN_ERROR_INVALID_OPTION, name + " must be in [-2^62, 2^62]");
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, name() + " must be in [-2^62, 2^62]");
   // Each is within +-2^62; their difference can reach 2^63, which int64_t does not hold.
   int64_t relative = 0;
   if (__builtin_sub_overflow(q_start, k_start, &relative) || relative < -kMaxPosition ||
       relative > kMaxPosition)
-    return Fail(OCTATTN_ERROR_INVALID_OPTION, name + " - options.k_start must be in [-2^62, 2^62]");
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                name() + " - options.k_start must be in [-2^62, 2^62]");
   return Check();
 }
 
@@ -252,7 +256,8 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
   octattn_attention_options seq_opt = opt;
   for (int64_t s = 0; s < n; ++s) {
     plan::Sequence& q = (*out)[static_cast<size_t>(s)];
-    const std::string at = "[" + std::to_string(s) + "]";
+    // Messages are built only on failure: this runs per sequence on every call.
+    auto at = [s] { return "[" + std::to_string(s) + "]"; };
     q.batch = ragged ? 0 : s;
     q.q_row = ragged ? opt.cu_seqlens_q[s] : 0;
     q.q_len = ragged ? opt.cu_seqlens_q[s + 1] - q.q_row : q_len;
@@ -260,13 +265,13 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
     const int64_t rows = ragged && !paged ? opt.cu_seqlens_k[s + 1] - rows0 : kv_len;
     const int64_t start = opt.kv_starts ? opt.kv_starts[s] : 0;
     if (start < 0 || start > rows)
-      return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.kv_starts" + at + " is " +
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.kv_starts" + at() + " is " +
                                                     std::to_string(start) + ", must be in [0, " +
                                                     std::to_string(rows) + "]");
     const int64_t len = opt.kv_lens ? opt.kv_lens[s] : rows - start;
     if (len < 0 || len > rows - start)
       return Fail(OCTATTN_ERROR_INVALID_OPTION,
-                  "options.kv_lens" + at + " is " + std::to_string(len) + ", must be in [0, " +
+                  "options.kv_lens" + at() + " is " + std::to_string(len) + ", must be in [0, " +
                       std::to_string(rows - start) + "] (the sequence's key rows from kv_starts)");
     q.k_row = rows0 + start;
     q.k_col = q.k_row;
@@ -278,14 +283,14 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
       for (int64_t b = start / block_size; len > 0 && b <= (start + len - 1) / block_size; ++b)
         if (row[b] < 0 || row[b] >= num_blocks)
           return Fail(OCTATTN_ERROR_INVALID_OPTION,
-                      "options.block_table" + at + "[" + std::to_string(b) + "] is " +
+                      "options.block_table" + at() + "[" + std::to_string(b) + "] is " +
                           std::to_string(row[b]) + ", not a block of k (" +
                           std::to_string(num_blocks) + " blocks)");
       q.paging = kernels::Paging{row, block_size, start, 0, 0};
     }
     if (opt.q_starts) {
       if (opt.q_starts[s] != OCTATTN_Q_START_DEFAULT)
-        OCTATTN_CHECK(CheckQStart(opt.q_starts[s], opt.k_start, "options.q_starts" + at));
+        OCTATTN_CHECK(CheckQStart(opt.q_starts[s], opt.k_start, "options.q_starts", s));
       seq_opt.q_start = opt.q_starts[s];
     }
     q.mask = ResolveMask(seq_opt, q.q_len, q.kv_len);

@@ -60,9 +60,9 @@ Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, co
 // Checks every range, so that positions and their differences stay within +-2^62.
 Check ValidateOptions(const octattn_attention_options* in, octattn_attention_options* out);
 
-// INVALID_OPTION unless q_start and q_start - k_start are within +-2^62 (`name`: the
-// option's name in the message).
-Check CheckQStart(int64_t q_start, int64_t k_start, const std::string& name);
+// INVALID_OPTION unless q_start and q_start - k_start are within +-2^62 (the message
+// names `option`, with [index] when index >= 0).
+Check CheckQStart(int64_t q_start, int64_t k_start, const char* option, int64_t index = -1);
 
 // Whether validated options describe sequences (padded or ragged batches).
 bool HasSequences(const octattn_attention_options& opt);
