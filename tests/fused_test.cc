@@ -146,6 +146,63 @@ TEST_CASE("fused decode at position i equals prefill row i, byte for byte",
   }
 }
 
+// Decode-sized row lists read whole tiles of keys and values in place (no packing copy);
+// longer row lists pack them. A query head's bytes must not depend on which: one call
+// with 20 query heads on one kv head (packed) against calls of 1, 2 and 4 of its heads.
+TEST_CASE("fused tiles read in place equal packed tiles, byte for byte",
+          "[fused][invariants][dispatch]") {
+  struct Shape {
+    int64_t head_dim, value_dim, kv_len, q_len;
+    Layout layout;
+  };
+  const std::vector<Shape> shapes =
+      Emulated() ? std::vector<Shape>{{64, 64, 600, 1, Layout::kBHTD}}
+                 : std::vector<Shape>{
+                       {128, 128, 2300, 1, Layout::kBHTD}, {128, 128, 1100, 2, Layout::kBTHD},
+                       {8, 16, 700, 1, Layout::kBHTD},     {72, 48, 513, 1, Layout::kBTHD},
+                       {256, 256, 1300, 1, Layout::kBHTD}, {40, 32, 256, 3, Layout::kPadded}};
+  struct Mask {
+    int32_t causal;
+    int64_t window, stride, chunk;
+  };
+  const Mask masks[] = {
+      {1, 0, 0, 0}, {0, 0, 0, 0}, {1, 400, 0, 0}, {1, 300, 128, 0}, {1, 0, 0, 512}};
+  const int64_t Hq = 20;
+  for (const Target& t : AllTargets())
+    for (const Shape& sh : shapes)
+      for (const Mask& m : masks)
+        for (int threads : {1, 3}) {
+          INFO(t.Name() << " D " << sh.head_dim << " Dv " << sh.value_dim << " kv " << sh.kv_len
+                        << " q " << sh.q_len << " mask " << m.causal << "/" << m.window << "/"
+                        << m.stride << "/" << m.chunk << " threads " << threads);
+          Context ctx(t, threads);
+          Problem p(1, Hq, 1, sh.q_len, sh.kv_len, sh.head_dim, sh.value_dim, 21, 1.0f, sh.layout);
+          auto opt = Options(m.causal, m.window, m.stride, OCTATTN_ALGORITHM_FUSED);
+          opt.chunk = m.chunk;
+          Tensor all = p.Out(), all_lse = p.Lse();
+          Attend(ctx, opt, p.q, p.k, p.v, all, &all_lse);
+          for (int64_t heads : {1, 2, 4})
+            for (int64_t h0 = 0; h0 + heads <= Hq; h0 += 7) {
+              octattn_tensor q = p.q.t;
+              q.data = static_cast<float*>(q.data) + h0 * q.stride[1];
+              q.shape[1] = heads;
+              Tensor o(1, heads, sh.q_len, sh.value_dim), lse(1, heads, sh.q_len, 1);
+              REQUIRE(octattn_attention(ctx, &opt, &q, p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(),
+                                        nullptr, nullptr, 0) == OCTATTN_OK);
+              for (int64_t h = 0; h < heads; ++h)
+                for (int64_t i = 0; i < sh.q_len; ++i) {
+                  INFO("head " << h0 + h << " row " << i);
+                  for (int64_t d = 0; d < sh.value_dim; ++d) {
+                    const float a = o.at(0, h, i, d), b = all.at(0, h0 + h, i, d);
+                    REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+                  }
+                  const float a = lse.at(0, h, i, 0), b = all_lse.at(0, h0 + h, i, 0);
+                  REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+                }
+            }
+        }
+}
+
 TEST_CASE("fused workspace stays bounded as T grows", "[fused]") {
   Context ctx(1);
   size_t last = 0;

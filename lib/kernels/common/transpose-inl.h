@@ -1,4 +1,5 @@
-// The vocabulary's Transpose8x8: an 8x8 float block transpose. Its portable form is a
+// The vocabulary's Transpose8x8, an 8x8 float block transpose, and TransposeRows, eight
+// dimensions of kLanes keys moved into vectors with the keys in lanes. Its portable form is a
 // plain loop; where the including backend says its target has AVX
 // (OCTATTN_AVX_TRANSPOSE, x86 only) transpose_avx-inl.h defines it with shuffles. The
 // families use it only where kBlockTranspose says it is a fast block operation. Included
@@ -12,5 +13,12 @@ static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, fl
                                         int64_t dst_stride) {
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+}
+// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8.
+static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
+  alignas(64) float lanes[8][kLanes];
+  for (size_t e = 0; e < kLanes; ++e)
+    for (int i = 0; i < 8; ++i) lanes[i][e] = rows[e * row + i];
+  for (int i = 0; i < 8; ++i) t[i] = Load(lanes[i]);
 }
 #endif

@@ -1,13 +1,11 @@
-// Transpose8x8 on x86 targets with AVX (eight floats per ymm register): unpack, shuffle,
-// then swap 128-bit halves. Included by transpose-inl.h, inside a backend's vocabulary
-// struct, only where the backend says its target has AVX (OCTATTN_AVX_TRANSPOSE), after
-// <immintrin.h>.
+// Transpose8x8 and TransposeRows on x86 targets with AVX (eight floats per ymm register,
+// sixteen per zmm register): unpack, shuffle, then move 128-bit lanes. Included by
+// transpose-inl.h, inside a backend's vocabulary struct, only where the backend says its
+// target has AVX (OCTATTN_AVX_TRANSPOSE), after <immintrin.h>.
 
-// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
-static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,
-                                        int64_t dst_stride) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+// r[c] = column c of the 8x8 block whose row i is r[i], in registers.
+static OCTATTN_INLINE void Transpose8x8Regs(__m256 (&r)[8]) {
+  __m256 t[8];
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -21,7 +19,57 @@ static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, fl
   // r[c] holds column c (c < 4) of rows 0-3 in its low half and column c + 4 in its
   // high half; r[c + 4] the same for rows 4-7.
   for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+  }
+  for (int i = 0; i < 8; ++i) r[i] = t[i];
+}
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
+static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,
+                                        int64_t dst_stride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  Transpose8x8Regs(r);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * dst_stride, r[i]);
+}
+
+// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
+// keys, keys in lanes, read from the keys' rows in place (no copy). AVX-512: rows e
+// and e + 8 share a zmm register, whose two halves are transposed as two 8x8 blocks;
+// a two-source permute then joins keys 0-7 and 8-15 of each dimension.
+template <size_t N = kLanes>
+static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
+  if constexpr (N == 16) {
+    __m512 r[8], u[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_loadu_ps(rows + i * row)),
+                                _mm256_loadu_ps(rows + (i + 8) * row), 1);
+    for (int i = 0; i < 8; i += 2) {
+      u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      r[i] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    // r[c] (c < 4), by 128-bit lane: dimension c of keys 0-3, dimension c + 4 of keys
+    // 0-3, dimension c of keys 8-11, dimension c + 4 of keys 8-11; r[c + 4] the same for
+    // keys 4-7 and 12-15.
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i hi =
+        _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int c = 0; c < 4; ++c) {
+      t[c] = FromRaw(_mm512_permutex2var_ps(r[c], lo, r[c + 4]));
+      t[c + 4] = FromRaw(_mm512_permutex2var_ps(r[c], hi, r[c + 4]));
+    }
+  } else {
+    static_assert(N == 8, "eight or sixteen lanes");
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows + i * row);
+    Transpose8x8Regs(r);
+    for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
   }
 }

@@ -1,6 +1,7 @@
-// The fused path: online-softmax attention over packed K/V tiles, never holding more
-// than a tile of scores. Included inside a per-target namespace that defines the SIMD
-// vocabulary S, after the common, qk and av families.
+// The fused path: online-softmax attention over K/V tiles, never holding more than a
+// tile of scores. Tiles are packed (transposed K, V panels), except that decode-sized
+// row lists read the tiles every row reads whole in place (the direct tiles below). Included inside
+// a per-target namespace that defines the SIMD vocabulary S, after the common, qk and av families.
 //
 // Row state: [m, l, o[0 .. dvp)] = running max, running sum of exp(s - m), and the
 // unnormalized output. Every update is the same sequence of operations for a row
@@ -186,6 +187,41 @@ static inline void FlashHoleRows(const KeyData& kd, const plan::RowKeys* keys, c
   }
 }
 
+// The online-softmax update of a row's state st by its scores s[a, b) (whole vectors;
+// masked scores -inf): the running max and sum, the output rescaled where the max grew,
+// and s[j] = exp(s[j] - max). False: no score is readable yet (all -inf), and neither
+// the state nor the scores changed.
+static inline bool SoftmaxTile(float* s, int64_t a, int64_t b, float* st, int64_t dvp) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  typename S::V vmax = S::Set(-__builtin_inff());
+  for (int64_t j = a; j < b; j += L) vmax = S::Max(vmax, S::Load(s + j));
+  const float mt = S::ReduceMax(vmax);
+  const float m_old = st[0];
+  float m_new = mt > m_old ? mt : m_old;
+  if (m_new == -__builtin_inff()) {
+    // Vector max may drop a NaN; look for one before calling the tile empty.
+    for (int64_t j = a; j < b; ++j)
+      if (s[j] != s[j]) m_new = s[j];
+    if (m_new == -__builtin_inff()) return false;  // nothing readable yet: no change
+    st[0] = m_new;
+  }
+  if (m_new > m_old) {
+    const typename S::V alpha = S::Exp(S::Set(m_old - m_new));
+    st[1] *= S::ReduceMax(alpha);
+    for (int64_t d = 0; d < dvp; d += L) S::Store(S::Mul(S::Load(st + 2 + d), alpha), st + 2 + d);
+    st[0] = m_new;
+  }
+  const typename S::V vm = S::Set(m_new);
+  typename S::V vsum = S::Zero();
+  for (int64_t j = a; j < b; j += L) {
+    const typename S::V e = S::Exp(S::Sub(S::Load(s + j), vm));
+    S::Store(e, s + j);
+    vsum = S::Add(vsum, e);
+  }
+  st[1] += S::ReduceSum(vsum);
+  return true;
+}
+
 // R rows against one tile: scores, online softmax update, weighted sum into the states.
 template <int R>
 static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
@@ -276,37 +312,10 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   const int64_t dvp = PadKeys(t.op.value_dim);
   for (int r = 0; r < R; ++r) {
     if (a[r] == b[r]) continue;  // no key of the row here: no change
-    typename S::V vmax = S::Set(-__builtin_inff());
-    for (int64_t j = a[r]; j < b[r]; j += L) vmax = S::Max(vmax, S::Load(s[r] + j));
-    const float mt = S::ReduceMax(vmax);
-    const float m_old = st[r][0];
-    float m_new = mt > m_old ? mt : m_old;
-    if (m_new == -__builtin_inff()) {
-      // Vector max may drop a NaN; look for one before calling the tile empty.
-      for (int64_t j = a[r]; j < b[r]; ++j)
-        if (s[r][j] != s[r][j]) m_new = s[r][j];
-      if (m_new == -__builtin_inff()) {  // nothing readable yet: no change
-        keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
-        holey[r] = false;
-        continue;
-      }
-      st[r][0] = m_new;
+    if (!SoftmaxTile(s[r], a[r], b[r], st[r], dvp)) {
+      keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+      holey[r] = false;
     }
-    if (m_new > m_old) {
-      const typename S::V alpha = S::Exp(S::Set(m_old - m_new));
-      st[r][1] *= S::ReduceMax(alpha);
-      for (int64_t d = 0; d < dvp; d += L)
-        S::Store(S::Mul(S::Load(st[r] + 2 + d), alpha), st[r] + 2 + d);
-      st[r][0] = m_new;
-    }
-    const typename S::V vm = S::Set(m_new);
-    typename S::V vsum = S::Zero();
-    for (int64_t j = a[r]; j < b[r]; j += L) {
-      const typename S::V e = S::Exp(S::Sub(S::Load(s[r] + j), vm));
-      S::Store(e, s[r] + j);
-      vsum = S::Add(vsum, e);
-    }
-    st[r][1] += S::ReduceSum(vsum);
   }
 
   const float* p[R];
@@ -371,6 +380,230 @@ static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const
     FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf, pf);
   }
   FlashRest(t, sp, tile, rows + i, nq - i, states + i * stride, stride, s_buf, pf);
+}
+
+// Decode: tiles that every row reads whole, read in place. Q K^T transposes eight
+// dimensions of kLanes keys at a time in registers from the keys' rows (TransposeRows)
+// and runs QkStore's chains on them; the softmax update is SoftmaxTile; the weighted
+// sums read the value rows in place, a group of keys at a time, with AvRange's chains.
+// So a row's bits are those of FlashBlock on the packed tile, with no copy of K or V,
+// and K and V each stream through the core once, in order, each step prefetching the
+// rows of the next.
+constexpr int kDirectRows = 4;  // rows per block
+// Key vectors per Q K^T step: two, so that 2R chains hide the FMA latency (on 16-register
+// targets some transposed keys spill to L1, still faster than one: AVX2 on Zen 5, 18.5
+// against 21 GB/s).
+constexpr int kDirectVecs = 2;
+constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
+// Rows fetched ahead of the row being read: far enough for memory's latency at its
+// bandwidth, near enough that the fetched rows stay in L1 (AMD Zen 5, one thread: 16 to
+// 128 tried, 32 best).
+constexpr int64_t kDirectAhead = 32;
+
+// Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
+// whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, no
+// score modifiers, on a target with a fast block transpose.
+static inline bool FlashDirect(const FlashTask& t, int64_t step) {
+  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows && t.op.k_dim == 1 &&
+         t.op.head_dim % 8 == 0 && ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
+}
+
+// Where a direct tile's rows are, and the order they are read in: the stream of its key
+// rows, then its value rows, then the next tile's key rows.
+struct DirectTile {
+  const Operands* op;
+  int64_t first;  // space key g is key first + g of op
+  int64_t t0, t1;
+  int64_t next0, next1;  // the next tile's keys (none: next0 == next1)
+  float* scratch;        // kDirectKeys * head_dim floats
+
+  const float* K(int64_t g) const { return KeyRow(*op, first + g); }
+  const float* V(int64_t g) const { return ValueRow(*op, first + g); }
+  // One past the last key from g (< end) whose row is a row stride after g's.
+  int64_t Run(int64_t g, int64_t end) const {
+    if (!op->paging) return end;
+    const int64_t size = op->paging->size, r = op->paging->first + first + g;
+    return plan::MinI(end, g + size - r % size);
+  }
+  // Row i of the stream and its floats (none past the stream: null).
+  const float* Row(int64_t i, int64_t* floats) const {
+    const int64_t n = t1 - t0;
+    if (i < n) {
+      *floats = op->head_dim;
+      return K(t0 + i);
+    }
+    if (i < 2 * n) {
+      *floats = op->value_dim;
+      return V(t0 + i - n);
+    }
+    if (i - 2 * n >= next1 - next0) return nullptr;
+    *floats = op->head_dim;
+    return K(next0 + i - 2 * n);
+  }
+  // Part `part` of `parts` of the cache lines of stream row i, into L1. (Always inlined:
+  // a call whose only effect is a prefetch may be dropped by the compiler.)
+  OCTATTN_INLINE void Fetch(int64_t i, int64_t part, int64_t parts) const {
+    int64_t floats = 0;
+    const float* row = Row(i, &floats);
+    if (!row) return;
+    const uintptr_t line0 = reinterpret_cast<uintptr_t>(row) >> 6;
+    const uintptr_t n = ((reinterpret_cast<uintptr_t>(row + floats) - 1) >> 6) - line0 + 1;
+    const uintptr_t l0 = n * static_cast<uintptr_t>(part) / static_cast<uintptr_t>(parts);
+    const uintptr_t l1 = n * static_cast<uintptr_t>(part + 1) / static_cast<uintptr_t>(parts);
+    for (uintptr_t l = l0; l < l1; ++l)
+      __builtin_prefetch(reinterpret_cast<const char*>((line0 + l) << 6), 0, 3);
+  }
+};
+
+// Scaled scores of R rows for the keys of the tile into s[r][0, t1 - t0).
+template <int R>
+static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const float* const* q,
+                                float* const* s) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t hd = t.op.head_dim, q_dim = t.op.q_dim;
+  const int64_t per = (kDirectKeys + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
+  const typename S::V vs = S::Set(t.op.scale);
+  for (int64_t j = dt.t0; j < dt.t1; j += kDirectKeys) {
+    // Each key vector's rows, a row stride apart: in place, or (paged keys across a block
+    // boundary) copied into scratch.
+    const float* rows[kDirectVecs];
+    int64_t row[kDirectVecs];
+    for (int g = 0; g < kDirectVecs; ++g) {
+      const int64_t j0 = j + g * L;
+      rows[g] = dt.K(j0);
+      row[g] = t.op.k_row;
+      if (dt.Run(j0, j0 + L) < j0 + L) {
+        float* copy = dt.scratch + g * L * hd;
+        for (int64_t e = 0; e < L; ++e) {
+          const float* src = dt.K(j0 + e);
+          for (int64_t d = 0; d < hd; ++d) copy[e * hd + d] = src[d];
+        }
+        rows[g] = copy;
+        row[g] = hd;
+      }
+    }
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+    for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
+      const int64_t d1 = plan::MinI(hd, d0 + kDotBlock);
+      typename S::V acc[R][kDirectVecs];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::Zero();
+      for (int64_t d = d0; d < d1; d += 8) {
+        // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
+        for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, kDirectKeys); ++e)
+          dt.Fetch(j - dt.t0 + kDirectAhead + e, 0, 1);
+        typename S::V kv[kDirectVecs][8];
+        for (int g = 0; g < kDirectVecs; ++g) S::TransposeRows(rows[g] + d, row[g], kv[g]);
+        for (int i = 0; i < 8; ++i)
+          for (int r = 0; r < R; ++r) {
+            const typename S::V qb = S::Set(q[r][(d + i) * q_dim]);
+            for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
+          }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < kDirectVecs; ++g) {
+          typename S::V x = acc[r][g];
+          if (d0 > 0) x = S::Add(S::Load(out[r] + g * L), x);
+          if (d1 == hd) x = S::Mul(x, vs);
+          S::Store(x, out[r] + g * L);
+        }
+    }
+  }
+}
+
+// acc[r][c] += p[r][j - t0] * v[j][c * lanes ...] for keys j in [a, b), whose value rows
+// (from column c0) start at v, v_row apart: AvRange's chains, each step fetching part
+// `part` of `parts` of the row kDirectAhead keys on.
+template <int R, int C>
+OCTATTN_INLINE void DirectRange(const DirectTile& dt, const float* const* p, int64_t a, int64_t b,
+                                const float* v, int64_t v_row, int64_t part, int64_t parts,
+                                typename S::V (&acc)[R][C]) {
+  constexpr size_t L = S::kLanes;
+  for (int64_t j = a; j < b; ++j) {
+    dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + kDirectAhead, part, parts);
+    const float* vj = v + (j - a) * v_row;
+    typename S::V vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = S::Load(vj + c * L);
+    for (int r = 0; r < R; ++r) {
+      const typename S::V pb = S::Set(p[r][j - dt.t0]);
+      for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb, vv[c], acc[r][c]);
+    }
+  }
+}
+
+// Adds the value rows of the tile weighted by p[r][0, t1 - t0) to the R states: groups
+// of keys, each group's columns a register block at a time.
+template <int R>
+static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const float* const* p,
+                                float* const* st) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
+  const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
+  const int64_t parts = dvp / W + dvp % W / L;
+  for (int64_t g0 = dt.t0; g0 < dt.t1; g0 += kDirectKeys) {
+    const int64_t g1 = plan::MinI(g0 + kDirectKeys, dt.t1);
+    for (int64_t a = g0; a < g1;) {
+      const int64_t b = dt.Run(a, g1);
+      const float* v = dt.V(a);
+      int64_t c0 = 0, part = 0;
+      for (; c0 + W <= dvp; c0 += W, ++part) {
+        typename S::V acc[R][kAvVecs];
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+        DirectRange<R, kAvVecs>(dt, p, a, b, v + c0, t.op.v_row, part, parts, acc);
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+      }
+      for (; c0 < dvp; c0 += L, ++part) {
+        typename S::V acc[R][1];
+        for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
+        DirectRange<R, 1>(dt, p, a, b, v + c0, t.op.v_row, part, parts, acc);
+        for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
+      }
+      a = b;
+    }
+  }
+}
+
+// R rows against a direct tile: scores, softmax update, weighted sums (rows with no
+// readable score yet skip them, as in FlashBlock).
+template <int R>
+static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const FlashRow* rows,
+                               float* const* st, float* s_buf) {
+  const float* q[R];
+  float* s[R];
+  for (int r = 0; r < R; ++r) {
+    q[r] = rows[r].q;
+    s[r] = s_buf + r * kTileKeys;
+  }
+  DirectScores<R>(t, dt, q, s);
+  bool all = true, read[R];
+  for (int r = 0; r < R; ++r) {
+    read[r] = SoftmaxTile(s[r], 0, dt.t1 - dt.t0, st[r], PadKeys(t.op.value_dim));
+    all &= read[r];
+  }
+  const float* p[R];
+  for (int r = 0; r < R; ++r) p[r] = s[r];
+  if (all) {
+    DirectValues<R>(t, dt, p, st);
+    return;
+  }
+  for (int r = 0; r < R; ++r)
+    if (read[r]) DirectValues<1>(t, dt, &p[r], &st[r]);
+}
+
+// Every row of the task against a direct tile, in blocks of 4, 2 and 1 rows.
+static inline void FlashDirectTile(const FlashTask& t, const DirectTile& dt, const FlashRow* rows,
+                                   int64_t n, float* states, size_t stride, float* s_buf) {
+  for (int64_t i = 0; i < n;) {
+    float* st[kDirectRows];
+    const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
+    for (int64_t r = 0; r < h; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+    if (h == 4) DirectBlock<4>(t, dt, rows + i, st, s_buf);
+    if (h == 2) DirectBlock<2>(t, dt, rows + i, st, s_buf);
+    if (h == 1) DirectBlock<1>(t, dt, rows + i, st, s_buf);
+    i += h;
+  }
 }
 
 // Scratch pieces of a task.
@@ -607,16 +840,30 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     pf.k_bytes = t.op.head_dim * static_cast<int64_t>(sizeof(float));
     pf.v_bytes = t.op.value_dim * static_cast<int64_t>(sizeof(float));
   }
+  // The keys to fetch while the tile before t0 (the next tile read) is computed: that
+  // tile's, or after the unit's last tile the next chunk's first.
+  auto upcoming = [&](int64_t t0, int64_t* a, int64_t* b) {
+    *a = plan::MaxI(t0, load);
+    *b = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (t0 >= end && chunk >= 0 && next >= 0) {
+      *a = plan::MaxI(plan::MaxI(next * kChunkKeys, begin), load);
+      *b = plan::MinI((*a / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
+    }
+  };
+  const bool direct = chunk >= 0 && FlashDirect(t, step);
   for (int64_t t0 = next_tile(begin); t0 < end;) {
     const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (direct && t1 - t0 == kTileKeys &&
+        plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileFull) {
+      DirectTile dt{&t.op, first, t0, t1, 0, 0, f.kt};
+      t0 = next_tile(t1);
+      upcoming(t0, &dt.next0, &dt.next1);
+      FlashDirectTile(t, dt, f.rows, rows, st, stride, f.s_buf);
+      continue;
+    }
     const FlashTile tile = PackTile(t, f, t0, load, t1, first, step, below);
     t0 = next_tile(t1);
-    pf.next = plan::MaxI(t0, load);
-    pf.end = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-    if (t0 >= end && chunk >= 0 && next >= 0) {  // the next chunk's first tile
-      pf.next = plan::MaxI(plan::MaxI(next * kChunkKeys, begin), load);
-      pf.end = plan::MinI((pf.next / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
-    }
+    upcoming(t0, &pf.next, &pf.end);
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
     FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
   }

@@ -59,6 +59,11 @@ struct S {
   // are as good): the x86 AVX targets.
   static constexpr bool kBlockTranspose = kThisTarget == kAvx2 || kThisTarget == kAvx512;
   static HWY_INLINE HV H(V v) { return v; }
+  // A vector from the target's own register type (the x86 block transposes).
+  template <class R>
+  static HWY_INLINE V FromRaw(R r) {
+    return HV{r};
+  }
   static HWY_INLINE V Zero() { return hn::Zero(D()); }
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }

@@ -25,6 +25,11 @@ struct S {
 #else
   static constexpr bool kBlockTranspose = false;
 #endif
+  // A vector from the target's own register type (the x86 block transposes).
+  template <class R>
+  static OCTATTN_INLINE V FromRaw(R r) {
+    return V(r);
+  }
   static OCTATTN_INLINE V Zero() { return V(0.0f); }
   static OCTATTN_INLINE V Set(float x) { return V(x); }
   static OCTATTN_INLINE V Load(const float* p) { return V::load_unaligned(p); }
