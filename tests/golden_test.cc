@@ -1,6 +1,7 @@
 // Golden data from PyTorch (tests/golden/make_golden.py): every path and target agrees
-// with scaled_dot_product_attention on the write-up's walkthrough and three variants,
-// and with explicit torch operations on six cases of score modifiers.
+// with scaled_dot_product_attention on the write-up's walkthrough and three variants, with
+// explicit torch operations on six cases of score modifiers, and with SDPA on two padded
+// batches given as a boolean mask (the library gets the sequences' lengths instead).
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -19,6 +20,7 @@ struct Golden {
   float softcap = 0;
   int64_t chunk = 0;
   std::vector<float> slopes, sinks, bias, mask;
+  std::vector<int64_t> kv_starts, kv_lens;
 };
 
 std::vector<Golden> Load() {
@@ -48,6 +50,13 @@ std::vector<Golden> Load() {
       s >> g.chunk;
       continue;
     }
+    if (tag == "kv_starts" || tag == "kv_lens") {
+      std::vector<int64_t>& lens = tag == "kv_starts" ? g.kv_starts : g.kv_lens;
+      int64_t n;
+      while (s >> n) lens.push_back(n);
+      REQUIRE(static_cast<int64_t>(lens.size()) == g.batch);
+      continue;
+    }
     std::vector<float>* dst = tag == "q"        ? &g.q
                               : tag == "k"      ? &g.k
                               : tag == "v"      ? &g.v
@@ -75,7 +84,7 @@ Tensor Make(int64_t a, int64_t b, int64_t c, int64_t d, const std::vector<float>
 
 TEST_CASE("PyTorch golden outputs", "[golden][dispatch]") {
   const auto cases = Load();
-  REQUIRE(cases.size() == 10);
+  REQUIRE(cases.size() == 12);
   std::vector<std::pair<octattn_algorithm, Target>> paths{
       {OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
   for (const Target& t : AllTargets()) paths.push_back({OCTATTN_ALGORITHM_AUTO, t});
@@ -105,6 +114,8 @@ TEST_CASE("PyTorch golden outputs", "[golden][dispatch]") {
       if (!g.sinks.empty()) opt.sinks = g.sinks.data();
       if (!g.bias.empty()) opt.bias = bias.ptr();
       if (!g.mask.empty()) opt.mask = &mask;
+      if (!g.kv_starts.empty()) opt.kv_starts = g.kv_starts.data();
+      if (!g.kv_lens.empty()) opt.kv_lens = g.kv_lens.data();
       Attend(ctx, opt, q, k, v, o);
       CHECK(MaxDiff(o, want) <= 1e-6);
     }

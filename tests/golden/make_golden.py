@@ -5,7 +5,10 @@ Each case stores q, k, v ([B, H, T, D], row-major) and PyTorch's output o. Masks
 built as explicit boolean tensors from the reference model's attention_mask(), so the
 fixture checks the library's mask formula against an independent construction. The
 modifier cases (softcap, ALiBi, sinks, chunks, bias and mask tensors) are built with
-explicit torch operations and store their options on lines of their own.
+explicit torch operations and store their options on lines of their own. The padded
+batch cases run scaled_dot_product_attention on a batch whose sequences are padded, as
+a Hugging Face model pads them, with an explicit boolean mask built from the lengths; the
+library gets the lengths (kv_starts, kv_lens) instead of the mask.
 """
 import math
 import pathlib
@@ -139,6 +142,34 @@ def modifier_cases():
     return out
 
 
+def padded_cases():
+    """Padded batches: (name, options, q, k, v, o); o from SDPA with a boolean mask."""
+    out = []
+    f32 = lambda *ts: [t.to(torch.float32) for t in ts]
+
+    # Left padding (a batch of prompts): sequence b's tokens are rows pads[b].. of 12.
+    # Query i of sequence b is at position i - pads[b], key j at j - pads[b]: the mask is
+    # causal within the valid rows. Padded query rows read nothing: SDPA gives NaN there,
+    # the library zeros, so they are stored as zeros.
+    t, pads = 12, [0, 5, 9]
+    q, k, v = f32(*projected_qkv(3, t, 4, 2, 8))
+    rows = torch.arange(t).view(t, 1)
+    cols = torch.arange(t).view(1, t)
+    allowed = torch.stack([(cols >= p) & (cols <= rows) for p in pads]).view(3, 1, t, t)
+    o = torch.nan_to_num(attend(q.double(), k.double(), v.double(), allowed), nan=0.0)
+    out.append(("padded_left", {"kv_starts": pads, "kv_lens": [t - p for p in pads]}, q, k, v, o))
+
+    # A decode step on a static cache of 12 rows (right padding): one new query per
+    # sequence at position lens[b] - 1, reading keys 0 .. lens[b] - 1.
+    lens = [12, 7, 1]
+    q, k, v = f32(*projected_qkv(3, t, 4, 2, 8))
+    q = q[:, :, :1, :].contiguous()
+    allowed = torch.stack([cols < n for n in lens]).view(3, 1, 1, t)
+    o = attend(q.double(), k.double(), v.double(), allowed)
+    out.append(("padded_decode", {"kv_lens": lens}, q, k, v, o))
+    return out
+
+
 def main():
     torch.manual_seed(0)
     cases = []
@@ -180,6 +211,15 @@ def main():
                 if key in opts:
                     values = opts[key].to(torch.float32).flatten().tolist()
                     f.write(key + " " + " ".join(f"{x:.9e}" for x in values) + "\n")
+            for label, t in (("q", q), ("k", k), ("v", v), ("o", o.float())):
+                f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
+        for name, opts, q, k, v, o in padded_cases():
+            b, hq, tq, d = q.shape
+            _, hkv, tk, _ = k.shape
+            f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} 0 0\n")
+            for key in ("kv_starts", "kv_lens"):
+                if key in opts:
+                    f.write(key + " " + " ".join(str(x) for x in opts[key]) + "\n")
             for label, t in (("q", q), ("k", k), ("v", v), ("o", o.float())):
                 f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
     print(f"wrote {out}")
