@@ -153,6 +153,43 @@ const float* PerHead(nb::handle a, int64_t heads, const char* name) {
   return static_cast<const float*>(r.data);
 }
 
+// A contiguous 1-D integer array (int64, or int32 for `bits` 32) of `n` entries (n < 0:
+// any), for the per-sequence options; null for None.
+const void* Ints(nb::handle a, int bits, int64_t n, const char* name) {
+  if (a.is_none()) return nullptr;
+  const std::string kind = bits == 64 ? "int64" : "int32";
+  nb::ndarray<nb::device::cpu> arr;
+  void* data = nullptr;
+  size_t ndim = 0;
+  int64_t len = 0, stride = 1;
+  bool ok = false;
+  if (IsTorch(a)) {
+    if (!nb::cast<bool>(a.attr("is_cpu"))) Bad(name, "a CPU tensor", true);
+    nb::object want = nb::module_::import_("torch").attr(bits == 64 ? "int64" : "int32");
+    ok = a.attr("dtype").is(want);
+    nb::tuple shape = nb::borrow<nb::tuple>(a.attr("shape"));
+    ndim = nb::len(shape);
+    if (ndim == 1) {
+      len = nb::cast<int64_t>(shape[0]);
+      stride = nb::cast<int64_t>(nb::borrow<nb::tuple>(a.attr("stride")())[0]);
+    }
+    data = reinterpret_cast<void*>(nb::cast<uintptr_t>(a.attr("data_ptr")()));
+  } else if (nb::try_cast(a, arr, false)) {
+    ok = bits == 64 ? arr.dtype() == nb::dtype<int64_t>() : arr.dtype() == nb::dtype<int32_t>();
+    ndim = arr.ndim();
+    if (ndim == 1) {
+      len = static_cast<int64_t>(arr.shape(0));
+      stride = arr.stride(0);
+    }
+    data = arr.data();
+  }
+  if (!ok || ndim != 1 || (len > 1 && stride != 1))
+    Bad(name, "a contiguous 1-D " + kind + " array", true);
+  if (n >= 0 && len != n)
+    Bad(name, std::to_string(n) + " entries expected, got " + std::to_string(len));
+  return data;
+}
+
 // The options of a call and the tensors they point at.
 struct Options {
   octattn_attention_options o;
@@ -183,6 +220,77 @@ void FillOptions(Options* opt, bool causal, int64_t window, int64_t stride,
     opt->mask = View(mask, "mask");
     opt->o.mask = &opt->mask;
   }
+}
+
+// The sequence options of a call (include/octattn.h, SEMANTICS: Sequences, Paged): the
+// arrays are the caller's, alive for the call.
+struct Batch {
+  const int64_t *q_starts = nullptr, *kv_starts = nullptr, *kv_lens = nullptr;
+  int64_t sequences = 0;
+  const int64_t *cu_q = nullptr, *cu_k = nullptr;
+  const int32_t* table = nullptr;
+  int64_t cols = 0;
+  void Apply(octattn_attention_options* o) const {
+    o->q_starts = q_starts;
+    o->kv_starts = kv_starts;
+    o->kv_lens = kv_lens;
+    o->sequences = sequences;
+    o->cu_seqlens_q = cu_q;
+    o->cu_seqlens_k = cu_k;
+    o->block_table = table;
+    o->block_table_cols = cols;
+  }
+};
+
+// A block table: a C-contiguous 2-D int32 array [sequences, cols].
+const int32_t* BlockTable(nb::handle a, int64_t* rows, int64_t* cols) {
+  const char* name = "block_table";
+  nb::ndarray<nb::device::cpu> arr;
+  bool ok = false;
+  int64_t shape[2] = {0, 0}, stride[2] = {0, 0};
+  void* data = nullptr;
+  size_t ndim = 0;
+  if (IsTorch(a)) {
+    if (!nb::cast<bool>(a.attr("is_cpu"))) Bad(name, "a CPU tensor", true);
+    ok = a.attr("dtype").is(nb::module_::import_("torch").attr("int32"));
+    nb::tuple sh = nb::borrow<nb::tuple>(a.attr("shape"));
+    nb::tuple st = nb::borrow<nb::tuple>(a.attr("stride")());
+    ndim = nb::len(sh);
+    for (size_t i = 0; i < ndim && i < 2; ++i) {
+      shape[i] = nb::cast<int64_t>(sh[i]);
+      stride[i] = nb::cast<int64_t>(st[i]);
+    }
+    data = reinterpret_cast<void*>(nb::cast<uintptr_t>(a.attr("data_ptr")()));
+  } else if (nb::try_cast(a, arr, false)) {
+    ok = arr.dtype() == nb::dtype<int32_t>();
+    ndim = arr.ndim();
+    for (size_t i = 0; i < ndim && i < 2; ++i) {
+      shape[i] = static_cast<int64_t>(arr.shape(i));
+      stride[i] = arr.stride(i);
+    }
+    data = arr.data();
+  }
+  if (!ok || ndim != 2 || (shape[1] > 1 && stride[1] != 1) ||
+      (shape[0] > 1 && stride[0] != shape[1]))
+    Bad(name, "a C-contiguous 2-D int32 array [sequences, blocks]", true);
+  *rows = shape[0];
+  *cols = shape[1];
+  return static_cast<const int32_t*>(data);
+}
+
+// A [T, H, D] array seen as [1, T, H, D] (ragged rows; ViewOf with swap makes it
+// [1, H, T, D]).
+Raw AsRows(const Raw& r, const char* name) {
+  if (r.ndim != 3) Bad(name, "expected 3 dimensions [total, H, D] with cu_seqlens_q");
+  Raw out = r;
+  out.ndim = 4;
+  for (int i = 3; i > 0; --i) {
+    out.shape[i] = r.shape[i - 1];
+    out.stride[i] = r.stride[i - 1];
+  }
+  out.shape[0] = 1;
+  out.stride[0] = r.shape[0] * r.stride[0];
+  return out;
 }
 
 class Context {
@@ -232,15 +340,17 @@ class Context {
     return d;
   }
 
-  // octattn_attention on views already read (lse and weights may be null).
+  // octattn_attention on views already read (lse and weights may be null), with the
+  // sequence options of `batch` (null: none).
   void Attention(const octattn_tensor& q, const octattn_tensor& k, const octattn_tensor& v,
                  octattn_tensor* o, octattn_tensor* lse, octattn_tensor* weights, bool causal,
                  int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
                  float scale, int64_t chunk, float softcap, OptArray alibi, OptArray sinks,
-                 OptArray bias, OptArray mask, int32_t algorithm) {
+                 OptArray bias, OptArray mask, int32_t algorithm, const Batch* batch = nullptr) {
     Options opt;
     FillOptions(&opt, causal, window, stride, q_start, k_start, scale, chunk, softcap, alibi, sinks,
                 bias, mask, algorithm, q.shape[1]);
+    if (batch) batch->Apply(&opt.o);
     octattn_status s;
     {
       nb::gil_scoped_release release;
@@ -399,7 +509,10 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           std::optional<int64_t> q_start, int64_t k_start, int64_t chunk,
                           float softcap, nb::handle alibi, nb::handle sinks, nb::handle bias,
                           nb::handle mask, nb::handle out, bool return_lse, bool return_weights,
-                          nb::handle algorithm, nb::handle layout, nb::handle context) {
+                          nb::handle algorithm, nb::handle layout, nb::handle context,
+                          nb::handle q_starts, nb::handle kv_starts, nb::handle kv_lens,
+                          nb::handle cu_seqlens_q, nb::handle cu_seqlens_k,
+                          nb::handle block_table) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -417,26 +530,69 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                                                     : -1;
   if (algo < 0) throw nb::value_error("algorithm is 'auto', 'fused', 'naive' or 'reference'");
   // Each tensor argument is read once (for torch, five attribute calls).
-  const Raw rq = RawOf(q, "q"), rk = RawOf(k, "k"), rv = RawOf(v, "v");
+  Raw rq = RawOf(q, "q"), rk = RawOf(k, "k"), rv = RawOf(v, "v");
+  // Sequences: ragged (cu_seqlens_q: q, k, v and out [total, H, D]) or the batch entries;
+  // a block table makes k and v pools ([blocks, block_size, H, D], layout "bthd").
+  Batch batch;
+  const bool ragged = !cu_seqlens_q.is_none(), paged = !block_table.is_none();
+  int64_t n = 0;
+  if (ragged) {
+    if (nb::len(cu_seqlens_q) < 1) Bad("cu_seqlens_q", "n + 1 offsets");
+    n = static_cast<int64_t>(nb::len(cu_seqlens_q)) - 1;
+    batch.sequences = n;
+    batch.cu_q = static_cast<const int64_t*>(Ints(cu_seqlens_q, 64, n + 1, "cu_seqlens_q"));
+    batch.cu_k = static_cast<const int64_t*>(Ints(cu_seqlens_k, 64, n + 1, "cu_seqlens_k"));
+    rq = AsRows(rq, "q");
+    if (!paged) {
+      rk = AsRows(rk, "k");
+      rv = AsRows(rv, "v");
+    }
+  } else if (!cu_seqlens_k.is_none()) {
+    Bad("cu_seqlens_k", "needs cu_seqlens_q (a ragged batch)");
+  } else {
+    n = rq.ndim == 4 ? rq.shape[0] : 0;
+  }
+  if (paged) {
+    int64_t rows = 0;
+    batch.table = BlockTable(block_table, &rows, &batch.cols);
+    if (rows != n) Bad("block_table", "one row per sequence (" + std::to_string(n) + ")");
+  }
+  batch.q_starts = static_cast<const int64_t*>(Ints(q_starts, 64, n, "q_starts"));
+  batch.kv_starts = static_cast<const int64_t*>(Ints(kv_starts, 64, n, "kv_starts"));
+  batch.kv_lens = static_cast<const int64_t*>(Ints(kv_lens, 64, n, "kv_lens"));
   if (rq.ndim != 4 || rk.ndim != 4 || rv.ndim != 4)
-    throw nb::value_error("q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D])");
+    throw nb::value_error(
+        "q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D]; with "
+        "cu_seqlens_q 3: [total, H, D], k and v 4 with a block table)");
+  // Ragged q rows are [1, T, H, D]; paged k and v follow `layout`.
+  const bool q_bthd = bthd || ragged, kv_bthd = paged ? bthd : q_bthd;
   // [B, H, T] of the queries, whatever the layout.
-  const int64_t B = rq.shape[0], H = bthd ? rq.shape[2] : rq.shape[1],
-                T = bthd ? rq.shape[1] : rq.shape[2];
-  nb::object o = out.is_none()
-                     ? Empty(q, torch, {rq.shape[0], rq.shape[1], rq.shape[2], rv.shape[3]})
-                     : nb::borrow(out);
+  const int64_t B = rq.shape[0], H = q_bthd ? rq.shape[2] : rq.shape[1],
+                T = q_bthd ? rq.shape[1] : rq.shape[2];
+  const int64_t Tk = paged ? batch.cols * (kv_bthd ? rk.shape[1] : rk.shape[2])
+                           : (kv_bthd ? rk.shape[1] : rk.shape[2]);
+  nb::object o;
+  if (!out.is_none())
+    o = nb::borrow(out);
+  else if (ragged)
+    o = Empty(q, torch, {T, H, rv.shape[3]});
+  else
+    o = Empty(q, torch, {rq.shape[0], rq.shape[1], rq.shape[2], rv.shape[3]});
   nb::object lse = nb::none(), weights = nb::none();
   if (return_lse) lse = Empty(q, torch, {B, H, T});
-  if (return_weights) weights = Empty(q, torch, {B, H, T, bthd ? rk.shape[1] : rk.shape[2]});
+  if (return_weights) weights = Empty(q, torch, {B, H, T, Tk});
   nb::object a = alibi.is_none() ? nb::none() : nb::borrow(per_head)(alibi, q);
   nb::object sk = sinks.is_none() ? nb::none() : nb::borrow(per_head)(sinks, q);
-  octattn_tensor to = View(o, "out", bthd), tl{}, tw{};
+  Raw ro = RawOf(o, "out");
+  if (ragged) ro = AsRows(ro, "out");
+  octattn_tensor to = ViewOf(ro, "out", q_bthd), tl{}, tw{};
   if (return_lse) tl = View(lse, "lse");
   if (return_weights) tw = View(weights, "weights");
-  ctx->Attention(ViewOf(rq, "q", bthd), ViewOf(rk, "k", bthd), ViewOf(rv, "v", bthd), &to,
+  ctx->Attention(ViewOf(rq, "q", q_bthd), ViewOf(rk, "k", kv_bthd), ViewOf(rv, "v", kv_bthd), &to,
                  return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
-                 q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo);
+                 q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
+                 &batch);
+  if (ragged && return_lse) lse = lse.attr("__getitem__")(0);  // [H, total]
   if (!return_lse && !return_weights) return o;
   if (return_lse && return_weights) return nb::make_tuple(o, lse, weights);
   return nb::make_tuple(o, return_lse ? lse : weights);
@@ -518,6 +674,9 @@ NB_MODULE(_octattn, m) {
         nb::arg("out").none() = nb::none(), nb::arg("return_lse") = false,
         nb::arg("return_weights") = false, nb::arg("algorithm") = "auto",
         nb::arg("layout") = "bhtd", nb::arg("context").none() = nb::none(),
+        nb::arg("q_starts").none() = nb::none(), nb::arg("kv_starts").none() = nb::none(),
+        nb::arg("kv_lens").none() = nb::none(), nb::arg("cu_seqlens_q").none() = nb::none(),
+        nb::arg("cu_seqlens_k").none() = nb::none(), nb::arg("block_table").none() = nb::none(),
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -527,5 +686,11 @@ queries are the newest tokens); scale None: 1/sqrt(D); softcap, alibi_slopes [Hq
 sinks [Hq], bias [B, Hq, Tq, Tk] and mask [B, Hq, Tq, Tk] (bool; broadcast with
 stride 0): the score modifiers. out: the output to write (same layout as q).
 Returns o, or (o, lse[, weights]) as asked (lse [B, Hq, Tq], weights [B, Hq, Tq, Tk]:
-naive algorithm only).)doc");
+naive algorithm only).
+Sequences (int64 arrays, one entry per sequence): kv_starts, kv_lens (the valid key rows
+of each batch entry: left and right padding), q_starts (each sequence's first query
+position). Ragged: cu_seqlens_q, cu_seqlens_k (n + 1 offsets) with q, k, v and o
+[total, H, D] (lse [Hq, total]). Paged: block_table (int32 [sequences, blocks]) with k, v
+pools [blocks, block_size, Hkv, D] (layout="bthd", vLLM's) or [blocks, Hkv, block_size,
+D], kv_lens the context lengths.)doc");
 }

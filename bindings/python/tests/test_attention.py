@@ -263,3 +263,56 @@ def test_custom_op_and_torch_compile_without_graph_break():
     assert explanation.graph_break_count == 0
     torch.library.opcheck(torch.ops.octattn.attention.default, (q, k, v),
                           test_utils=("test_schema", "test_faketensor"))
+
+
+def test_padded_ragged_and_paged_batches_equal_calls_of_their_own():
+    """One call over sequences of different lengths gives each sequence the bytes of its
+    own call: a left-padded batch (kv_starts, kv_lens), a ragged batch (cu_seqlens, rows
+    [total, H, D]) and a paged cache (block_table, vLLM's [blocks, block_size, H, D])."""
+    g = torch.Generator().manual_seed(3)
+    B, Hq, Hkv, T, D = 3, 4, 2, 12, 8
+    q, k, v = (torch.randn(B, h, T, D, generator=g) for h in (Hq, Hkv, Hkv))
+    pads = [0, 5, 9]
+    o = octattn.attention(q, k, v, kv_starts=torch.tensor(pads),
+                          kv_lens=torch.tensor([T - p for p in pads]))
+    for b, p in enumerate(pads):
+        own = octattn.attention(q[b:b + 1, :, p:], k[b:b + 1, :, p:], v[b:b + 1, :, p:])
+        assert torch.equal(o[b:b + 1, :, p:], own)
+        assert torch.all(o[b, :, :p] == 0)  # padded query rows read nothing
+
+    cu = torch.tensor([0, 5, 6, 13])
+    qr, kr, vr = (torch.randn(13, h, D, generator=g) for h in (Hq, Hkv, Hkv))
+    o, lse = octattn.attention(qr, kr, vr, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True)
+    assert o.shape == (13, Hq, D) and lse.shape == (Hq, 13)
+    for s in range(3):
+        a, b = int(cu[s]), int(cu[s + 1])
+        own, own_lse = octattn.attention(qr[None, a:b], kr[None, a:b], vr[None, a:b],
+                                         layout="bthd", return_lse=True)
+        assert torch.equal(o[a:b], own[0]) and torch.equal(lse[:, a:b], own_lse[0])
+
+    bs = 4
+    kp, vp = (torch.randn(8, bs, Hkv, D, generator=g) for _ in range(2))
+    table = torch.tensor([[3, 1, 6], [0, 2, 5]], dtype=torch.int32)  # block 2 unused
+    lens = torch.tensor([10, 6])
+    qd = torch.randn(2, 1, Hq, D, generator=g)  # one new token each, [B, T, H, D]
+    o = octattn.attention(qd, kp, vp, block_table=table, kv_lens=lens, layout="bthd")
+    for s in range(2):
+        rows = lambda pool: torch.cat([pool[int(i)] for i in table[s]])[None, :int(lens[s])]
+        own = octattn.attention(qd[s:s + 1], rows(kp), rows(vp), layout="bthd")
+        assert torch.equal(o[s:s + 1], own)
+
+
+def test_batch_arguments_are_checked():
+    q = torch.randn(3, 2, 4, 8)
+    with pytest.raises(ValueError, match="3 entries"):
+        octattn.attention(q, q, q, kv_lens=torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match="int64"):
+        octattn.attention(q, q, q, kv_lens=torch.tensor([1, 2, 3], dtype=torch.int32))
+    with pytest.raises(TypeError, match="int32"):
+        octattn.attention(q, q, q, block_table=torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        octattn.attention(q, q, q, cu_seqlens_k=torch.tensor([0, 4]))
+    out = torch.full((3, 2, 4, 8), 7.0)
+    with pytest.raises(octattn.Error, match="kv_lens"):  # past the rows: nothing written
+        octattn.attention(q, q, q, kv_lens=np.array([1, 2, 30]), out=out)
+    assert torch.all(out == 7.0)
