@@ -8,9 +8,11 @@ register() installs an attention function and its mask function together: the ma
 function does not build a [B, 1, Tq, Tk] tensor for the usual causal and sliding-window
 layers, it describes the call (query offset, the padding of each sequence), and the
 attention function maps that to the library's options: causal, window (the layer's
-sliding_window), q_start from the cache position, the padding as a boolean mask tensor
-[B, Tk] broadcast over heads and rows (stride 0, nothing materialized), softcap and
-sinks where the model has them. A mask the library's options cannot express (custom
+sliding_window), q_start from the cache position, the padding as each sequence's valid
+key rows (kv_starts, kv_lens and q_starts: a padded batch, one call, as fast as unpadded
+rows) where every sequence's tokens are one run (left or right padding), else as a
+boolean mask tensor [B, Tk] broadcast over heads and rows (stride 0, nothing
+materialized), softcap and sinks where the model has them. A mask the library's options cannot express (custom
 mask functions, packed sequences, block overlays) is built as transformers builds it for
 sdpa and passed as the library's mask tensor, so every model stays exact.
 
@@ -27,11 +29,12 @@ class Mask:
     """What the mask function tells the attention function about one forward pass.
 
     q_start: the position of query row 0 minus that of key row 0; padding: None or a
-    bool tensor [B, Tk] (True: a real token); dense: None or a bool tensor
-    [B, 1 or H, Tq, Tk] to use as is (with causal off); window: the sliding window the
-    mask function applies (0: none)."""
+    bool tensor [B, Tk] (True: a real token); spans: None or, where each row of padding
+    is one run of real tokens, (kv_starts, kv_lens) int64 tensors [B] of those runs;
+    dense: None or a bool tensor [B, 1 or H, Tq, Tk] to use as is (with causal off);
+    window: the sliding window the mask function applies (0: none)."""
 
-    __slots__ = ("q_start", "padding", "dense", "window")
+    __slots__ = ("q_start", "padding", "spans", "dense", "window")
     # Generation with a compilable (static) cache prepares the mask once per step and
     # hands it back to the model, which checks the dimensions of a mask it is given: it
     # passes a prepared 4-D mask through to the mask function unchanged.
@@ -40,8 +43,23 @@ class Mask:
     def __init__(self, q_start, padding=None, dense=None, window=0):
         self.q_start = q_start
         self.padding = padding
+        self.spans = _spans(padding) if padding is not None else None
         self.dense = dense
         self.window = window
+
+
+def _spans(padding):
+    """(kv_starts, kv_lens) of a [B, Tk] bool padding whose rows each hold one run of
+    True (or none), else None."""
+    tk = padding.shape[1]
+    count = padding.sum(dim=1)
+    first = padding.to(torch.int8).argmax(dim=1)
+    last = tk - 1 - padding.flip(1).to(torch.int8).argmax(dim=1)
+    run = (count == 0) | (last - first + 1 == count)
+    if not bool(run.all()):
+        return None
+    starts = torch.where(count > 0, first, torch.zeros_like(first))
+    return starts.to(torch.int64).contiguous(), count.to(torch.int64).contiguous()
 
 
 def _pattern(mask_function, config):
@@ -104,7 +122,8 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     Tk = key.shape[2]
     out = query.new_empty((B, T, H, value.shape[3]), dtype=torch.float32)
     causal = bool(getattr(module, "is_causal", True))
-    window, q_start, mask = 0, None, None
+    window, q_start, mask, spans = 0, None, None, None
+    compiling = torch.compiler.is_compiling()
     if isinstance(attention_mask, Mask):
         q_start = attention_mask.q_start
         if attention_mask.dense is not None:
@@ -112,7 +131,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
             mask = attention_mask.dense
         else:
             window = attention_mask.window or 0
-            if attention_mask.padding is not None:  # [B, Tk] seen as [B, H, Tq, Tk]
+            if attention_mask.spans is not None and not compiling:
+                spans = attention_mask.spans  # positions count from each first real token
+            elif attention_mask.padding is not None:  # [B, Tk] seen as [B, H, Tq, Tk]
                 p = attention_mask.padding
                 mask = p.as_strided((B, H, T, Tk), (p.stride(0), 0, 0, p.stride(1)))
     elif isinstance(attention_mask, torch.Tensor):  # a mask built elsewhere
@@ -127,15 +148,20 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if mask is not None and mask.shape[0] != B:
         mask = mask.expand(B, H, T, Tk)
     sinks = s_aux.float() if s_aux is not None else None
-    if torch.compiler.is_compiling():
+    if compiling:
         from octattn import ops  # noqa: F401 (registers torch.ops.octattn)
         o, _ = torch.ops.octattn.attention(query, key, value, None, sinks, None, mask,
                                            causal=causal, window=window, scale=scaling,
                                            q_start=q_start, softcap=float(softcap or 0.0))
         return o.transpose(1, 2), None
+    batch = {}
+    if spans is not None:
+        starts, lens = spans
+        batch = dict(kv_starts=starts, kv_lens=lens,
+                     q_starts=((q_start if q_start is not None else Tk - T) - starts).contiguous())
     octattn.attention(query, key, value, causal=causal, window=window, scale=scaling, q_start=q_start,
                       softcap=float(softcap or 0.0), sinks=sinks, mask=mask,
-                      out=out.transpose(1, 2))
+                      out=out.transpose(1, 2), **batch)
     return out, None
 
 

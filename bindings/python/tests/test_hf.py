@@ -66,6 +66,8 @@ def test_llama_with_grouped_queries():
     assert same and diff < 1e-4, diff
     assert seen and all(m.dense is None for m in seen)  # options, not a mask tensor
     assert any(m.padding is not None for m in seen)
+    # Left padding: each sequence's tokens are one run, so a padded batch (no mask tensor).
+    assert all(m.spans is not None for m in seen if m.padding is not None)
 
 
 def test_llama_with_a_static_cache():
