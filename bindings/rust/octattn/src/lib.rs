@@ -259,6 +259,19 @@ pub struct Options<'a> {
     pub sinks: Option<&'a [f32]>,
     pub bias: Option<Tensor<'a>>,
     pub mask: Option<MaskTensor<'a>>,
+    /// Sequences (include/octattn.h, SEMANTICS: Sequences): one entry per sequence, the
+    /// position of its first query row.
+    pub q_starts: Option<&'a [i64]>,
+    /// The first valid key row of each sequence (left padding).
+    pub kv_starts: Option<&'a [i64]>,
+    /// The valid key rows of each sequence (right padding; paged: the context length).
+    pub kv_lens: Option<&'a [i64]>,
+    /// A ragged batch: n + 1 offsets of each sequence's query rows and key rows, packed
+    /// along the rows of batch entry 0 (q, k, v [1, H, total, D]).
+    pub cu_seqlens: Option<(&'a [i64], &'a [i64])>,
+    /// A paged cache (SEMANTICS: Paged): the block ids of each sequence, `cols` per
+    /// sequence; k and v are pools [blocks, kv_heads, block_size, D] (any strides).
+    pub block_table: Option<(&'a [i32], usize)>,
 }
 
 impl Default for Options<'_> {
@@ -277,6 +290,11 @@ impl Default for Options<'_> {
             sinks: None,
             bias: None,
             mask: None,
+            q_starts: None,
+            kv_starts: None,
+            kv_lens: None,
+            cu_seqlens: None,
+            block_table: None,
         }
     }
 }
@@ -285,6 +303,7 @@ impl Options<'_> {
     // The C struct; the per-head arrays are checked against the query heads.
     fn raw(
         &self,
+        batch: i64,
         q_heads: i64,
         bias: &mut sys::octattn_tensor,
         mask: &mut sys::octattn_tensor,
@@ -322,6 +341,54 @@ impl Options<'_> {
         if let Some(m) = self.mask {
             *mask = m.raw;
             o.mask = mask;
+        }
+        // The sequences: the batch entries, or a ragged batch's n.
+        let sequences = match self.cu_seqlens {
+            Some((cq, ck)) => {
+                if cq.is_empty() || cq.len() != ck.len() {
+                    return Err(invalid(
+                        sys::OCTATTN_ERROR_INVALID_OPTION,
+                        format!(
+                            "cu_seqlens: {} and {} offsets, n + 1 each",
+                            cq.len(),
+                            ck.len()
+                        ),
+                    ));
+                }
+                o.sequences = cq.len() as i64 - 1;
+                o.cu_seqlens_q = cq.as_ptr();
+                o.cu_seqlens_k = ck.as_ptr();
+                o.sequences
+            }
+            None => batch,
+        };
+        for (name, a, dst) in [
+            ("q_starts", self.q_starts, &mut o.q_starts),
+            ("kv_starts", self.kv_starts, &mut o.kv_starts),
+            ("kv_lens", self.kv_lens, &mut o.kv_lens),
+        ] {
+            if let Some(a) = a {
+                if a.len() as i64 != sequences {
+                    return Err(invalid(
+                        sys::OCTATTN_ERROR_INVALID_OPTION,
+                        format!("{name}: {} entries for {sequences} sequences", a.len()),
+                    ));
+                }
+                *dst = a.as_ptr();
+            }
+        }
+        if let Some((table, cols)) = self.block_table {
+            if cols == 0 || table.len() as i64 != sequences * cols as i64 {
+                return Err(invalid(
+                    sys::OCTATTN_ERROR_INVALID_OPTION,
+                    format!(
+                        "block_table: {} ids for {sequences} sequences of {cols}",
+                        table.len()
+                    ),
+                ));
+            }
+            o.block_table = table.as_ptr();
+            o.block_table_cols = cols as i64;
         }
         Ok(o)
     }
@@ -424,7 +491,7 @@ impl Context {
         lse: Option<&mut TensorMut>,
     ) -> Result<()> {
         let (mut bias, mut mask) = (q.raw, q.raw);
-        let opts = options.raw(q.raw.shape[1], &mut bias, &mut mask)?;
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut bias, &mut mask)?;
         let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
         self.check(unsafe {
             sys::octattn_attention(
@@ -465,12 +532,16 @@ impl Context {
         dbias: Option<&mut TensorMut>,
     ) -> Result<()> {
         let (mut bias, mut mask) = (q.raw, q.raw);
-        let opts = options.raw(q.raw.shape[1], &mut bias, &mut mask)?;
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut bias, &mut mask)?;
         let dsinks_ptr = match dsinks {
             Some(s) if s.len() as i64 != q.raw.shape[1] => {
                 return Err(invalid(
                     sys::OCTATTN_ERROR_INVALID_SHAPE,
-                    format!("dsinks: {} entries for {} query heads", s.len(), q.raw.shape[1]),
+                    format!(
+                        "dsinks: {} entries for {} query heads",
+                        s.len(),
+                        q.raw.shape[1]
+                    ),
                 ))
             }
             Some(s) => s.as_mut_ptr(),
@@ -510,7 +581,7 @@ impl Context {
         o: &TensorMut,
     ) -> Result<usize> {
         let (mut bias, mut mask) = (q.raw, q.raw);
-        let opts = options.raw(q.raw.shape[1], &mut bias, &mut mask)?;
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut bias, &mut mask)?;
         let mut bytes = 0usize;
         self.check(unsafe {
             sys::octattn_attention_workspace_size(
@@ -652,7 +723,11 @@ mod tests {
             data(b * hq * t * d, 14),
         );
         let sinks = [0.5f32, -1.0, 0.25, 2.0];
-        let opts = Options { window: 20, sinks: Some(&sinks), ..Options::default() };
+        let opts = Options {
+            window: 20,
+            sinks: Some(&sinks),
+            ..Options::default()
+        };
         let mut o = vec![0.0f32; q.len()];
         let mut lse = vec![0.0f32; b * hq * t];
         let mut ctx = Context::new().unwrap();
@@ -672,8 +747,11 @@ mod tests {
         .unwrap();
         // The gradients by one algorithm, with `sinks_len` entries for dsinks.
         let mut grads = |algorithm: Algorithm, sinks_len: usize| {
-            let (mut dq, mut dk, mut dv) =
-                (vec![0.0f32; q.len()], vec![0.0f32; k.len()], vec![0.0f32; v.len()]);
+            let (mut dq, mut dk, mut dv) = (
+                vec![0.0f32; q.len()],
+                vec![0.0f32; k.len()],
+                vec![0.0f32; v.len()],
+            );
             let mut ds = vec![0.0f32; sinks_len];
             ctx.attention_backward(
                 &Options { algorithm, ..opts },
@@ -840,5 +918,125 @@ mod tests {
         for c in 0..8 {
             assert!((o[8 + c] - x[c]).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn padded_and_ragged_batches_give_each_sequence_its_own_bytes() {
+        let (hq, hkv, t, d) = (4, 2, 12, 8);
+        let (q, k, v) = (
+            data(3 * hq * t * d, 21),
+            data(3 * hkv * t * d, 22),
+            data(3 * hkv * t * d, 23),
+        );
+        let mut ctx = Context::new().unwrap();
+        // Left padding: sequence b's tokens are rows starts[b].. of batch entry b.
+        let (starts, lens) = ([0i64, 5, 9], [12i64, 7, 3]);
+        let opts = Options {
+            kv_starts: Some(&starts),
+            kv_lens: Some(&lens),
+            ..Options::default()
+        };
+        let mut o = vec![1.0f32; q.len()];
+        ctx.attention(
+            &opts,
+            &Tensor::bhtd(&q, [3, hq, t, d]).unwrap(),
+            &Tensor::bhtd(&k, [3, hkv, t, d]).unwrap(),
+            &Tensor::bhtd(&v, [3, hkv, t, d]).unwrap(),
+            &mut TensorMut::bhtd(&mut o, [3, hq, t, d]).unwrap(),
+            None,
+        )
+        .unwrap();
+        for (b, &start) in starts.iter().enumerate() {
+            let p = start as usize;
+            let n = t - p;
+            // Batch entry b's rows p.. as a call of its own (views with the batch strides).
+            let view = |x: &[f32], h: usize| -> Vec<f32> {
+                let mut out = Vec::new();
+                for hh in 0..h {
+                    for i in p..t {
+                        let at = ((b * h + hh) * t + i) * d;
+                        out.extend_from_slice(&x[at..at + d]);
+                    }
+                }
+                out
+            };
+            let (qb, kb, vb) = (view(&q, hq), view(&k, hkv), view(&v, hkv));
+            let mut ob = vec![0.0f32; qb.len()];
+            ctx.attention(
+                &Options::default(),
+                &Tensor::bhtd(&qb, [1, hq, n, d]).unwrap(),
+                &Tensor::bhtd(&kb, [1, hkv, n, d]).unwrap(),
+                &Tensor::bhtd(&vb, [1, hkv, n, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut ob, [1, hq, n, d]).unwrap(),
+                None,
+            )
+            .unwrap();
+            assert_eq!(view(&o, hq), ob, "sequence {b}");
+            for h in 0..hq {
+                let at = (b * hq + h) * t * d;
+                assert!(
+                    o[at..at + p * d].iter().all(|&x| x == 0.0),
+                    "padded rows are zeros"
+                );
+            }
+        }
+        // Ragged: the same three sequences packed along the rows of batch entry 0.
+        let cu = [0i64, 5, 6, 12];
+        let opts = Options {
+            cu_seqlens: Some((&cu, &cu)),
+            ..Options::default()
+        };
+        let rows = |x: &[f32], h: usize| -> Vec<f32> { x[..h * t * d].to_vec() };
+        let (qr, kr, vr) = (rows(&q, hq), rows(&k, hkv), rows(&v, hkv));
+        let mut or = vec![0.0f32; qr.len()];
+        ctx.attention(
+            &opts,
+            &Tensor::bhtd(&qr, [1, hq, t, d]).unwrap(),
+            &Tensor::bhtd(&kr, [1, hkv, t, d]).unwrap(),
+            &Tensor::bhtd(&vr, [1, hkv, t, d]).unwrap(),
+            &mut TensorMut::bhtd(&mut or, [1, hq, t, d]).unwrap(),
+            None,
+        )
+        .unwrap();
+        for s in 0..3 {
+            let (a, e) = (cu[s] as usize, cu[s + 1] as usize);
+            let n = e - a;
+            let cut = |x: &[f32], h: usize| -> Vec<f32> {
+                (0..h)
+                    .flat_map(|hh| x[(hh * t + a) * d..(hh * t + e) * d].to_vec())
+                    .collect()
+            };
+            let (qs, ks, vs) = (cut(&qr, hq), cut(&kr, hkv), cut(&vr, hkv));
+            let mut os = vec![0.0f32; qs.len()];
+            ctx.attention(
+                &Options::default(),
+                &Tensor::bhtd(&qs, [1, hq, n, d]).unwrap(),
+                &Tensor::bhtd(&ks, [1, hkv, n, d]).unwrap(),
+                &Tensor::bhtd(&vs, [1, hkv, n, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut os, [1, hq, n, d]).unwrap(),
+                None,
+            )
+            .unwrap();
+            assert_eq!(cut(&or, hq), os, "sequence {s}");
+        }
+        // Arrays of the wrong length: an error before the call, nothing written.
+        let short = [1i64, 2];
+        let opts = Options {
+            kv_lens: Some(&short),
+            ..Options::default()
+        };
+        let mut untouched = vec![7.0f32; q.len()];
+        let err = ctx
+            .attention(
+                &opts,
+                &Tensor::bhtd(&q, [3, hq, t, d]).unwrap(),
+                &Tensor::bhtd(&k, [3, hkv, t, d]).unwrap(),
+                &Tensor::bhtd(&v, [3, hkv, t, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut untouched, [3, hq, t, d]).unwrap(),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_INVALID_OPTION);
+        assert!(untouched.iter().all(|&x| x == 7.0));
     }
 }
