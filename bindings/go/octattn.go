@@ -204,6 +204,19 @@ type Options struct {
 	Sinks       []float32 // one per query head
 	Bias        *Tensor
 	Mask        *Mask
+	// Sequences (include/octattn.h, SEMANTICS: Sequences), one entry per sequence: the
+	// position of its first query row, its first valid key row (left padding) and its
+	// valid key rows (right padding; paged: the context length).
+	QStarts  []int64
+	KVStarts []int64
+	KVLens   []int64
+	// A ragged batch: n + 1 offsets of each sequence's query rows and key rows, packed
+	// along the rows of batch entry 0 (q, k, v [1, H, total, D]).
+	CuSeqlensQ, CuSeqlensK []int64
+	// A paged cache (SEMANTICS: Paged): BlockTableCols block ids per sequence; k and v
+	// are pools [blocks, kv_heads, block_size, D] (any strides).
+	BlockTable     []int32
+	BlockTableCols int
 }
 
 // Context holds a thread cap, a backend and target, and scratch memory reused across
@@ -314,7 +327,7 @@ func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 	return t, nil
 }
 
-func (c *call) options(o *Options, qHeads int) (*C.octattn_attention_options, error) {
+func (c *call) options(o *Options, batch, qHeads int) (*C.octattn_attention_options, error) {
 	opts := &C.octattn_attention_options{}
 	C.octattn_attention_options_init(opts)
 	if o == nil {
@@ -373,8 +386,54 @@ func (c *call) options(o *Options, qHeads int) (*C.octattn_attention_options, er
 		c.pin.Pin(mt)
 		opts.mask = mt
 	}
+	if err := c.sequences(o, opts, batch); err != nil {
+		return nil, err
+	}
 	c.pin.Pin(opts)
 	return opts, nil
+}
+
+// sequences sets the sequence options, their lengths checked against the sequences
+// (the batch entries, or a ragged batch's n).
+func (c *call) sequences(o *Options, opts *C.octattn_attention_options, batch int) error {
+	n := batch
+	if o.CuSeqlensQ != nil || o.CuSeqlensK != nil {
+		if len(o.CuSeqlensQ) < 1 || len(o.CuSeqlensQ) != len(o.CuSeqlensK) {
+			return &Error{InvalidOption, fmt.Sprintf("CuSeqlensQ, CuSeqlensK: %d and %d offsets, n + 1 each", len(o.CuSeqlensQ), len(o.CuSeqlensK))}
+		}
+		n = len(o.CuSeqlensQ) - 1
+		opts.sequences = C.int64_t(n)
+		c.pin.Pin(&o.CuSeqlensQ[0])
+		c.pin.Pin(&o.CuSeqlensK[0])
+		opts.cu_seqlens_q = (*C.int64_t)(unsafe.Pointer(&o.CuSeqlensQ[0]))
+		opts.cu_seqlens_k = (*C.int64_t)(unsafe.Pointer(&o.CuSeqlensK[0]))
+	}
+	for _, a := range []struct {
+		name string
+		s    []int64
+		dst  **C.int64_t
+	}{{"QStarts", o.QStarts, &opts.q_starts}, {"KVStarts", o.KVStarts, &opts.kv_starts},
+		{"KVLens", o.KVLens, &opts.kv_lens}} {
+		if a.s == nil {
+			continue
+		}
+		if len(a.s) != n {
+			return &Error{InvalidOption, fmt.Sprintf("%s: %d entries for %d sequences", a.name, len(a.s), n)}
+		}
+		if n > 0 {
+			c.pin.Pin(&a.s[0])
+			*a.dst = (*C.int64_t)(unsafe.Pointer(&a.s[0]))
+		}
+	}
+	if o.BlockTable != nil {
+		if o.BlockTableCols < 1 || len(o.BlockTable) != n*o.BlockTableCols {
+			return &Error{InvalidOption, fmt.Sprintf("BlockTable: %d ids for %d sequences of %d", len(o.BlockTable), n, o.BlockTableCols)}
+		}
+		c.pin.Pin(&o.BlockTable[0])
+		opts.block_table = (*C.int32_t)(unsafe.Pointer(&o.BlockTable[0]))
+		opts.block_table_cols = C.int64_t(o.BlockTableCols)
+	}
+	return nil
 }
 
 // Attention writes o = softmax(scale * q k^T + M) v, and each row's log-sum-exp into
@@ -409,7 +468,7 @@ func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) err
 		}
 		tl = &t
 	}
-	options, err := c.options(opts, q.Shape[1])
+	options, err := c.options(opts, q.Shape[0], q.Shape[1])
 	if err != nil {
 		return err
 	}
@@ -483,7 +542,7 @@ func (ctx *Context) AttentionBackward(opts *Options, q, k, v, o, lse, dout Tenso
 		c.pin.Pin(&g.DSinks[0])
 		ds = (*C.float)(unsafe.Pointer(&g.DSinks[0]))
 	}
-	options, err := c.options(opts, q.Shape[1])
+	options, err := c.options(opts, q.Shape[0], q.Shape[1])
 	if err != nil {
 		return err
 	}

@@ -229,3 +229,90 @@ func TestBackwardMatchesTheReferenceAlgorithm(t *testing.T) {
 		t.Fatalf("short DSinks: %v", err)
 	}
 }
+
+// A left-padded batch and the same sequences as a ragged batch give each sequence the
+// bytes of a call of its own; arrays of the wrong length are refused, nothing written.
+func TestPaddedAndRaggedBatchesGiveEachSequenceItsOwnBytes(t *testing.T) {
+	hq, hkv, n, d := 4, 2, 12, 8
+	q, k, v := data(3*hq*n*d, 21), data(3*hkv*n*d, 22), data(3*hkv*n*d, 23)
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	// rows [a, e) of batch entry b, every head, as contiguous [1, h, e - a, d] data
+	cut := func(x []float32, b, h, a, e int) []float32 {
+		var out []float32
+		for hh := 0; hh < h; hh++ {
+			at := (b*h + hh) * n * d
+			out = append(out, x[at+a*d:at+e*d]...)
+		}
+		return out
+	}
+	own := func(b, a, e int, qs, ks, vs []float32) []float32 {
+		m := e - a
+		qq, kk, vv := cut(qs, b, hq, a, e), cut(ks, b, hkv, a, e), cut(vs, b, hkv, a, e)
+		o := make([]float32, len(qq))
+		tq, _ := BHTD(qq, 1, hq, m, d)
+		tk, _ := BHTD(kk, 1, hkv, m, d)
+		tv, _ := BHTD(vv, 1, hkv, m, d)
+		to, _ := BHTD(o, 1, hq, m, d)
+		if err := ctx.Attention(nil, tq, tk, tv, to, nil); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	same := func(x, y []float32) bool {
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+				return false
+			}
+		}
+		return len(x) == len(y)
+	}
+	starts := []int64{0, 5, 9}
+	o := make([]float32, len(q))
+	tq, _ := BHTD(q, 3, hq, n, d)
+	tk, _ := BHTD(k, 3, hkv, n, d)
+	tv, _ := BHTD(v, 3, hkv, n, d)
+	to, _ := BHTD(o, 3, hq, n, d)
+	opts := &Options{KVStarts: starts, KVLens: []int64{12, 7, 3}}
+	if err := ctx.Attention(opts, tq, tk, tv, to, nil); err != nil {
+		t.Fatal(err)
+	}
+	for b, p := range starts {
+		if !same(cut(o, b, hq, int(p), n), own(b, int(p), n, q, k, v)) {
+			t.Fatalf("padded sequence %d differs from its own call", b)
+		}
+	}
+	cu := []int64{0, 5, 6, 12}
+	qr, kr, vr := q[:hq*n*d], k[:hkv*n*d], v[:hkv*n*d]
+	or := make([]float32, len(qr))
+	rq, _ := BHTD(qr, 1, hq, n, d)
+	rk, _ := BHTD(kr, 1, hkv, n, d)
+	rv, _ := BHTD(vr, 1, hkv, n, d)
+	ro, _ := BHTD(or, 1, hq, n, d)
+	if err := ctx.Attention(&Options{CuSeqlensQ: cu, CuSeqlensK: cu}, rq, rk, rv, ro, nil); err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s < 3; s++ {
+		a, e := int(cu[s]), int(cu[s+1])
+		if !same(cut(or, 0, hq, a, e), own(0, a, e, qr, kr, vr)) {
+			t.Fatalf("ragged sequence %d differs from its own call", s)
+		}
+	}
+	untouched := make([]float32, len(q))
+	for i := range untouched {
+		untouched[i] = 7
+	}
+	tu, _ := BHTD(untouched, 3, hq, n, d)
+	err = ctx.Attention(&Options{KVLens: []int64{1, 2}}, tq, tk, tv, tu, nil)
+	if e, ok := err.(*Error); !ok || e.Status != InvalidOption {
+		t.Fatalf("short KVLens: %v", err)
+	}
+	for _, x := range untouched {
+		if x != 7 {
+			t.Fatal("a refused call wrote its output")
+		}
+	}
+}
