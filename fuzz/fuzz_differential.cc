@@ -71,8 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (p.batch == 2) {  // batch 1 alone, as views of the same buffers
     Tensors shard = t;
-    octattn_tensor q = shard.q.t, k = shard.k.t, v = shard.v.t, o = shard.o.t;
-    for (octattn_tensor* x : {&q, &k, &v, &o}) {
+    // The weights too when the call asked for them: AUTO runs naive then, fused without.
+    octattn_tensor q = shard.q.t, k = shard.k.t, v = shard.v.t, o = shard.o.t, w = shard.w.t;
+    for (octattn_tensor* x : {&q, &k, &v, &o, &w}) {
       x->data = static_cast<float*>(x->data) + x->stride[0];
       x->shape[0] = 1;
     }
@@ -90,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       mask.shape[0] = 1;
       opt.mask = &mask;
     }
-    FUZZ_CHECK(octattn_attention(one, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
-               OCTATTN_OK);
+    FUZZ_CHECK(octattn_attention(one, &opt, &q, &k, &v, &o, nullptr, shard.has_w ? &w : nullptr,
+                                 nullptr, 0) == OCTATTN_OK);
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(shard.o.RowEquals(t.o, 1, h, i));
   }
