@@ -200,26 +200,21 @@ def main():
             f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} {window} {stride}\n")
             for label, t in (("q", q), ("k", k), ("v", v), ("o", o)):
                 f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
-        for name, opts, q, k, v, o in modifier_cases():
+        # The option lines of a case: numbers, int lists, then float tensors.
+        for name, opts, q, k, v, o in modifier_cases() + padded_cases():
             b, hq, tq, d = q.shape
             _, hkv, tk, _ = k.shape
             f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} {opts.get('window', 0)} 0\n")
             for key in ("softcap", "chunk"):
                 if key in opts:
                     f.write(f"{key} {opts[key]}\n")
+            for key in ("kv_starts", "kv_lens"):
+                if key in opts:
+                    f.write(key + " " + " ".join(str(x) for x in opts[key]) + "\n")
             for key in ("slopes", "sinks", "bias", "mask"):
                 if key in opts:
                     values = opts[key].to(torch.float32).flatten().tolist()
                     f.write(key + " " + " ".join(f"{x:.9e}" for x in values) + "\n")
-            for label, t in (("q", q), ("k", k), ("v", v), ("o", o.float())):
-                f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
-        for name, opts, q, k, v, o in padded_cases():
-            b, hq, tq, d = q.shape
-            _, hkv, tk, _ = k.shape
-            f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} 0 0\n")
-            for key in ("kv_starts", "kv_lens"):
-                if key in opts:
-                    f.write(key + " " + " ".join(str(x) for x in opts[key]) + "\n")
             for label, t in (("q", q), ("k", k), ("v", v), ("o", o.float())):
                 f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
     print(f"wrote {out}")
