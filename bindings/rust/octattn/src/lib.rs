@@ -929,6 +929,26 @@ mod tests {
             data(3 * hkv * t * d, 23),
         );
         let mut ctx = Context::new().unwrap();
+        // One call on contiguous [b, H, n, d] data: its status and its output (filled with
+        // 7 before the call).
+        let mut attend = |opts: &Options, q: &[f32], k: &[f32], v: &[f32], b: usize, n: usize| {
+            let mut o = vec![7.0f32; q.len()];
+            let r = ctx.attention(
+                opts,
+                &Tensor::bhtd(q, [b, hq, n, d]).unwrap(),
+                &Tensor::bhtd(k, [b, hkv, n, d]).unwrap(),
+                &Tensor::bhtd(v, [b, hkv, n, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut o, [b, hq, n, d]).unwrap(),
+                None,
+            );
+            (r, o)
+        };
+        // Rows [a, e) of batch entry b of [_, h, t, d] data, every head.
+        let cut = |x: &[f32], h: usize, b: usize, a: usize, e: usize| -> Vec<f32> {
+            (0..h)
+                .flat_map(|hh| x[((b * h + hh) * t + a) * d..((b * h + hh) * t + e) * d].to_vec())
+                .collect()
+        };
         // Left padding: sequence b's tokens are rows starts[b].. of batch entry b.
         let (starts, lens) = ([0i64, 5, 9], [12i64, 7, 3]);
         let opts = Options {
@@ -936,49 +956,22 @@ mod tests {
             kv_lens: Some(&lens),
             ..Options::default()
         };
-        let mut o = vec![1.0f32; q.len()];
-        ctx.attention(
-            &opts,
-            &Tensor::bhtd(&q, [3, hq, t, d]).unwrap(),
-            &Tensor::bhtd(&k, [3, hkv, t, d]).unwrap(),
-            &Tensor::bhtd(&v, [3, hkv, t, d]).unwrap(),
-            &mut TensorMut::bhtd(&mut o, [3, hq, t, d]).unwrap(),
-            None,
-        )
-        .unwrap();
+        let (r, o) = attend(&opts, &q, &k, &v, 3, t);
+        r.unwrap();
         for (b, &start) in starts.iter().enumerate() {
             let p = start as usize;
-            let n = t - p;
-            // Batch entry b's rows p.. as a call of its own (views with the batch strides).
-            let view = |x: &[f32], h: usize| -> Vec<f32> {
-                let mut out = Vec::new();
-                for hh in 0..h {
-                    for i in p..t {
-                        let at = ((b * h + hh) * t + i) * d;
-                        out.extend_from_slice(&x[at..at + d]);
-                    }
-                }
-                out
-            };
-            let (qb, kb, vb) = (view(&q, hq), view(&k, hkv), view(&v, hkv));
-            let mut ob = vec![0.0f32; qb.len()];
-            ctx.attention(
-                &Options::default(),
-                &Tensor::bhtd(&qb, [1, hq, n, d]).unwrap(),
-                &Tensor::bhtd(&kb, [1, hkv, n, d]).unwrap(),
-                &Tensor::bhtd(&vb, [1, hkv, n, d]).unwrap(),
-                &mut TensorMut::bhtd(&mut ob, [1, hq, n, d]).unwrap(),
-                None,
-            )
-            .unwrap();
-            assert_eq!(view(&o, hq), ob, "sequence {b}");
-            for h in 0..hq {
-                let at = (b * hq + h) * t * d;
-                assert!(
-                    o[at..at + p * d].iter().all(|&x| x == 0.0),
-                    "padded rows are zeros"
-                );
-            }
+            let (qb, kb, vb) = (
+                cut(&q, hq, b, p, t),
+                cut(&k, hkv, b, p, t),
+                cut(&v, hkv, b, p, t),
+            );
+            let (r, own) = attend(&Options::default(), &qb, &kb, &vb, 1, t - p);
+            r.unwrap();
+            assert_eq!(cut(&o, hq, b, p, t), own, "sequence {b}");
+            assert!(
+                cut(&o, hq, b, 0, p).iter().all(|&x| x == 0.0),
+                "padded rows are zeros"
+            );
         }
         // Ragged: the same three sequences packed along the rows of batch entry 0.
         let cu = [0i64, 5, 6, 12];
@@ -986,38 +979,23 @@ mod tests {
             cu_seqlens: Some((&cu, &cu)),
             ..Options::default()
         };
-        let rows = |x: &[f32], h: usize| -> Vec<f32> { x[..h * t * d].to_vec() };
-        let (qr, kr, vr) = (rows(&q, hq), rows(&k, hkv), rows(&v, hkv));
-        let mut or = vec![0.0f32; qr.len()];
-        ctx.attention(
-            &opts,
-            &Tensor::bhtd(&qr, [1, hq, t, d]).unwrap(),
-            &Tensor::bhtd(&kr, [1, hkv, t, d]).unwrap(),
-            &Tensor::bhtd(&vr, [1, hkv, t, d]).unwrap(),
-            &mut TensorMut::bhtd(&mut or, [1, hq, t, d]).unwrap(),
-            None,
-        )
-        .unwrap();
+        let (qr, kr, vr) = (
+            cut(&q, hq, 0, 0, t),
+            cut(&k, hkv, 0, 0, t),
+            cut(&v, hkv, 0, 0, t),
+        );
+        let (r, or) = attend(&opts, &qr, &kr, &vr, 1, t);
+        r.unwrap();
         for s in 0..3 {
             let (a, e) = (cu[s] as usize, cu[s + 1] as usize);
-            let n = e - a;
-            let cut = |x: &[f32], h: usize| -> Vec<f32> {
-                (0..h)
-                    .flat_map(|hh| x[(hh * t + a) * d..(hh * t + e) * d].to_vec())
-                    .collect()
-            };
-            let (qs, ks, vs) = (cut(&qr, hq), cut(&kr, hkv), cut(&vr, hkv));
-            let mut os = vec![0.0f32; qs.len()];
-            ctx.attention(
-                &Options::default(),
-                &Tensor::bhtd(&qs, [1, hq, n, d]).unwrap(),
-                &Tensor::bhtd(&ks, [1, hkv, n, d]).unwrap(),
-                &Tensor::bhtd(&vs, [1, hkv, n, d]).unwrap(),
-                &mut TensorMut::bhtd(&mut os, [1, hq, n, d]).unwrap(),
-                None,
-            )
-            .unwrap();
-            assert_eq!(cut(&or, hq), os, "sequence {s}");
+            let (qs, ks, vs) = (
+                cut(&qr, hq, 0, a, e),
+                cut(&kr, hkv, 0, a, e),
+                cut(&vr, hkv, 0, a, e),
+            );
+            let (r, own) = attend(&Options::default(), &qs, &ks, &vs, 1, e - a);
+            r.unwrap();
+            assert_eq!(cut(&or, hq, 0, a, e), own, "sequence {s}");
         }
         // Arrays of the wrong length: an error before the call, nothing written.
         let short = [1i64, 2];
@@ -1025,18 +1003,8 @@ mod tests {
             kv_lens: Some(&short),
             ..Options::default()
         };
-        let mut untouched = vec![7.0f32; q.len()];
-        let err = ctx
-            .attention(
-                &opts,
-                &Tensor::bhtd(&q, [3, hq, t, d]).unwrap(),
-                &Tensor::bhtd(&k, [3, hkv, t, d]).unwrap(),
-                &Tensor::bhtd(&v, [3, hkv, t, d]).unwrap(),
-                &mut TensorMut::bhtd(&mut untouched, [3, hq, t, d]).unwrap(),
-                None,
-            )
-            .unwrap_err();
-        assert_eq!(err.status, sys::OCTATTN_ERROR_INVALID_OPTION);
+        let (r, untouched) = attend(&opts, &q, &k, &v, 3, t);
+        assert_eq!(r.unwrap_err().status, sys::OCTATTN_ERROR_INVALID_OPTION);
         assert!(untouched.iter().all(|&x| x == 7.0));
     }
 }
