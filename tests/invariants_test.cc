@@ -248,7 +248,8 @@ class GuardedRows {
 TEST_CASE("key and value rows no query of the call may read are never loaded", "[invariants]") {
   // Rows outside [first, last) of k and v sit on inaccessible pages. Cases: a decode
   // step and a chunked prefill under a sliding window (rows below the first query's
-  // window), and a causal call with an explicit q_start (rows past the last query).
+  // window), and a causal call with an explicit q_start (rows past the last query);
+  // the last two read whole key tiles in place (decode-sized rows, dim 64).
   struct GuardCase {
     int64_t q_len, kv_len, window, q_start, first, last;
   };
@@ -256,6 +257,8 @@ TEST_CASE("key and value rows no query of the call may read are never loaded", "
       {1, 5000, 100, 4999, 4900, 5000},    // decode: rows below 4900 unread
       {300, 5000, 100, 4700, 4601, 5000},  // prefill rows at 4700..4999
       {3, 5000, 0, 100, 0, 103},           // plain causal: rows past 102 unread
+      {1, 5000, 600, 4999, 4400, 5000},    // decode, window over whole tiles
+      {2, 5000, 0, 1300, 0, 1302},         // two queries: rows past 1301 unread
   };
   for (const GuardCase& g : cases)
     for (int64_t dim : {64, 20}) {  // 20: value rows are packed copies, not direct
