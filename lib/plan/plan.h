@@ -141,6 +141,11 @@ inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0
     const int64_t first_col = NextOnStride(from, last.stride, last.phase);
     strided_hit = first_col < j1 && first_col < last.strided_end;
   }
+  // Rows of more than one chunk: a later chunk's row may hold none of the keys (past
+  // kv_len) and so no strided columns, while an earlier chunk's row reads them here; the
+  // last row does not bound them then, so such a tile is never called empty.
+  const bool chunks = m.chunk > 0 && ChunkStart(m, qpos0) != ChunkStart(m, qpos1 - 1);
+  if (dense_miss && chunks && m.causal && m.window > 0 && m.stride > 0) return kTilePartial;
   if (dense_miss && !strided_hit) return kTileEmpty;
   return kTilePartial;
 }
