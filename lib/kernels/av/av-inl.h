@@ -15,12 +15,19 @@ struct KeyData {
   int64_t base;
 };
 
-// acc[r][c] += p_r[j] * v[j][c * lanes ...] for j = j0, j0 + step, ... < j1.
-template <int R, int C>
+// A step's prefetch: none.
+struct NoFetch {
+  OCTATTN_INLINE void operator()(int64_t) const {}
+};
+
+// acc[r][c] += p_r[j] * v[j][c * lanes ...] for j = j0, j0 + step, ... < j1, calling
+// fetch(j) first at each j (a prefetch of rows ahead; it changes no result).
+template <int R, int C, class Fetch = NoFetch>
 OCTATTN_INLINE void AvRange(const KeyData& kd, const float* const* p, int64_t j0, int64_t j1,
-                            int64_t step, typename S::V (&acc)[R][C]) {
+                            int64_t step, typename S::V (&acc)[R][C], Fetch fetch = {}) {
   constexpr size_t L = S::kLanes;
   for (int64_t j = j0; j < j1; j += step) {
+    fetch(j);
     const float* vj = kd.v + (j - kd.base) * kd.v_row;
     typename S::V vv[C];
     for (int c = 0; c < C; ++c) vv[c] = S::Load(vj + c * L);

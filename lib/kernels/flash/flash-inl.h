@@ -1,7 +1,8 @@
 // The fused path: online-softmax attention over K/V tiles, never holding more than a
 // tile of scores. Tiles are packed (transposed K, V panels), except that decode-sized
-// row lists read the tiles every row reads whole in place (the direct tiles below). Included inside
-// a per-target namespace that defines the SIMD vocabulary S, after the common, qk and av families.
+// row lists read the tiles every row reads whole in place (the direct tiles below).
+// Included inside a per-target namespace that defines the SIMD vocabulary S, after the
+// common, qk and av families.
 //
 // Row state: [m, l, o[0 .. dvp)] = running max, running sum of exp(s - m), and the
 // unnormalized output. Every update is the same sequence of operations for a row
@@ -512,26 +513,6 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
   }
 }
 
-// acc[r][c] += p[r][j - t0] * v[j][c * lanes ...] for keys j in [a, b), whose value rows
-// (from column c0) start at v, v_row apart: AvRange's chains, each step fetching part
-// `part` of `parts` of the row kDirectAhead keys on.
-template <int R, int C>
-OCTATTN_INLINE void DirectRange(const DirectTile& dt, const float* const* p, int64_t a, int64_t b,
-                                const float* v, int64_t v_row, int64_t part, int64_t parts,
-                                typename S::V (&acc)[R][C]) {
-  constexpr size_t L = S::kLanes;
-  for (int64_t j = a; j < b; ++j) {
-    dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + kDirectAhead, part, parts);
-    const float* vj = v + (j - a) * v_row;
-    typename S::V vv[C];
-    for (int c = 0; c < C; ++c) vv[c] = S::Load(vj + c * L);
-    for (int r = 0; r < R; ++r) {
-      const typename S::V pb = S::Set(p[r][j - dt.t0]);
-      for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb, vv[c], acc[r][c]);
-    }
-  }
-}
-
 // Adds the value rows of the tile weighted by p[r][0, t1 - t0) to the R states: groups
 // of keys, each group's columns a register block at a time.
 template <int R>
@@ -543,21 +524,28 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
   for (int64_t g0 = dt.t0; g0 < dt.t1; g0 += kDirectKeys) {
     const int64_t g1 = plan::MinI(g0 + kDirectKeys, dt.t1);
     for (int64_t a = g0; a < g1;) {
+      // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step fetches
+      // part `part` of the value row kDirectAhead keys on.
       const int64_t b = dt.Run(a, g1);
       const float* v = dt.V(a);
+      const float* pa[R];
+      for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
       int64_t c0 = 0, part = 0;
+      auto fetch = [&](int64_t j) {
+        dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + kDirectAhead, part, parts);
+      };
       for (; c0 + W <= dvp; c0 += W, ++part) {
         typename S::V acc[R][kAvVecs];
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-        DirectRange<R, kAvVecs>(dt, p, a, b, v + c0, t.op.v_row, part, parts, acc);
+        AvRange<R, kAvVecs>(KeyData{pa, 1, v + c0, t.op.v_row, a}, pa, a, b, 1, acc, fetch);
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
       }
       for (; c0 < dvp; c0 += L, ++part) {
         typename S::V acc[R][1];
         for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-        DirectRange<R, 1>(dt, p, a, b, v + c0, t.op.v_row, part, parts, acc);
+        AvRange<R, 1>(KeyData{pa, 1, v + c0, t.op.v_row, a}, pa, a, b, 1, acc, fetch);
         for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
       }
       a = b;
