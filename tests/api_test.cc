@@ -271,7 +271,11 @@ TEST_CASE("every status is provoked and leaves the outputs untouched", "[api]") 
   }
   SECTION("unsupported") {
     ExpectStatus(OCTATTN_ERROR_UNSUPPORTED, [](Context& ctx, Call& c) {
-      c.p.k.t.dtype = OCTATTN_DTYPE_BF16;
+      c.o.t.dtype = OCTATTN_DTYPE_BF16;  // o is f32 or q's dtype (f32 here)
+      return c.Run(ctx);
+    });
+    ExpectStatus(OCTATTN_ERROR_UNSUPPORTED, [](Context& ctx, Call& c) {
+      c.lse.t.dtype = OCTATTN_DTYPE_F16;  // lse and weights are f32
       return c.Run(ctx);
     });
     ExpectStatus(OCTATTN_ERROR_UNSUPPORTED, [](Context& ctx, Call& c) {

@@ -54,6 +54,9 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
                             const octattn_tensor* dbias, BackwardCall* c) {
   OCTATTN_CHECK(
       api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, api::Role::kInput));
+  for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
+    if (t->type != octattn::kernels::kF32)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");
   if (!c->fwd.seqs.empty() && c->fwd.seqs[0].paging.blocks)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the backward writes dk and dv of contiguous keys: it takes no paged cache");

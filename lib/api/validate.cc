@@ -54,12 +54,16 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
       return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "a mask tensor's dtype must be bool"));
   } else if (t->dtype == OCTATTN_DTYPE_BOOL) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "bool data is for mask tensors only"));
-  } else if (t->dtype == OCTATTN_DTYPE_BF16 || t->dtype == OCTATTN_DTYPE_F16) {
-    return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "only f32 data is supported"));
-  } else if (t->dtype != OCTATTN_DTYPE_F32) {
+  } else if (t->dtype != OCTATTN_DTYPE_F32 && t->dtype != OCTATTN_DTYPE_BF16 &&
+             t->dtype != OCTATTN_DTYPE_F16) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "unknown dtype"));
+  } else if (t->dtype != OCTATTN_DTYPE_F32 && dtype != kFloating) {
+    return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "this tensor takes f32 data only"));
   }
-  const uint64_t elem = dtype == OCTATTN_DTYPE_BOOL ? 1 : sizeof(float);
+  const kernels::Dtype type =
+      dtype == OCTATTN_DTYPE_BOOL ? kernels::kF32 : static_cast<kernels::Dtype>(t->dtype);
+  const uint64_t elem =
+      dtype == OCTATTN_DTYPE_BOOL ? 1 : static_cast<uint64_t>(kernels::DtypeBytes(type));
   if (t->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "reserved is not 0"));
   const int dims = sequence ? 3 : 4;
   if (sequence && t->shape[3] != 1)
@@ -89,10 +93,13 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
       bytes > SIZE_MAX / 2 || __builtin_add_overflow(lo, static_cast<uintptr_t>(bytes), &hi))
     return Fail(OCTATTN_ERROR_OVERFLOW, Name(name, "the extent in bytes overflows size_t"));
   if (lo % elem != 0)
-    return Fail(OCTATTN_ERROR_MISALIGNED, Name(name, "data is not aligned to 4 bytes"));
+    return Fail(OCTATTN_ERROR_MISALIGNED,
+                Name(name, elem == 4 ? "data is not aligned to 4 bytes"
+                                     : "16-bit data is not aligned to 2 bytes"));
   if (role == Role::kOutput && !ElementsDisjoint(t->shape, t->stride, dims))
     return Fail(OCTATTN_ERROR_INVALID_STRIDE, Name(name, "output elements overlap each other"));
   out->data = static_cast<float*>(t->data);
+  out->type = type;
   for (int d = 0; d < 4; ++d) {
     out->shape[d] = t->shape[d];
     out->stride[d] = d < dims ? t->stride[d] : 0;

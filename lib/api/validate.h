@@ -35,10 +35,11 @@ Check Fail(octattn_status code, std::string message);
 constexpr int64_t kMaxSize = int64_t{1} << 60;
 constexpr int64_t kMaxPosition = int64_t{1} << 62;
 
-// A tensor that passed validation: f32 data, sizes >= 1, strides >= 0, and the byte
-// range [lo, hi) its elements occupy.
+// A tensor that passed validation: sizes >= 1, strides >= 0, and the byte range [lo, hi)
+// its elements occupy.
 struct TensorInfo {
-  float* data = nullptr;  // the data pointer (bytes for a bool tensor)
+  float* data = nullptr;  // the data pointer (bytes for a bool tensor, 16-bit elements)
+  kernels::Dtype type = kernels::kF32;
   int64_t shape[4] = {0, 0, 0, 0};
   int64_t stride[4] = {0, 0, 0, 0};
   uintptr_t lo = 0, hi = 0;
@@ -47,7 +48,9 @@ struct TensorInfo {
 enum class Role { kInput, kOutput };
 
 // `sequence`: a [B, T, C] tensor stored as shape {B, T, C, 1}; stride[3] is ignored.
-// `dtype`: the one dtype accepted (f32 or, for mask tensors, bool).
+// `dtype`: the one dtype accepted (f32 or, for mask tensors, bool), or kFloating: f32,
+// bf16 or f16 (data aligned to its element).
+constexpr octattn_dtype kFloating = -1;
 Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool sequence,
                      TensorInfo* out, octattn_dtype dtype = OCTATTN_DTYPE_F32);
 // ALIASING if the two byte ranges overlap.

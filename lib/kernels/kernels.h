@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/kernels/common/dtype.h"
 #include "lib/plan/plan.h"
 
 #define OCTATTN_INLINE inline __attribute__((always_inline))
@@ -61,7 +62,9 @@ struct Paging {
 // The operands of one attention call seen from one (batch, query head): every pointer
 // points at that head's first element (k and v at its kv head's); strides are in
 // elements. The *_head strides step to the next query head of the same kv head, for
-// tasks that block a GQA group's heads together. lse and weights may be null.
+// tasks that block a GQA group's heads together. lse and weights may be null. q, k, v
+// and o hold elements of their *_type (a 16-bit type behind the float pointer: step
+// through them with ElemAt); lse and weights are f32.
 struct Operands {
   const float* q;
   int64_t q_head, q_row, q_dim;
@@ -80,23 +83,26 @@ struct Operands {
   plan::Mask mask;
   Mods mods;
   const Paging* paging = nullptr;  // null: key j at k + j * k_row (v likewise)
+  Dtype q_type = kF32, k_type = kF32, v_type = kF32, o_type = kF32;
+  // Whether every operand is f32 (the 16-bit ones are widened as they are read).
+  bool F32() const { return q_type == kF32 && k_type == kF32 && v_type == kF32 && o_type == kF32; }
 };
 
 namespace {  // internal linkage: included by per-arch units (plan.h says why)
 
 // Key (value) row j of an op, contiguous or paged.
 inline const float* PagedRow(const float* base, int64_t row, int64_t block, const Paging& p,
-                             int64_t j) {
+                             int64_t j, Dtype t) {
   const int64_t r = p.first + j;
-  return base + static_cast<int64_t>(p.blocks[r / p.size]) * block + (r % p.size) * row;
+  return ElemAt(base, static_cast<int64_t>(p.blocks[r / p.size]) * block + (r % p.size) * row, t);
 }
 inline const float* KeyRow(const Operands& op, int64_t j) {
-  return op.paging ? PagedRow(op.k, op.k_row, op.paging->k_block, *op.paging, j)
-                   : op.k + j * op.k_row;
+  return op.paging ? PagedRow(op.k, op.k_row, op.paging->k_block, *op.paging, j, op.k_type)
+                   : ElemAt(op.k, j * op.k_row, op.k_type);
 }
 inline const float* ValueRow(const Operands& op, int64_t j) {
-  return op.paging ? PagedRow(op.v, op.v_row, op.paging->v_block, *op.paging, j)
-                   : op.v + j * op.v_row;
+  return op.paging ? PagedRow(op.v, op.v_row, op.paging->v_block, *op.paging, j, op.v_type)
+                   : ElemAt(op.v, j * op.v_row, op.v_type);
 }
 
 }  // namespace

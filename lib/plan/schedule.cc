@@ -26,6 +26,10 @@ kernels::FlashTask ProbeTask(const CallShape& c) {
   t.op.v_dim = c.v_dim;
   t.op.mask = c.mask;
   t.op.mods = c.mods;
+  t.op.q_type = c.q_type;
+  t.op.k_type = c.k_type;
+  t.op.v_type = c.v_type;
+  t.op.o_type = c.o_type;
   t.heads = c.q_heads / c.kv_heads;
   t.row_begin = 0;
   t.row_end = c.q_len;

@@ -21,6 +21,9 @@ struct CallShape {
   int64_t v_dim;  // element stride of v along value_dim (packed copies when not 1)
   Mask mask;
   kernels::Mods mods;  // the call's modifiers (scratch sizes depend on their presence)
+  // The element types of q, k, v and o (16-bit ones take conversion scratch).
+  kernels::Dtype q_type = kernels::kF32, k_type = kernels::kF32, v_type = kernels::kF32,
+                 o_type = kernels::kF32;
 };
 
 enum class Algorithm { kReference, kNaive, kFused };

@@ -9,6 +9,8 @@ namespace reference {
 
 using kernels::ConstMatrix;
 using kernels::KeyRow;
+using kernels::LoadElem;
+using kernels::StoreElem;
 using kernels::Matrix;
 using kernels::Operands;
 using kernels::ValueRow;
@@ -44,7 +46,7 @@ void AttentionHead(const Operands& t, double* scratch) {
   const double sink = mods.sinks ? static_cast<double>(mods.sinks[0]) : kNegInf;
   for (int64_t i = 0; i < t.q_len; ++i) {
     const int64_t qpos = t.mask.q_start + i;
-    const float* q = t.q + i * t.q_row;
+    const float* q = kernels::ElemAt(t.q, i * t.q_row, t.q_type);
     double m = kNegInf;
     for (int64_t j = 0; j < t.kv_len; ++j) {
       if (!PairAllowed(t, i, qpos, j)) {
@@ -54,7 +56,8 @@ void AttentionHead(const Operands& t, double* scratch) {
       const float* k = KeyRow(t, j);
       double dot = 0.0;
       for (int64_t d = 0; d < t.head_dim; ++d)
-        dot += static_cast<double>(q[d * t.q_dim]) * k[d * t.k_dim];
+        dot += static_cast<double>(LoadElem(q, d * t.q_dim, t.q_type)) *
+               LoadElem(k, d * t.k_dim, t.k_type);
       double x = dot * t.scale;
       if (mods.softcap > 0.0f) x = mods.softcap * std::tanh(x / mods.softcap);
       if (mods.slopes) x += static_cast<double>(mods.slopes[0]) * static_cast<double>(j - qpos);
@@ -63,9 +66,9 @@ void AttentionHead(const Operands& t, double* scratch) {
       if (s[j] > m || std::isnan(s[j])) m = std::isnan(m) ? m : s[j];
     }
     for (int64_t d = 0; d < t.value_dim; ++d) acc[d] = 0.0;
-    float* o = t.o + i * t.o_row;
+    float* o = kernels::ElemAt(t.o, i * t.o_row, t.o_type);
     if (m == kNegInf) {  // nothing allowed, or every allowed score is -inf
-      for (int64_t d = 0; d < t.value_dim; ++d) o[d * t.o_dim] = 0.0f;
+      for (int64_t d = 0; d < t.value_dim; ++d) StoreElem(o, d * t.o_dim, t.o_type, 0.0f);
       if (t.lse) t.lse[i * t.lse_row] = static_cast<float>(sink);
       if (t.weights)
         for (int64_t j = 0; j < t.kv_len; ++j) t.weights[i * t.w_row + j * t.w_col] = 0.0f;
@@ -81,9 +84,10 @@ void AttentionHead(const Operands& t, double* scratch) {
       if (!PairAllowed(t, i, qpos, j)) continue;  // masked value rows are never read
       const float* v = ValueRow(t, j);
       const double p = s[j] / sum;
-      for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * v[d * t.v_dim];
+      for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * LoadElem(v, d * t.v_dim, t.v_type);
     }
-    for (int64_t d = 0; d < t.value_dim; ++d) o[d * t.o_dim] = static_cast<float>(acc[d]);
+    for (int64_t d = 0; d < t.value_dim; ++d)
+      StoreElem(o, d * t.o_dim, t.o_type, static_cast<float>(acc[d]));
     if (t.lse) t.lse[i * t.lse_row] = static_cast<float>(m + std::log(sum));
     if (t.weights)
       for (int64_t j = 0; j < t.kv_len; ++j)

@@ -21,16 +21,17 @@ struct NoFetch {
 };
 
 // acc[r][c] += p_r[j] * v[j][c * lanes ...] for j = j0, j0 + step, ... < j1, calling
-// fetch(j) first at each j (a prefetch of rows ahead; it changes no result).
-template <int R, int C, class Fetch = NoFetch>
+// fetch(j) first at each j (a prefetch of rows ahead; it changes no result). The value
+// rows hold elements of type T (kd.v_row counts them), widened as they are loaded.
+template <int R, int C, class Fetch = NoFetch, Dtype T = kF32>
 OCTATTN_INLINE void AvRange(const KeyData& kd, const float* const* p, int64_t j0, int64_t j1,
                             int64_t step, typename S::V (&acc)[R][C], Fetch fetch = {}) {
-  constexpr size_t L = S::kLanes;
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   for (int64_t j = j0; j < j1; j += step) {
     fetch(j);
-    const float* vj = kd.v + (j - kd.base) * kd.v_row;
+    const float* vj = ElemAt(kd.v, (j - kd.base) * kd.v_row, T);
     typename S::V vv[C];
-    for (int c = 0; c < C; ++c) vv[c] = S::Load(vj + c * L);
+    for (int c = 0; c < C; ++c) vv[c] = S::template LoadAs<T>(ElemAt(vj, c * L, T));
     for (int r = 0; r < R; ++r) {
       const typename S::V pb = S::Set(p[r][(j - kd.base) * kd.p_col]);
       for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb, vv[c], acc[r][c]);

@@ -1,5 +1,6 @@
-// The vocabulary's Transpose8x8, an 8x8 float block transpose, and TransposeRows, eight
-// dimensions of kLanes keys moved into vectors with the keys in lanes. Its portable form is a
+// The vocabulary's Transpose8x8, an 8x8 float block transpose, TransposeRows, eight
+// dimensions of kLanes keys moved into vectors with the keys in lanes, and LoadAs, a
+// vector of bf16 or f16 elements widened. Its portable form is a
 // plain loop; where the including backend says its target has AVX
 // (OCTATTN_AVX_TRANSPOSE, x86 only) transpose_avx-inl.h defines it with shuffles. The
 // families use it only where kBlockTranspose says it is a fast block operation. Included
@@ -14,11 +15,23 @@ static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, fl
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
-// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8.
+// kLanes elements of type T at p, widened to f32.
+template <Dtype T>
+static OCTATTN_INLINE V LoadAs(const float* p) {
+  if constexpr (T == kF32) {
+    return Load(p);
+  } else {
+    alignas(64) float lanes[kLanes];
+    WidenRow(p, 1, T, static_cast<int64_t>(kLanes), lanes);
+    return Load(lanes);
+  }
+}
+// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8 (elements of type T).
+template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
   alignas(64) float lanes[8][kLanes];
   for (size_t e = 0; e < kLanes; ++e)
-    for (int i = 0; i < 8; ++i) lanes[i][e] = rows[e * row + i];
+    for (int i = 0; i < 8; ++i) lanes[i][e] = LoadElem(rows, static_cast<int64_t>(e) * row + i, T);
   for (int i = 0; i < 8; ++i) t[i] = Load(lanes[i]);
 }
 #endif

@@ -34,17 +34,46 @@ static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, fl
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * dst_stride, r[i]);
 }
 
+// Eight elements of type T at p widened to f32 (bf16: moved to the high half of each
+// lane; f16: F16C's conversion; both exact).
+template <Dtype T>
+static OCTATTN_INLINE __m256 Row8(const float* p) {
+  if constexpr (T == kF32) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (T == kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+  }
+}
+
+// kLanes elements of type T at p, widened to f32.
+template <Dtype T>
+static OCTATTN_INLINE V LoadAs(const float* p) {
+  if constexpr (T == kF32) {
+    return Load(p);
+  } else if constexpr (kLanes == 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (T == kBf16)
+      return FromRaw(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    return FromRaw(_mm512_cvtph_ps(h));
+  } else {
+    return FromRaw(Row8<T>(p));
+  }
+}
+
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
-// keys, keys in lanes, read from the keys' rows in place (no copy). AVX-512: rows e
-// and e + 8 share a zmm register, whose two halves are transposed as two 8x8 blocks;
-// a two-source permute then joins keys 0-7 and 8-15 of each dimension.
-template <size_t N = kLanes>
+// keys, keys in lanes, read from the keys' rows (elements of type T, strides in
+// elements) in place (no copy). AVX-512: rows e and e + 8 share a zmm register, whose
+// two halves are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7
+// and 8-15 of each dimension.
+template <Dtype T = kF32, size_t N = kLanes>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
   if constexpr (N == 16) {
     __m512 r[8], u[8];
     for (int i = 0; i < 8; ++i)
-      r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_loadu_ps(rows + i * row)),
-                                _mm256_loadu_ps(rows + (i + 8) * row), 1);
+      r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(Row8<T>(ElemAt(rows, i * row, T))),
+                                Row8<T>(ElemAt(rows, (i + 8) * row, T)), 1);
     for (int i = 0; i < 8; i += 2) {
       u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
       u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -68,7 +97,7 @@ static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[
   } else {
     static_assert(N == 8, "eight or sixteen lanes");
     __m256 r[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows + i * row);
+    for (int i = 0; i < 8; ++i) r[i] = Row8<T>(ElemAt(rows, i * row, T));
     Transpose8x8Regs(r);
     for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
   }

@@ -64,12 +64,12 @@ static inline void MergeState(float* run, const float* cur, int64_t dvp) {
 }
 
 // o row and lse from a final state; `sink` (-inf: none) joins the denominator last, in
-// prefill and decode alike.
+// prefill and decode alike. A 16-bit o gets the f32 row rounded to nearest even.
 static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, float* o,
-                             int64_t o_dim, float* lse, float* tmp, float sink) {
+                             int64_t o_dim, Dtype o_type, float* lse, float* tmp, float sink) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const bool empty = st[0] == -__builtin_inff();
-  const bool direct = o_dim == 1 && value_dim % L == 0;
+  const bool direct = o_type == kF32 && o_dim == 1 && value_dim % L == 0;
   float* dst = direct ? o : tmp;
   float factor = empty ? 0.0f : 1.0f / st[1];
   float row_lse = empty ? -__builtin_inff() : st[0] + __builtin_logf(st[1]);
@@ -89,7 +89,7 @@ static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, fl
   if (empty)
     for (int64_t d = 0; d < dvp; ++d) dst[d] = 0.0f;  // also when the state holds NaN
   if (!direct)
-    for (int64_t d = 0; d < value_dim; ++d) o[d * o_dim] = dst[d];
+    for (int64_t d = 0; d < value_dim; ++d) StoreElem(o, d * o_dim, o_type, dst[d]);
   if (lse) *lse = row_lse;
 }
 
@@ -402,10 +402,12 @@ constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
 constexpr int64_t kDirectAhead = 32;
 
 // Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
-// whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, no
-// score modifiers, on a target with a fast block transpose.
+// whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
+// and values of one element type (16-bit ones widened in registers), no score
+// modifiers, on a target with a fast block transpose.
 static inline bool FlashDirect(const FlashTask& t, int64_t step) {
-  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows && t.op.k_dim == 1 &&
+  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
+         t.op.k_type == t.op.v_type && t.op.k_dim == 1 &&
          t.op.head_dim % 8 == 0 && ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
@@ -426,29 +428,32 @@ struct DirectTile {
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
     return plan::MinI(end, g + size - r % size);
   }
-  // Row i of the stream and its floats (none past the stream: null).
-  const float* Row(int64_t i, int64_t* floats) const {
+  // Row i of the stream and its bytes (none past the stream: null).
+  const char* Row(int64_t i, int64_t* bytes) const {
     const int64_t n = t1 - t0;
+    const float* row;
     if (i < n) {
-      *floats = op->head_dim;
-      return K(t0 + i);
+      *bytes = op->head_dim * DtypeBytes(op->k_type);
+      row = K(t0 + i);
+    } else if (i < 2 * n) {
+      *bytes = op->value_dim * DtypeBytes(op->v_type);
+      row = V(t0 + i - n);
+    } else if (i - 2 * n < next1 - next0) {
+      *bytes = op->head_dim * DtypeBytes(op->k_type);
+      row = K(next0 + i - 2 * n);
+    } else {
+      return nullptr;
     }
-    if (i < 2 * n) {
-      *floats = op->value_dim;
-      return V(t0 + i - n);
-    }
-    if (i - 2 * n >= next1 - next0) return nullptr;
-    *floats = op->head_dim;
-    return K(next0 + i - 2 * n);
+    return reinterpret_cast<const char*>(row);
   }
   // Part `part` of `parts` of the cache lines of stream row i, into L1. (Always inlined:
   // a call whose only effect is a prefetch may be dropped by the compiler.)
   OCTATTN_INLINE void Fetch(int64_t i, int64_t part, int64_t parts) const {
-    int64_t floats = 0;
-    const float* row = Row(i, &floats);
+    int64_t bytes = 0;
+    const char* row = Row(i, &bytes);
     if (!row) return;
     const uintptr_t line0 = reinterpret_cast<uintptr_t>(row) >> 6;
-    const uintptr_t n = ((reinterpret_cast<uintptr_t>(row + floats) - 1) >> 6) - line0 + 1;
+    const uintptr_t n = ((reinterpret_cast<uintptr_t>(row + bytes) - 1) >> 6) - line0 + 1;
     const uintptr_t l0 = n * static_cast<uintptr_t>(part) / static_cast<uintptr_t>(parts);
     const uintptr_t l1 = n * static_cast<uintptr_t>(part + 1) / static_cast<uintptr_t>(parts);
     for (uintptr_t l = l0; l < l1; ++l)
@@ -456,8 +461,9 @@ struct DirectTile {
   }
 };
 
-// Scaled scores of R rows for the keys of the tile into s[r][0, t1 - t0).
-template <int R>
+// Scaled scores of R rows for the keys of the tile (elements of type T) into
+// s[r][0, t1 - t0).
+template <int R, Dtype T>
 static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const float* const* q,
                                 float* const* s) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
@@ -474,11 +480,10 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       rows[g] = dt.K(j0);
       row[g] = t.op.k_row;
       if (dt.Run(j0, j0 + L) < j0 + L) {
-        float* copy = dt.scratch + g * L * hd;
-        for (int64_t e = 0; e < L; ++e) {
-          const float* src = dt.K(j0 + e);
-          for (int64_t d = 0; d < hd; ++d) copy[e * hd + d] = src[d];
-        }
+        float* copy = ElemAt(dt.scratch, g * L * hd, T);
+        for (int64_t e = 0; e < L; ++e)
+          memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e),
+                 static_cast<size_t>(hd * DtypeBytes(T)));
         rows[g] = copy;
         row[g] = hd;
       }
@@ -495,7 +500,8 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, kDirectKeys); ++e)
           dt.Fetch(j - dt.t0 + kDirectAhead + e, 0, 1);
         typename S::V kv[kDirectVecs][8];
-        for (int g = 0; g < kDirectVecs; ++g) S::TransposeRows(rows[g] + d, row[g], kv[g]);
+        for (int g = 0; g < kDirectVecs; ++g)
+          S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
         for (int i = 0; i < 8; ++i)
           for (int r = 0; r < R; ++r) {
             const typename S::V qb = S::Set(q[r][(d + i) * q_dim]);
@@ -514,8 +520,8 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
 }
 
 // Adds the value rows of the tile weighted by p[r][0, t1 - t0) to the R states: groups
-// of keys, each group's columns a register block at a time.
-template <int R>
+// of keys, each group's columns a register block at a time (elements of type T).
+template <int R, Dtype T>
 static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const float* const* p,
                                 float* const* st) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
@@ -538,14 +544,16 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
         typename S::V acc[R][kAvVecs];
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-        AvRange<R, kAvVecs>(KeyData{pa, 1, v + c0, t.op.v_row, a}, pa, a, b, 1, acc, fetch);
+        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a},
+                                                pa, a, b, 1, acc, fetch);
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
       }
       for (; c0 < dvp; c0 += L, ++part) {
         typename S::V acc[R][1];
         for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-        AvRange<R, 1>(KeyData{pa, 1, v + c0, t.op.v_row, a}, pa, a, b, 1, acc, fetch);
+        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a}, pa, a,
+                                          b, 1, acc, fetch);
         for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
       }
       a = b;
@@ -555,7 +563,7 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
 
 // R rows against a direct tile: scores, softmax update, weighted sums (rows with no
 // readable score yet skip them, as in FlashBlock).
-template <int R>
+template <int R, Dtype T>
 static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const FlashRow* rows,
                                float* const* st, float* s_buf) {
   const float* q[R];
@@ -564,7 +572,7 @@ static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const F
     q[r] = rows[r].q;
     s[r] = s_buf + r * kTileKeys;
   }
-  DirectScores<R>(t, dt, q, s);
+  DirectScores<R, T>(t, dt, q, s);
   bool all = true, read[R];
   for (int r = 0; r < R; ++r) {
     read[r] = SoftmaxTile(s[r], 0, dt.t1 - dt.t0, st[r], PadKeys(t.op.value_dim));
@@ -573,32 +581,39 @@ static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const F
   const float* p[R];
   for (int r = 0; r < R; ++r) p[r] = s[r];
   if (all) {
-    DirectValues<R>(t, dt, p, st);
+    DirectValues<R, T>(t, dt, p, st);
     return;
   }
   for (int r = 0; r < R; ++r)
-    if (read[r]) DirectValues<1>(t, dt, &p[r], &st[r]);
+    if (read[r]) DirectValues<1, T>(t, dt, &p[r], &st[r]);
 }
 
 // Every row of the task against a direct tile, in blocks of 4, 2 and 1 rows.
+template <Dtype T>
 static inline void FlashDirectTile(const FlashTask& t, const DirectTile& dt, const FlashRow* rows,
                                    int64_t n, float* states, size_t stride, float* s_buf) {
   for (int64_t i = 0; i < n;) {
     float* st[kDirectRows];
     const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
     for (int64_t r = 0; r < h; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
-    if (h == 4) DirectBlock<4>(t, dt, rows + i, st, s_buf);
-    if (h == 2) DirectBlock<2>(t, dt, rows + i, st, s_buf);
-    if (h == 1) DirectBlock<1>(t, dt, rows + i, st, s_buf);
+    if (h == 4) DirectBlock<4, T>(t, dt, rows + i, st, s_buf);
+    if (h == 2) DirectBlock<2, T>(t, dt, rows + i, st, s_buf);
+    if (h == 1) DirectBlock<1, T>(t, dt, rows + i, st, s_buf);
     i += h;
   }
 }
 
-// Scratch pieces of a task.
+// Scratch pieces of a task. 16-bit operands: qw holds the task's q rows widened (rows of
+// head_dim floats); kw and vw a tile's key and value rows widened (WidenTile).
 struct FlashScratch {
   float *run, *cur, *kt, *s_buf, *vpack;
   FlashRow* rows;
+  float *qw, *kw, *vw;
 };
+
+static inline bool FlashWidens(const FlashTask& t) {
+  return t.op.k_type != kF32 || t.op.v_type != kF32;
+}
 
 static inline size_t FlashRowsFloats(const FlashTask& t) {
   return Piece2(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)), FlashRows(t));
@@ -610,7 +625,13 @@ static size_t FlashScratchFloats(const FlashTask& t) {
   n = plan::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
   n = plan::SatAdd(n, Piece2(kFlashRows, kTileKeys));
   n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
-  return plan::SatAdd(n, FlashRowsFloats(t));
+  n = plan::SatAdd(n, FlashRowsFloats(t));
+  if (t.op.q_type != kF32) n = plan::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
+  if (FlashWidens(t)) {
+    n = plan::SatAdd(n, Piece2(kTileKeys, t.op.head_dim));
+    n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  }
+  return n;
 }
 
 static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
@@ -622,6 +643,9 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.s_buf = f.kt + Piece2(t.op.head_dim, kTileKeys);
   f.vpack = f.s_buf + Piece2(kFlashRows, kTileKeys);
   f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  f.qw = reinterpret_cast<float*>(f.rows) + FlashRowsFloats(t);
+  f.kw = f.qw + (t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0);
+  f.vw = f.kw + (FlashWidens(t) ? Piece2(kTileKeys, t.op.head_dim) : 0);
   return f;
 }
 
@@ -710,6 +734,31 @@ static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, Flas
   tile->kt = f.kt;
   tile->v = f.vpack;
   tile->v_row = dvp;
+}
+
+// 16-bit keys or values: the rows of keys [t0, t1) of a space whose key g is row first +
+// g * step of k and v, those a row may read (as PackTile says), widened into f32 rows of
+// scratch, values zero padded to whole vectors: key g at row g - t0. Returns the
+// operands of these rows (key g is their row g - t0: first -t0, step 1), whose f32
+// tile is the same numbers, so the same bits.
+static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
+                                 int64_t load, int64_t t1, int64_t first, int64_t step,
+                                 plan::Columns below) {
+  const Operands& op = t.op;
+  const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
+  for (int64_t g = t0; g < t1; ++g) {
+    float* vr = f.vw + (g - t0) * dvp;
+    if (g >= load || below.Has(g)) {
+      WidenRow(KeyRow(op, first + g * step), op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
+      WidenRow(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
+    }
+    for (int64_t d = dv; d < dvp; ++d) vr[d] = 0.0f;
+  }
+  Operands w = op;
+  w.k = f.kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
+  w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = kF32;
+  w.paging = nullptr;
+  return w;
 }
 
 // Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys
@@ -814,19 +863,20 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     return t0;
   };
   FlashPrefetch pf;
+  const int64_t kb = DtypeBytes(t.op.k_type), vb = DtypeBytes(t.op.v_type);
   if (t.op.k_dim == 1 && t.op.v_dim == 1 && t.op.paging) {  // steps counted in keys
     pf.paged = &t.op;
     pf.first = first;
     pf.k_step = pf.v_step = step;
-    pf.k_bytes = t.op.head_dim * static_cast<int64_t>(sizeof(float));
-    pf.v_bytes = t.op.value_dim * static_cast<int64_t>(sizeof(float));
+    pf.k_bytes = t.op.head_dim * kb;
+    pf.v_bytes = t.op.value_dim * vb;
   } else if (t.op.k_dim == 1 && t.op.v_dim == 1) {
-    pf.k = reinterpret_cast<const char*>(t.op.k + first * t.op.k_row);
-    pf.v = reinterpret_cast<const char*>(t.op.v + first * t.op.v_row);
-    pf.k_step = t.op.k_row * step * static_cast<int64_t>(sizeof(float));
-    pf.v_step = t.op.v_row * step * static_cast<int64_t>(sizeof(float));
-    pf.k_bytes = t.op.head_dim * static_cast<int64_t>(sizeof(float));
-    pf.v_bytes = t.op.value_dim * static_cast<int64_t>(sizeof(float));
+    pf.k = reinterpret_cast<const char*>(ElemAt(t.op.k, first * t.op.k_row, t.op.k_type));
+    pf.v = reinterpret_cast<const char*>(ElemAt(t.op.v, first * t.op.v_row, t.op.v_type));
+    pf.k_step = t.op.k_row * step * kb;
+    pf.v_step = t.op.v_row * step * vb;
+    pf.k_bytes = t.op.head_dim * kb;
+    pf.v_bytes = t.op.value_dim * vb;
   }
   // The keys to fetch while the tile before t0 (the next tile read) is computed: that
   // tile's, or after the unit's last tile the next chunk's first.
@@ -846,26 +896,52 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
       DirectTile dt{&t.op, first, t0, t1, 0, 0, f.kt};
       t0 = next_tile(t1);
       upcoming(t0, &dt.next0, &dt.next1);
-      FlashDirectTile(t, dt, f.rows, rows, st, stride, f.s_buf);
+      if (t.op.k_type == kBf16) {
+        FlashDirectTile<kBf16>(t, dt, f.rows, rows, st, stride, f.s_buf);
+      } else if (t.op.k_type == kF16) {
+        FlashDirectTile<kF16>(t, dt, f.rows, rows, st, stride, f.s_buf);
+      } else {
+        FlashDirectTile<kF32>(t, dt, f.rows, rows, st, stride, f.s_buf);
+      }
       continue;
     }
-    const FlashTile tile = PackTile(t, f, t0, load, t1, first, step, below);
+    // 16-bit keys or values: the tile of their widened rows.
+    FlashTask wide;
+    const FlashTask* tt = &t;
+    int64_t tfirst = first, tstep = step;
+    if (FlashWidens(t)) {
+      wide = t;
+      wide.op = WidenTile(t, f, t0, plan::MinI(plan::MaxI(load, t0), t1), t1, first, step, below);
+      tt = &wide;
+      tfirst = -t0;
+      tstep = 1;
+    }
+    const FlashTile tile = PackTile(*tt, f, t0, load, t1, tfirst, tstep, below);
     t0 = next_tile(t1);
     upcoming(t0, &pf.next, &pf.end);
     // All rows of all heads in one list: decode blocks the heads of a GQA group together.
-    FlashHeadTile(t, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
+    FlashHeadTile(*tt, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
   }
 }
 
-static void FlashTaskRun(const FlashTask& t, float* scratch) {
-  const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
-  const size_t stride = FlashStateFloats(t.op.value_dim);
-  const FlashScratch f = Carve(t, scratch);
+static void FlashTaskRun(const FlashTask& task, float* scratch) {
+  const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);
+  const int64_t nq = task.row_end - task.row_begin, hd = task.op.head_dim;
+  const size_t stride = FlashStateFloats(task.op.value_dim);
+  const FlashScratch f = Carve(task, scratch);
+  // A 16-bit q: the task's rows widened once, read as rows of head_dim floats.
+  const bool wide_q = task.op.q_type != kF32;
+  FlashTask t = task;
+  if (wide_q) t.op.q_dim = 1, t.op.q_type = kF32;
   const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
-    row.q = t.op.q + h * t.op.q_head + i * t.op.q_row;
+    row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
+    if (wide_q) {
+      WidenRow(row.q, task.op.q_dim, task.op.q_type, hd, f.qw + r * hd);
+      row.q = f.qw + r * hd;
+    }
     const int64_t qpos = t.op.mask.q_start + i;
     const plan::RowKeys k = plan::KeysOf(t.op.mask, qpos, t.op.kv_len);
     row.floor = k.lo / kTileKeys * kTileKeys;
@@ -914,7 +990,8 @@ static void FlashTaskRun(const FlashTask& t, float* scratch) {
       continue;
     }
     const int64_t h = r / nq, i = t.row_begin + r % nq;
-    FinishRow(st, dvp, t.op.value_dim, t.op.o + h * t.op.o_head + i * t.op.o_row, t.op.o_dim,
+    FinishRow(st, dvp, t.op.value_dim, ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type),
+              t.op.o_dim, t.op.o_type,
               t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, f.cur,
               t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
   }
@@ -933,7 +1010,8 @@ static void FlashMerge(const FlashTask& t, const float* partials, int64_t units,
     for (int64_t c = 1; c < units; ++c)
       MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
     const int64_t h = r / nq, i = t.row_begin + r % nq;
-    FinishRow(run, dvp, t.op.value_dim, t.op.o + h * t.op.o_head + i * t.op.o_row, t.op.o_dim,
+    FinishRow(run, dvp, t.op.value_dim, ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type),
+              t.op.o_dim, t.op.o_type,
               t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, tmp,
               t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
   }

@@ -2,7 +2,7 @@
 // weighted sum. Included inside a per-target namespace that defines the SIMD vocabulary
 // S, after the common, qk, softmax, mods and av families.
 
-static size_t NaiveScratchFloats(const Operands& t) {
+static size_t NaiveF32ScratchFloats(const Operands& t) {
   const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
   const int64_t kpad = PadKeys(kend);
   size_t n = Piece2(t.head_dim, KtStride(kpad));
@@ -33,7 +33,7 @@ static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p,
     for (int64_t d = 0; d < t.value_dim; ++d) t.o[i * t.o_row + d * t.o_dim] = dst[d];
 }
 
-static void NaiveHead(const Operands& t, float* scratch) {
+static void NaiveF32Head(const Operands& t, float* scratch) {
   // Keys [kbegin, kend) and the strided columns below are the only ones a row of this
   // head may read: nothing else is loaded (other packed keys are zeros, and masked).
   const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
@@ -141,4 +141,51 @@ static void NaiveHead(const Operands& t, float* scratch) {
       AvStoreRows<1>(t.o, t.o_row, t.o_dim, t.value_dim, i, KeyData{p, 1, v, v_row, 0}, keys, otmp);
     }
   }
+}
+
+// 16-bit operands: the head's q rows and the keys and values it may read widened into
+// f32 rows of scratch (exact), o computed there and narrowed (round to nearest even).
+// Null `scratch`: only the widened operands' strides (for the size function).
+static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
+  const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
+  const int64_t hd = t.head_dim, dv = t.value_dim;
+  Operands w = t;
+  w.q_row = w.k_row = hd, w.v_row = w.o_row = dv;
+  w.q_dim = w.k_dim = w.v_dim = w.o_dim = 1;
+  w.q_type = w.k_type = w.v_type = w.o_type = kF32;
+  if (!scratch) return w;
+  float* q = scratch;
+  float* k = q + Piece2(t.q_len, hd);
+  float* v = k + Piece2(kend, hd);
+  *o = v + Piece2(kend, dv);
+  w.q = q, w.k = k, w.v = v, w.o = *o;
+  for (int64_t i = 0; i < t.q_len; ++i)
+    WidenRow(ElemAt(t.q, i * t.q_row, t.q_type), t.q_dim, t.q_type, hd, q + i * hd);
+  for (int64_t j = 0; j < kend; ++j) {
+    WidenRow(KeyRow(t, j), t.k_dim, t.k_type, hd, k + j * hd);
+    WidenRow(ValueRow(t, j), t.v_dim, t.v_type, dv, v + j * dv);
+  }
+  return w;
+}
+static size_t NaiveWidenFloats(const Operands& t) {
+  const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
+  size_t n = plan::SatAdd(Piece2(t.q_len, t.head_dim), Piece2(kend, t.head_dim));
+  n = plan::SatAdd(n, Piece2(kend, t.value_dim));
+  return plan::SatAdd(n, Piece2(t.q_len, t.value_dim));
+}
+
+static size_t NaiveScratchFloats(const Operands& t) {
+  if (t.F32()) return NaiveF32ScratchFloats(t);
+  float* o = nullptr;
+  return plan::SatAdd(NaiveWidenFloats(t), NaiveF32ScratchFloats(NaiveWidened(t, nullptr, &o)));
+}
+
+static void NaiveHead(const Operands& t, float* scratch) {
+  if (t.F32()) return NaiveF32Head(t, scratch);
+  float* o;
+  const Operands w = NaiveWidened(t, scratch, &o);
+  NaiveF32Head(w, scratch + NaiveWidenFloats(t));
+  for (int64_t i = 0; i < t.q_len; ++i)
+    for (int64_t d = 0; d < t.value_dim; ++d)
+      StoreElem(t.o, i * t.o_row + d * t.o_dim, t.o_type, o[i * t.value_dim + d]);
 }

@@ -1,0 +1,357 @@
+// bf16 and f16 tensors: the conversions against independent oracles, every path's bytes
+// against the f32 call on the widened values, paged 16-bit caches, causality with
+// 16-bit NaN and Inf patterns, and the statuses of bad 16-bit input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "lib/kernels/common/dtype.h"
+#include "support.h"
+
+using namespace octtest;
+namespace kernels = octattn::kernels;
+
+namespace {
+
+// The oracles: the formats' definitions in double arithmetic.
+double WidenOracle(uint16_t h, octattn_dtype type) {
+  if (type == OCTATTN_DTYPE_BF16) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  const int e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+}
+
+// Round to nearest even by search: the finite neighbours of x, nearer one wins, a tie
+// goes to the even pattern; beyond the largest finite value plus half a step: inf.
+uint16_t NarrowOracle(float x, octattn_dtype type) {
+  if (std::isnan(x)) return type == OCTATTN_DTYPE_BF16 ? 0x7FC0 : 0x7E00;
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(x));
+  const uint16_t inf = type == OCTATTN_DTYPE_BF16 ? 0x7F80 : 0x7C00;
+  uint16_t lo = 0, hi = inf;  // patterns of |x|: values increase with them
+  while (hi - lo > 1) {
+    const uint16_t mid = static_cast<uint16_t>((lo + hi) / 2);
+    if (WidenOracle(mid, type) <= a)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const double top = WidenOracle(inf - 1, type);
+  const double half_step = (top - WidenOracle(inf - 2, type)) / 2;
+  if (a >= top + half_step) return sign | inf;  // the tie goes to inf: top is odd
+  if (lo == inf - 1) return sign | lo;
+  const double dl = a - WidenOracle(lo, type), dh = WidenOracle(hi, type) - a;
+  const uint16_t r = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
+  return sign | r;
+}
+
+// A 16-bit tensor with the strides of an f32 one.
+struct Tensor16 {
+  std::vector<uint16_t> buf;
+  octattn_tensor t{};
+  Tensor16() = default;
+  Tensor16(const Tensor& x, octattn_dtype type) : buf(x.buf.size()), t(x.t) {
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = NarrowOracle(x.buf[i], type);
+    t.dtype = type;
+    t.data = buf.data();
+  }
+  Tensor16(const Tensor16& o) : buf(o.buf), t(o.t) { t.data = buf.data(); }
+  Tensor16& operator=(const Tensor16& o) {
+    buf = o.buf;
+    t = o.t;
+    t.data = buf.data();
+    return *this;
+  }
+  // The f32 tensor of the widened values (same strides).
+  Tensor Widened(const Tensor& like) const {
+    Tensor w = like;
+    for (size_t i = 0; i < buf.size(); ++i) w.buf[i] = static_cast<float>(WidenOracle(buf[i], t.dtype));
+    return w;
+  }
+};
+
+// An operand in its dtype: f32 (the tensor itself) or 16-bit.
+struct Operand {
+  octattn_dtype type;
+  Tensor f32;  // f32: the data; 16-bit: the widened values
+  Tensor16 h;
+  Operand(const Tensor& x, octattn_dtype ty) : type(ty), f32(x) {
+    if (type != OCTATTN_DTYPE_F32) {
+      h = Tensor16(x, type);
+      f32 = h.Widened(x);
+    }
+  }
+  const octattn_tensor* ptr() const { return type == OCTATTN_DTYPE_F32 ? f32.ptr() : &h.t; }
+};
+
+// o of a 16-bit call against the f32 call's o rounded by the oracle (NaN: NaN).
+bool SameNarrowed(const Tensor16& o, const Tensor& o32) {
+  bool same = true;
+  o32.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t i = a * o.t.stride[0] + b * o.t.stride[1] + c * o.t.stride[2] + d * o.t.stride[3];
+    const float x = o32.at(a, b, c, d);
+    const uint16_t got = o.buf[static_cast<size_t>(i)];
+    if (std::isnan(x)) {
+      same &= std::isnan(WidenOracle(got, o.t.dtype));
+    } else {
+      same &= got == NarrowOracle(x, o.t.dtype);
+    }
+  });
+  return same;
+}
+
+const char* DtypeName(octattn_dtype t) {
+  return t == OCTATTN_DTYPE_F32 ? "f32" : t == OCTATTN_DTYPE_BF16 ? "bf16" : "f16";
+}
+
+struct Types {
+  octattn_dtype q, k, v;
+};
+const Types kTypes[] = {{OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16},
+                        {OCTATTN_DTYPE_F16, OCTATTN_DTYPE_F16, OCTATTN_DTYPE_F16},
+                        {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16},
+                        {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_F16, OCTATTN_DTYPE_F16},
+                        {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16, OCTATTN_DTYPE_BF16}};
+
+}  // namespace
+
+TEST_CASE("bf16 and f16: exact widening, round to nearest even", "[dtype]") {
+  for (octattn_dtype type : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+    INFO(DtypeName(type));
+    const auto widen = [&](uint16_t h) {
+      return type == OCTATTN_DTYPE_BF16 ? kernels::Bf16ToF32(h) : kernels::F16ToF32(h);
+    };
+    const auto narrow = [&](float x) {
+      return type == OCTATTN_DTYPE_BF16 ? kernels::F32ToBf16(x) : kernels::F32ToF16(x);
+    };
+    for (uint32_t p = 0; p < 65536; ++p) {
+      const uint16_t h = static_cast<uint16_t>(p);
+      const double want = WidenOracle(h, type);
+      const float got = widen(h);
+      INFO("pattern " << p);
+      if (std::isnan(want)) {
+        REQUIRE(std::isnan(got));
+        REQUIRE(std::isnan(widen(narrow(got))));  // NaN stays NaN
+        continue;
+      }
+      REQUIRE(static_cast<double>(got) == want);
+      REQUIRE(std::signbit(got) == ((h & 0x8000) != 0));
+      REQUIRE(narrow(got) == h);  // every value round-trips
+      // The midpoint to the next pattern (exact in f32 for both formats): ties to even.
+      if ((h & 0x7FFF) < (type == OCTATTN_DTYPE_BF16 ? 0x7F7F : 0x7BFF)) {
+        const float mid = static_cast<float>((want + WidenOracle(static_cast<uint16_t>(h + 1), type)) / 2);
+        REQUIRE(narrow(mid) == NarrowOracle(mid, type));
+        REQUIRE(narrow(std::nextafter(mid, 0.0f)) == NarrowOracle(std::nextafter(mid, 0.0f), type));
+        REQUIRE(narrow(std::nextafter(mid, INFINITY)) ==
+                NarrowOracle(std::nextafter(mid, INFINITY), type));
+      }
+    }
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+    for (int i = 0; i < 200000; ++i) {
+      const float x = std::ldexp(mant(rng), static_cast<int>(rng() % 80) - 40) * (rng() % 2 ? 1 : -1);
+      INFO("x " << x);
+      REQUIRE(narrow(x) == NarrowOracle(x, type));
+    }
+    for (float x : {65504.0f, 65519.99f, 65520.0f, 1e30f, 3.4e38f, INFINITY, -INFINITY, 0.0f, -0.0f,
+                    1e-8f, 2.98e-8f, 2.9802322e-8f, 1e-40f})
+      REQUIRE(narrow(x) == NarrowOracle(x, type));
+  }
+}
+
+TEST_CASE("16-bit q, k, v and o give the bytes of the f32 call on the widened values",
+          "[dtype][dispatch]") {
+  struct Shape {
+    int64_t hq, hkv, q_len, kv_len, d, dv;
+    Layout layout;
+    int32_t causal;
+    int64_t window, stride;
+  };
+  const std::vector<Shape> shapes =
+      Emulated() ? std::vector<Shape>{{4, 2, 1, 300, 64, 64, Layout::kBHTD, 1, 0, 0},
+                                      {2, 1, 20, 40, 24, 16, Layout::kPadded, 1, 0, 0}}
+                 : std::vector<Shape>{{8, 2, 1, 700, 64, 64, Layout::kBHTD, 1, 0, 0},
+                                      {4, 1, 2, 1100, 128, 128, Layout::kBTHD, 1, 0, 0},
+                                      {4, 2, 1, 600, 64, 64, Layout::kPadded, 0, 0, 0},
+                                      {2, 2, 300, 300, 72, 48, Layout::kPadded, 1, 0, 0},
+                                      {4, 2, 1, 600, 24, 16, Layout::kTransposedDim, 1, 0, 0},
+                                      {2, 1, 90, 1300, 32, 32, Layout::kBHTD, 1, 200, 64}};
+  for (const Target& t : AllTargets())
+    for (const Shape& sh : shapes)
+      for (const Types& ty : kTypes) {
+        Problem p(1, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.d, sh.dv, 31, 2.0f, sh.layout);
+        const Operand q(p.q, ty.q), k(p.k, ty.k), v(p.v, ty.v);
+        for (octattn_algorithm algo :
+             {OCTATTN_ALGORITHM_REFERENCE, OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+          if (algo == OCTATTN_ALGORITHM_REFERENCE && sh.q_len * sh.kv_len > 100000) continue;
+          INFO(t.Name() << " " << octattn_algorithm_name(algo) << " q " << DtypeName(ty.q) << " k "
+                        << DtypeName(ty.k) << " v " << DtypeName(ty.v) << " D " << sh.d << " Tq "
+                        << sh.q_len << " Tk " << sh.kv_len);
+          Context ctx(t, 2);
+          const auto opt = Options(sh.causal, sh.window, sh.stride, algo);
+          Tensor o32 = p.Out(sh.layout), lse32 = p.Lse();
+          Attend(ctx, opt, q.f32, k.f32, v.f32, o32, &lse32);
+          // o in f32, then in q's dtype.
+          Tensor o = p.Out(sh.layout), lse = p.Lse();
+          REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), lse.ptr(),
+                                    nullptr, nullptr, 0) == OCTATTN_OK);
+          CHECK(BytesEqual(o, o32));
+          CHECK(BytesEqual(lse, lse32));
+          if (ty.q == OCTATTN_DTYPE_F32) continue;
+          Tensor16 o16(p.Out(sh.layout), ty.q);
+          REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), &o16.t, nullptr, nullptr,
+                                    nullptr, 0) == OCTATTN_OK);
+          CHECK(SameNarrowed(o16, o32));
+        }
+      }
+}
+
+TEST_CASE("16-bit results stay within the f32 bound of the reference on the widened values",
+          "[dtype]") {
+  Problem p(1, 4, 2, 77, 300, 64, 40, 9, 3.0f);
+  for (const Types& ty : kTypes) {
+    INFO("q " << DtypeName(ty.q) << " k " << DtypeName(ty.k));
+    const Operand q(p.q, ty.q), k(p.k, ty.k), v(p.v, ty.v);
+    Context ctx;
+    Tensor ref = p.Out(), o = p.Out();
+    Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE), q.f32, k.f32, v.f32, ref);
+    for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+      const auto opt = Options(1, 0, 0, algo);
+      REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), nullptr, nullptr,
+                                nullptr, 0) == OCTATTN_OK);
+      CHECK(MaxDiff(o, ref) <= Bound(q.f32, k.f32, v.f32));
+    }
+  }
+}
+
+TEST_CASE("a paged 16-bit cache gives the bytes of contiguous 16-bit keys", "[dtype]") {
+  const int64_t hq = 4, hkv = 2, d = 64, bs = 16, seqs = 2, rows = 704;
+  const int64_t lens[seqs] = {700, 300};
+  std::mt19937 rng(3);
+  for (octattn_dtype type : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16})
+    for (int64_t q_len : {1, 5}) {
+      INFO(DtypeName(type) << " q_len " << q_len);
+      Problem p(seqs, hq, hkv, q_len, rows, d, d, 41);
+      const int64_t cols = rows / bs, blocks = seqs * cols + 2;
+      std::vector<int32_t> ids(static_cast<size_t>(blocks));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<int32_t> table(ids.begin(), ids.begin() + seqs * cols);
+      Tensor kp(blocks, hkv, bs, d, Layout::kBTHD), vp(blocks, hkv, bs, d, Layout::kBTHD);
+      for (int64_t s = 0; s < seqs; ++s)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t h = 0; h < hkv; ++h)
+            for (int64_t e = 0; e < d; ++e) {
+              const int32_t blk = table[static_cast<size_t>(s * cols + r / bs)];
+              kp.at(blk, h, r % bs, e) = p.k.at(s, h, r, e);
+              vp.at(blk, h, r % bs, e) = p.v.at(s, h, r, e);
+            }
+      const Operand q(p.q, type), k(p.k, type), v(p.v, type), kpool(kp, type), vpool(vp, type);
+      Context ctx(2);
+      auto opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
+      opt.kv_lens = lens;
+      Tensor16 contiguous(p.Out(), type), paged(p.Out(), type);
+      REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), &contiguous.t, nullptr,
+                                nullptr, nullptr, 0) == OCTATTN_OK);
+      opt.block_table = table.data();
+      opt.block_table_cols = cols;
+      REQUIRE(octattn_attention(ctx, &opt, q.ptr(), kpool.ptr(), vpool.ptr(), &paged.t, nullptr,
+                                nullptr, nullptr, 0) == OCTATTN_OK);
+      CHECK(paged.buf == contiguous.buf);
+    }
+}
+
+TEST_CASE("causality with 16-bit NaN and Inf patterns at the edited position",
+          "[dtype][invariants]") {
+  const int64_t T = Sized(260, 40), hq = 4, hkv = 2, d = 32;
+  for (octattn_dtype type : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+    const uint16_t nan = type == OCTATTN_DTYPE_BF16 ? 0x7FC1 : 0x7E01;
+    const uint16_t inf = type == OCTATTN_DTYPE_BF16 ? 0x7F80 : 0x7C00;
+    const uint16_t patterns[] = {nan, inf, static_cast<uint16_t>(inf | 0x8000), 0x7BFF};
+    Problem p(1, hq, hkv, T, T, d, d, 13);
+    const Operand q(p.q, type), k(p.k, type), v(p.v, type);
+    for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED})
+      for (const Target& t : AllTargets()) {
+        Context ctx(t, 2);
+        const auto opt = Options(1, 0, 0, algo);
+        Tensor16 base(p.Out(), type);
+        REQUIRE(octattn_attention(ctx, &opt, &q.h.t, &k.h.t, &v.h.t, &base.t, nullptr, nullptr,
+                                  nullptr, 0) == OCTATTN_OK);
+        for (int64_t pos : {int64_t{0}, T / 3, T - 1})
+          for (uint16_t pat : patterns) {
+            INFO(t.Name() << " " << octattn_algorithm_name(algo) << " " << DtypeName(type)
+                          << " position " << pos << " pattern " << pat);
+            Tensor16 q2 = q.h, k2 = k.h, v2 = v.h, o(p.Out(), type);
+            for (int64_t h = 0; h < hq; ++h)
+              for (int64_t e = 0; e < d; ++e)
+                q2.buf[static_cast<size_t>(h * q2.t.stride[1] + pos * q2.t.stride[2] + e)] = pat;
+            for (int64_t h = 0; h < hkv; ++h)
+              for (int64_t e = 0; e < d; ++e) {
+                k2.buf[static_cast<size_t>(h * k2.t.stride[1] + pos * k2.t.stride[2] + e)] = pat;
+                v2.buf[static_cast<size_t>(h * v2.t.stride[1] + pos * v2.t.stride[2] + e)] = pat;
+              }
+            REQUIRE(octattn_attention(ctx, &opt, &q2.t, &k2.t, &v2.t, &o.t, nullptr, nullptr,
+                                      nullptr, 0) == OCTATTN_OK);
+            for (int64_t h = 0; h < hq; ++h)
+              for (int64_t i = 0; i < pos; ++i)
+                for (int64_t e = 0; e < d; ++e) {
+                  const size_t at = static_cast<size_t>(h * o.t.stride[1] + i * o.t.stride[2] + e);
+                  REQUIRE(o.buf[at] == base.buf[at]);
+                }
+          }
+      }
+  }
+}
+
+TEST_CASE("bad 16-bit input: a status and a message, nothing written", "[dtype][api]") {
+  Problem p(1, 2, 1, 5, 9, 8, 8, 3);
+  const Operand q(p.q, OCTATTN_DTYPE_BF16), k(p.k, OCTATTN_DTYPE_BF16), v(p.v, OCTATTN_DTYPE_BF16);
+  Context ctx;
+  const auto opt = Options();
+  auto expect = [&](octattn_status status, const octattn_tensor* qt, const octattn_tensor* kt,
+                    octattn_tensor* ot, octattn_tensor* w) {
+    const auto before = *static_cast<const uint32_t*>(ot->data);
+    const octattn_status got = octattn_attention(ctx, &opt, qt, kt, v.ptr(), ot, nullptr, w,
+                                                 nullptr, 0);
+    INFO(ctx.Error());
+    CHECK(got == status);
+    CHECK(!ctx.Error().empty());
+    CHECK(*static_cast<const uint32_t*>(ot->data) == before);
+  };
+  Tensor o = p.Out();
+  o.Fill(1);
+  // 16-bit data at an odd address.
+  Tensor16 odd = k.h;
+  odd.buf.push_back(0);
+  odd.t.data = reinterpret_cast<char*>(odd.buf.data()) + 1;
+  expect(OCTATTN_ERROR_MISALIGNED, q.ptr(), &odd.t, o.ptr(), nullptr);
+  // o neither f32 nor q's dtype.
+  Tensor16 o16(p.Out(), OCTATTN_DTYPE_F16);
+  expect(OCTATTN_ERROR_UNSUPPORTED, q.ptr(), k.ptr(), &o16.t, nullptr);
+  // weights are f32.
+  Tensor16 w16(p.Weights(), OCTATTN_DTYPE_BF16);
+  expect(OCTATTN_ERROR_UNSUPPORTED, q.ptr(), k.ptr(), o.ptr(), &w16.t);
+  // an unknown dtype.
+  octattn_tensor unknown = *k.ptr();
+  unknown.dtype = 9;
+  expect(OCTATTN_ERROR_INVALID_OPTION, q.ptr(), &unknown, o.ptr(), nullptr);
+  // The backward pass takes f32 only.
+  Tensor lse = p.Lse(), dq(1, 2, 5, 8), dk(1, 1, 9, 8), dv(1, 1, 9, 8);
+  Attend(ctx, opt, q.f32, k.f32, v.f32, o, &lse);
+  const float first = dq.buf[0];
+  CHECK(octattn_attention_backward(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), lse.ptr(),
+                                   o.ptr(), nullptr, dq.ptr(), dk.ptr(), dv.ptr(), nullptr, nullptr,
+                                   nullptr, 0) == OCTATTN_ERROR_UNSUPPORTED);
+  CHECK(!ctx.Error().empty());
+  CHECK(dq.buf[0] == first);
+}
