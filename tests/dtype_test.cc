@@ -75,7 +75,8 @@ struct Tensor16 {
   // The f32 tensor of the widened values (same strides).
   Tensor Widened(const Tensor& like) const {
     Tensor w = like;
-    for (size_t i = 0; i < buf.size(); ++i) w.buf[i] = static_cast<float>(WidenOracle(buf[i], t.dtype));
+    for (size_t i = 0; i < buf.size(); ++i)
+      w.buf[i] = static_cast<float>(WidenOracle(buf[i], t.dtype));
     return w;
   }
 };
@@ -149,7 +150,8 @@ TEST_CASE("bf16 and f16: exact widening, round to nearest even", "[dtype]") {
       REQUIRE(narrow(got) == h);  // every value round-trips
       // The midpoint to the next pattern (exact in f32 for both formats): ties to even.
       if ((h & 0x7FFF) < (type == OCTATTN_DTYPE_BF16 ? 0x7F7F : 0x7BFF)) {
-        const float mid = static_cast<float>((want + WidenOracle(static_cast<uint16_t>(h + 1), type)) / 2);
+        const float mid =
+            static_cast<float>((want + WidenOracle(static_cast<uint16_t>(h + 1), type)) / 2);
         REQUIRE(narrow(mid) == NarrowOracle(mid, type));
         REQUIRE(narrow(std::nextafter(mid, 0.0f)) == NarrowOracle(std::nextafter(mid, 0.0f), type));
         REQUIRE(narrow(std::nextafter(mid, INFINITY)) ==
@@ -159,7 +161,8 @@ TEST_CASE("bf16 and f16: exact widening, round to nearest even", "[dtype]") {
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> mant(1.0f, 2.0f);
     for (int i = 0; i < 200000; ++i) {
-      const float x = std::ldexp(mant(rng), static_cast<int>(rng() % 80) - 40) * (rng() % 2 ? 1 : -1);
+      const float x =
+          std::ldexp(mant(rng), static_cast<int>(rng() % 80) - 40) * (rng() % 2 ? 1 : -1);
       INFO("x " << x);
       REQUIRE(narrow(x) == NarrowOracle(x, type));
     }
@@ -321,8 +324,8 @@ TEST_CASE("bad 16-bit input: a status and a message, nothing written", "[dtype][
   auto expect = [&](octattn_status status, const octattn_tensor* qt, const octattn_tensor* kt,
                     octattn_tensor* ot, octattn_tensor* w) {
     const auto before = *static_cast<const uint32_t*>(ot->data);
-    const octattn_status got = octattn_attention(ctx, &opt, qt, kt, v.ptr(), ot, nullptr, w,
-                                                 nullptr, 0);
+    const octattn_status got =
+        octattn_attention(ctx, &opt, qt, kt, v.ptr(), ot, nullptr, w, nullptr, 0);
     INFO(ctx.Error());
     CHECK(got == status);
     CHECK(!ctx.Error().empty());

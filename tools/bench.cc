@@ -36,7 +36,44 @@ struct Case {
   octattn_target target = OCTATTN_TARGET_AUTO;
   int32_t threads = 1;
   bool backward = false;  // time octattn_attention_backward (after one forward)
+  // Element types: q and o in `dtype`; k and v in `kv_dtype` (0: dtype).
+  octattn_dtype dtype = OCTATTN_DTYPE_F32, kv_dtype = 0;
+  octattn_dtype KvType() const { return kv_dtype ? kv_dtype : dtype; }
 };
+
+const char* DtypeName(octattn_dtype t) {
+  return t == OCTATTN_DTYPE_BF16 ? "bf16" : t == OCTATTN_DTYPE_F16 ? "f16" : "f32";
+}
+octattn_dtype DtypeByName(const std::string& s) {
+  if (s == "f32") return OCTATTN_DTYPE_F32;
+  if (s == "bf16") return OCTATTN_DTYPE_BF16;
+  if (s == "f16") return OCTATTN_DTYPE_F16;
+  std::fprintf(stderr, "unknown dtype: %s\n", s.c_str());
+  std::exit(2);
+}
+int64_t DtypeBytes(octattn_dtype t) { return t == OCTATTN_DTYPE_F32 ? 4 : 2; }
+
+// The 16-bit pattern of x (inputs of a benchmark: bf16 truncated, f16 for |x| < 2 with
+// the subnormals flushed), and a tensor's data moved into `type` (the f32 copy freed).
+uint16_t HalfOf(float x, octattn_dtype type) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (type == OCTATTN_DTYPE_BF16) return static_cast<uint16_t>(u >> 16);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  int e = 0;
+  const float m = std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1)
+  if (x == 0 || e - 1 < -14) return sign;
+  return static_cast<uint16_t>(sign | ((e - 1 + 15) << 10) | static_cast<int>((m * 2 - 1) * 1024));
+}
+void Retype(std::vector<float>* f, std::vector<uint16_t>* h, octattn_tensor* t,
+            octattn_dtype type) {
+  if (type == OCTATTN_DTYPE_F32) return;
+  h->resize(f->size());
+  for (size_t i = 0; i < f->size(); ++i) (*h)[i] = HalfOf((*f)[i], type);
+  std::vector<float>().swap(*f);
+  t->data = h->data();
+  t->dtype = type;
+}
 
 struct Args {
   Case base;
@@ -71,6 +108,7 @@ const char* kHelp =
     "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,sve_256,scalar)\n"
     "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
+    "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16 (k and v only)\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
     "  --seq-kv-lens LIST  a batch of sequences with these key lengths, --q-len new\n"
@@ -160,6 +198,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->repeat = std::max(1, std::atoi(next()));
     else if (f == "--backward")
       a->base.backward = true;
+    else if (f == "--dtype")
+      a->base.dtype = DtypeByName(next());
+    else if (f == "--kv-dtype")
+      a->base.kv_dtype = DtypeByName(next());
     else if (f == "--json")
       a->json = true;
     else if (f == "--limits")
@@ -256,6 +298,7 @@ double AllowedPairs(const Case& c) {
 
 struct Buffers {
   std::vector<float> q, k, v, o;
+  std::vector<uint16_t> q16, k16, v16, o16;  // 16-bit data
   octattn_tensor tq, tk, tv, to;
   // The backward's: the forward's lse, dout and the gradients.
   std::vector<float> lse, dout, dq, dk, dv;
@@ -293,6 +336,10 @@ struct Buffers {
       octattn_tensor_init(&tdk, dk.data(), ks, OCTATTN_LAYOUT_BHTD);
       octattn_tensor_init(&tdv, dv.data(), ks, OCTATTN_LAYOUT_BHTD);
     }
+    Retype(&q, &q16, &tq, c.dtype);
+    Retype(&o, &o16, &to, c.dtype);
+    Retype(&k, &k16, &tk, c.KvType());
+    Retype(&v, &v16, &tv, c.KvType());
     for (int64_t h = 0; h < c.q_heads; ++h) {
       // The ALiBi paper's slopes: a geometric sequence from 2^(-8 / heads).
       slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / c.q_heads));
@@ -461,7 +508,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
                                                                  : OCTATTN_TARGET_AVX2)
                                           : info.target);
   const double kv_gbps =
-      2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * sizeof(float) / median / 1e9;
+      2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * DtypeBytes(c.KvType()) / median / 1e9;
   const double rss = a.rss ? ExtraRssMib(c) : -1;
   const char* target =
       info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "scalar" : octattn_target_name(info.target);
@@ -472,24 +519,26 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         "{\"pass\":\"%s\",\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,"
         "\"batch\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
-        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\",\"seconds_median\":%.6g,"
-        "\"seconds_min\":%.6g,"
+        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\",\"dtype\":\"%s\","
+        "\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,\"seconds_min\":%.6g,"
         "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
         "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f}\n",
         c.backward ? "backward" : "forward", octattn_algorithm_name(info.algorithm), backend,
         target, info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, c.causal,
-        (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), median, times.front(),
-        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, rss);
+        (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
+        DtypeName(c.KvType()), median, times.front(), times.back(), gflops, peak,
+        gflops / (peak * info.threads), kv_gbps, rss);
   } else {
     std::printf(
-        "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s  "
-        "%9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
+        "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s "
+        "%s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
         c.backward ? "backward " : "", octattn_algorithm_name(info.algorithm), backend, target,
         info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim,
         c.causal ? "causal" : "full", (long long)c.window, (long long)c.stride, ModsOf(c).c_str(),
-        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, rss);
+        DtypeName(c.dtype), DtypeName(c.KvType()), median * 1e3, gflops,
+        100 * gflops / (peak * info.threads), kv_gbps, rss);
   }
   std::fflush(stdout);
 }
@@ -502,6 +551,7 @@ struct SequenceBatch {
   int64_t n, total_q, total_k, max_q, max_k;
   std::vector<int64_t> kv_lens, q_lens, kv_starts, cu_q, cu_k;
   std::vector<float> q, k, v, o;
+  std::vector<uint16_t> q16, k16, v16, o16, kp16, vp16;  // 16-bit data
   octattn_tensor tq{}, tk{}, tv{}, to{};
   SequenceBatch(const Case& c, const std::vector<int64_t>& lens, bool padded, bool prefill,
                 octattn_layout layout)
@@ -565,9 +615,20 @@ struct SequenceBatch {
           }
         }
   }
+  // The tensors in their dtypes (after Page).
+  void Retype(const Case& c) {
+    ::Retype(&q, &q16, &tq, c.dtype);
+    ::Retype(&o, &o16, &to, c.dtype);
+    ::Retype(&k, &k16, &tk, c.KvType());
+    ::Retype(&v, &v16, &tv, c.KvType());
+    if (!kp.empty()) {
+      ::Retype(&kp, &kp16, &tkp, c.KvType());
+      ::Retype(&vp, &vp16, &tvp, c.KvType());
+    }
+  }
   static octattn_tensor Rows(const octattn_tensor& t, int64_t row, int64_t rows) {
     octattn_tensor r = t;
-    r.data = static_cast<float*>(t.data) + row * t.stride[2];
+    r.data = static_cast<char*>(t.data) + row * t.stride[2] * DtypeBytes(t.dtype);
     r.shape[2] = rows;
     return r;
   }
@@ -598,10 +659,14 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
       opt.kv_lens = sb.kv_lens.data();
       opt.block_table = sb.table.data();
       opt.block_table_cols = sb.cols;
-      sb.tk = sb.tkp;
-      sb.tv = sb.tvp;
     }
-  } else {
+  }
+  sb.Retype(c);
+  if (opt.block_table) {
+    sb.tk = sb.tkp;
+    sb.tv = sb.tvp;
+  }
+  if (separate) {
     for (int64_t s = 0; s < sb.n; ++s) {
       views.push_back(SequenceBatch::Rows(sb.tq, sb.cu_q[s], sb.q_lens[s]));
       views.push_back(SequenceBatch::Rows(sb.tk, sb.cu_k[s], sb.kv_lens[s]));
@@ -643,7 +708,8 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   }
   const double gflops = 2.0 * (2 * c.head_dim) * pairs * c.q_heads / median / 1e9;
   const double peak = PeakFor(limits, info.target);
-  const double kv_gbps = 2.0 * c.kv_heads * sb.total_k * c.head_dim * sizeof(float) / median / 1e9;
+  const double kv_gbps =
+      2.0 * c.kv_heads * sb.total_k * c.head_dim * DtypeBytes(c.KvType()) / median / 1e9;
   std::string lens;
   for (int64_t kv : sb.kv_lens) lens += (lens.empty() ? "" : ",") + std::to_string(kv);
   const char* layout_name = layout == OCTATTN_LAYOUT_BHTD ? "bhtd" : "bthd";
@@ -655,25 +721,26 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         "\"algo\":\"%s\","
         "\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"sequences\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"seq_kv_lens\":[%s],"
-        "\"head_dim\":%lld,\"seconds_median\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
+        "\"head_dim\":%lld,\"dtype\":\"%s\",\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,"
+        "\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
         "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g}\n",
         mode.c_str(), (long long)(paged ? a.block_size : 0), layout_name,
         octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
         octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
         (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
-        (long long)c.head_dim, median, times.front(), times.back(), gflops, peak,
-        gflops / (peak * info.threads), kv_gbps);
+        (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()), median, times.front(),
+        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps);
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
-        "%lld) D%lld  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv\n",
+        "%lld) D%lld %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv\n",
         mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
         (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
-        (long long)sb.total_k, (long long)c.head_dim, median * 1e3, gflops,
-        100 * gflops / (peak * info.threads), kv_gbps);
+        (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()),
+        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps);
   }
   std::fflush(stdout);
 }

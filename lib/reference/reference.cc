@@ -10,9 +10,9 @@ namespace reference {
 using kernels::ConstMatrix;
 using kernels::KeyRow;
 using kernels::LoadElem;
-using kernels::StoreElem;
 using kernels::Matrix;
 using kernels::Operands;
+using kernels::StoreElem;
 using kernels::ValueRow;
 
 namespace {

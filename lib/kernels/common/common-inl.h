@@ -52,5 +52,18 @@ static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t 
   return scratch;
 }
 
+// WidenRow with the target's vector conversions where the elements are contiguous (the
+// same values: both are exact).
+static inline void WidenRowV(const void* src, int64_t stride, Dtype t, int64_t n, float* dst) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const float* s = static_cast<const float*>(src);
+  int64_t d = 0;
+  if (stride == 1 && t == kBf16)
+    for (; d + L <= n; d += L) S::Store(S::template LoadAs<kBf16>(ElemAt(s, d, t)), dst + d);
+  if (stride == 1 && t == kF16)
+    for (; d + L <= n; d += L) S::Store(S::template LoadAs<kF16>(ElemAt(s, d, t)), dst + d);
+  WidenRow(ElemAt(s, d * stride, t), stride, t, n - d, dst + d);
+}
+
 // exp(x) of one float, by the vector Exp (the same bits as a lane of it).
 static inline float ExpScalar(float x) { return S::ReduceMax(S::Exp(S::Set(x))); }

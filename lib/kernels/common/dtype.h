@@ -53,8 +53,8 @@ inline uint16_t F32ToF16(float f) {
   const uint32_t sign = (x >> 16) & 0x8000u;
   if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-  if (ax < 0x38800000u) {                                              // below 2^-14
-    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);          // <= 2^-25: zero
+  if (ax < 0x38800000u) {                                               // below 2^-14
+    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);           // <= 2^-25: zero
     const uint32_t shift = 126 - (ax >> 23);  // to units of 2^-24: 14 .. 24
     const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
     uint32_t r = m >> shift;

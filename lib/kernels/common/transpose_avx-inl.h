@@ -42,7 +42,8 @@ static OCTATTN_INLINE __m256 Row8(const float* p) {
     return _mm256_loadu_ps(p);
   } else {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if constexpr (T == kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if constexpr (T == kBf16)
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
   }
 }

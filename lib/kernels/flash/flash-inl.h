@@ -407,8 +407,8 @@ constexpr int64_t kDirectAhead = 32;
 // modifiers, on a target with a fast block transpose.
 static inline bool FlashDirect(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
-         t.op.k_type == t.op.v_type && t.op.k_dim == 1 &&
-         t.op.head_dim % 8 == 0 && ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
+         t.op.k_type == t.op.v_type && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
+         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
 // Where a direct tile's rows are, and the order they are read in: the stream of its key
@@ -454,8 +454,17 @@ struct DirectTile {
     if (!row) return;
     const uintptr_t line0 = reinterpret_cast<uintptr_t>(row) >> 6;
     const uintptr_t n = ((reinterpret_cast<uintptr_t>(row + bytes) - 1) >> 6) - line0 + 1;
-    const uintptr_t l0 = n * static_cast<uintptr_t>(part) / static_cast<uintptr_t>(parts);
-    const uintptr_t l1 = n * static_cast<uintptr_t>(part + 1) / static_cast<uintptr_t>(parts);
+    // Parts are a power of two for the usual value widths: a shift, not a division (which
+    // would cost more than the rest of a key's step).
+    uintptr_t l0, l1;
+    if ((parts & (parts - 1)) == 0) {
+      const int shift = __builtin_ctzll(static_cast<unsigned long long>(parts));
+      l0 = (n * static_cast<uintptr_t>(part)) >> shift;
+      l1 = (n * static_cast<uintptr_t>(part + 1)) >> shift;
+    } else {
+      l0 = n * static_cast<uintptr_t>(part) / static_cast<uintptr_t>(parts);
+      l1 = n * static_cast<uintptr_t>(part + 1) / static_cast<uintptr_t>(parts);
+    }
     for (uintptr_t l = l0; l < l1; ++l)
       __builtin_prefetch(reinterpret_cast<const char*>((line0 + l) << 6), 0, 3);
   }
@@ -482,8 +491,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       if (dt.Run(j0, j0 + L) < j0 + L) {
         float* copy = ElemAt(dt.scratch, g * L * hd, T);
         for (int64_t e = 0; e < L; ++e)
-          memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e),
-                 static_cast<size_t>(hd * DtypeBytes(T)));
+          memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e), static_cast<size_t>(hd * DtypeBytes(T)));
         rows[g] = copy;
         row[g] = hd;
       }
@@ -498,7 +506,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       for (int64_t d = d0; d < d1; d += 8) {
         // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
         for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, kDirectKeys); ++e)
-          dt.Fetch(j - dt.t0 + kDirectAhead + e, 0, 1);
+          dt.Fetch(j - dt.t0 + (kDirectAhead * 4 / DtypeBytes(T)) + e, 0, 1);
         typename S::V kv[kDirectVecs][8];
         for (int g = 0; g < kDirectVecs; ++g)
           S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
@@ -538,22 +546,22 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
       for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
       int64_t c0 = 0, part = 0;
       auto fetch = [&](int64_t j) {
-        dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + kDirectAhead, part, parts);
+        dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + (kDirectAhead * 4 / DtypeBytes(T)), part, parts);
       };
       for (; c0 + W <= dvp; c0 += W, ++part) {
         typename S::V acc[R][kAvVecs];
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a},
-                                                pa, a, b, 1, acc, fetch);
+        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a}, pa,
+                                                a, b, 1, acc, fetch);
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
       }
       for (; c0 < dvp; c0 += L, ++part) {
         typename S::V acc[R][1];
         for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a}, pa, a,
-                                          b, 1, acc, fetch);
+        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a}, pa, a, b,
+                                          1, acc, fetch);
         for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
       }
       a = b;
@@ -749,8 +757,8 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
   for (int64_t g = t0; g < t1; ++g) {
     float* vr = f.vw + (g - t0) * dvp;
     if (g >= load || below.Has(g)) {
-      WidenRow(KeyRow(op, first + g * step), op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
-      WidenRow(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
+      WidenRowV(KeyRow(op, first + g * step), op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
+      WidenRowV(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
     }
     for (int64_t d = dv; d < dvp; ++d) vr[d] = 0.0f;
   }
@@ -939,7 +947,7 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
     FlashRow& row = f.rows[r];
     row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
     if (wide_q) {
-      WidenRow(row.q, task.op.q_dim, task.op.q_type, hd, f.qw + r * hd);
+      WidenRowV(row.q, task.op.q_dim, task.op.q_type, hd, f.qw + r * hd);
       row.q = f.qw + r * hd;
     }
     const int64_t qpos = t.op.mask.q_start + i;
@@ -990,10 +998,10 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
       continue;
     }
     const int64_t h = r / nq, i = t.row_begin + r % nq;
-    FinishRow(st, dvp, t.op.value_dim, ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type),
-              t.op.o_dim, t.op.o_type,
-              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, f.cur,
-              t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+    FinishRow(st, dvp, t.op.value_dim,
+              ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
+              t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
+              f.cur, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
   }
 }
 
@@ -1010,9 +1018,9 @@ static void FlashMerge(const FlashTask& t, const float* partials, int64_t units,
     for (int64_t c = 1; c < units; ++c)
       MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
     const int64_t h = r / nq, i = t.row_begin + r % nq;
-    FinishRow(run, dvp, t.op.value_dim, ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type),
-              t.op.o_dim, t.op.o_type,
-              t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr, tmp,
-              t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+    FinishRow(run, dvp, t.op.value_dim,
+              ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
+              t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
+              tmp, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
   }
 }

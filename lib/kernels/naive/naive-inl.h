@@ -160,10 +160,10 @@ static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
   *o = v + Piece2(kend, dv);
   w.q = q, w.k = k, w.v = v, w.o = *o;
   for (int64_t i = 0; i < t.q_len; ++i)
-    WidenRow(ElemAt(t.q, i * t.q_row, t.q_type), t.q_dim, t.q_type, hd, q + i * hd);
+    WidenRowV(ElemAt(t.q, i * t.q_row, t.q_type), t.q_dim, t.q_type, hd, q + i * hd);
   for (int64_t j = 0; j < kend; ++j) {
-    WidenRow(KeyRow(t, j), t.k_dim, t.k_type, hd, k + j * hd);
-    WidenRow(ValueRow(t, j), t.v_dim, t.v_type, dv, v + j * dv);
+    WidenRowV(KeyRow(t, j), t.k_dim, t.k_type, hd, k + j * hd);
+    WidenRowV(ValueRow(t, j), t.v_dim, t.v_type, dv, v + j * dv);
   }
   return w;
 }
