@@ -18,6 +18,16 @@
  * two outputs interleaved in one buffer are refused even when no element is shared.
  * Data must be aligned to the element size. value_dim may differ from head_dim.
  *
+ * Element types (since 0.7). octattn_attention takes q, k and v each in f32, bf16 or f16
+ * (any combination: a bf16 model, or f32 queries over an f16 or bf16 KV cache), o in
+ * f32 or q's dtype; lse, weights, bias and the sinks and slopes are f32. Widening bf16
+ * and f16 to f32 is exact, and every algorithm computes in f32 on the widened values: a
+ * call's bytes are those of the f32 call on the widened tensors (a 16-bit o holds that
+ * call's o rounded to nearest even), so every rule below, the accuracy bound included,
+ * holds as stated for 16-bit inputs. 16-bit data is read as it is (keys and values are
+ * widened as a tile reads them, never copied whole). The backward pass, merge and the
+ * stages take f32 only (UNSUPPORTED).
+ *
  * Option structs. Each begins with struct_size, set by its *_init() function. Fields are
  * only ever appended: a caller built against an older header passes its smaller
  * struct_size (never below the struct's size in version 0.1), the library reads only
@@ -163,7 +173,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 6
+#define OCTATTN_VERSION_MINOR 7
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -206,9 +216,11 @@ typedef int32_t octattn_status;
 #define OCTATTN_ERROR_STRUCT_SIZE 7
 /* The caller's workspace is smaller than octattn_attention_workspace_size() says. */
 #define OCTATTN_ERROR_WORKSPACE_TOO_SMALL 8
-/* Valid but not available: a reserved dtype (bf16, f16), a SIMD target that is not
- * compiled or not supported by this CPU, weights requested from the fused algorithm,
- * sequences given to a stage, a paged cache given to naive or to the backward. */
+/* Valid but not available: a bf16 or f16 tensor where f32 is required (lse, weights,
+ * an o of another dtype than q's, the backward, merge, the stages), a SIMD target that
+ * is not compiled or not supported by this CPU, weights requested from the fused
+ * algorithm, sequences given to a stage, a paged cache given to naive or to the
+ * backward. */
 #define OCTATTN_ERROR_UNSUPPORTED 9
 /* Memory could not be allocated, or would exceed the context's memory limit. */
 #define OCTATTN_ERROR_OUT_OF_MEMORY 10
@@ -234,8 +246,8 @@ OCTATTN_API octattn_status octattn_struct_layout(const char* type, const char* f
 
 typedef int32_t octattn_dtype;
 #define OCTATTN_DTYPE_F32 1
-#define OCTATTN_DTYPE_BF16 2 /* reserved: OCTATTN_ERROR_UNSUPPORTED */
-#define OCTATTN_DTYPE_F16 3  /* reserved: OCTATTN_ERROR_UNSUPPORTED */
+#define OCTATTN_DTYPE_BF16 2 /* bfloat16 (q, k, v, o of octattn_attention; since 0.7) */
+#define OCTATTN_DTYPE_F16 3  /* IEEE binary16 (the same tensors; since 0.7) */
 /* One byte per element, 0 = false: the mask tensor only (since 0.3). */
 #define OCTATTN_DTYPE_BOOL 4
 
@@ -288,7 +300,7 @@ OCTATTN_API const char* octattn_algorithm_name(octattn_algorithm algorithm);
 
 typedef struct octattn_tensor {
   void* data;          /* never written through for inputs */
-  octattn_dtype dtype; /* OCTATTN_DTYPE_F32 (the mask tensor: OCTATTN_DTYPE_BOOL) */
+  octattn_dtype dtype; /* F32; BF16 or F16 where SEMANTICS allows; the mask tensor BOOL */
   int32_t reserved;    /* must be 0 */
   int64_t shape[4];    /* logical sizes, see SEMANTICS */
   int64_t stride[4];   /* in elements, >= 0 */

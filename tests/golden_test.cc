@@ -1,12 +1,14 @@
 // Golden data from PyTorch (tests/golden/make_golden.py): every path and target agrees
 // with scaled_dot_product_attention on the write-up's walkthrough and three variants, with
 // explicit torch operations on six cases of score modifiers, and with SDPA on two padded
-// batches given as a boolean mask (the library gets the sequences' lengths instead).
+// batches given as a boolean mask (the library gets the sequences' lengths instead), and
+// with SDPA on bf16 and f16 tensors (float64 on their values, and PyTorch's own kernel).
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <sstream>
 
+#include "lib/kernels/common/dtype.h"
 #include "support.h"
 
 using namespace octtest;
@@ -21,6 +23,8 @@ struct Golden {
   int64_t chunk = 0;
   std::vector<float> slopes, sinks, bias, mask;
   std::vector<int64_t> kv_starts, kv_lens;
+  std::string dtype = "f32";
+  std::vector<float> o16;  // PyTorch's 16-bit kernel
 };
 
 std::vector<Golden> Load() {
@@ -50,6 +54,10 @@ std::vector<Golden> Load() {
       s >> g.chunk;
       continue;
     }
+    if (tag == "dtype") {
+      s >> g.dtype;
+      continue;
+    }
     if (tag == "kv_starts" || tag == "kv_lens") {
       std::vector<int64_t>& lens = tag == "kv_starts" ? g.kv_starts : g.kv_lens;
       int64_t n;
@@ -64,6 +72,7 @@ std::vector<Golden> Load() {
                               : tag == "sinks"  ? &g.sinks
                               : tag == "bias"   ? &g.bias
                               : tag == "mask"   ? &g.mask
+                              : tag == "o16"    ? &g.o16
                                                 : &g.o;
     REQUIRE((tag == "o" || dst != &g.o));
     float x;
@@ -84,11 +93,12 @@ Tensor Make(int64_t a, int64_t b, int64_t c, int64_t d, const std::vector<float>
 
 TEST_CASE("PyTorch golden outputs", "[golden][dispatch]") {
   const auto cases = Load();
-  REQUIRE(cases.size() == 12);
+  REQUIRE(cases.size() == 16);
   std::vector<std::pair<octattn_algorithm, Target>> paths{
       {OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
   for (const Target& t : AllTargets()) paths.push_back({OCTATTN_ALGORITHM_AUTO, t});
   for (const Golden& g : cases) {
+    if (g.dtype != "f32") continue;  // the next test
     Tensor q = Make(g.batch, g.q_heads, g.q_len, g.dim, g.q);
     Tensor k = Make(g.batch, g.kv_heads, g.kv_len, g.dim, g.k);
     Tensor v = Make(g.batch, g.kv_heads, g.kv_len, g.dim, g.v);
@@ -120,4 +130,74 @@ TEST_CASE("PyTorch golden outputs", "[golden][dispatch]") {
       CHECK(MaxDiff(o, want) <= 1e-6);
     }
   }
+}
+
+namespace {
+
+// 16-bit copy of exactly representable values, and the widened values of one.
+std::vector<uint16_t> Narrow(const std::vector<float>& x, octattn_dtype type) {
+  std::vector<uint16_t> h;
+  for (float f : x) {
+    h.push_back(type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(f)
+                                           : octattn::kernels::F32ToF16(f));
+    REQUIRE((type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(h.back())
+                                        : octattn::kernels::F16ToF32(h.back())) == f);
+  }
+  return h;
+}
+octattn_tensor View16(std::vector<uint16_t>& h, const int64_t shape[4], octattn_dtype type) {
+  octattn_tensor t;
+  REQUIRE(octattn_tensor_init(&t, h.data(), shape, OCTATTN_LAYOUT_BHTD) == OCTATTN_OK);
+  t.dtype = type;
+  return t;
+}
+
+}  // namespace
+
+// The library's 16-bit o is its f32 result rounded to 16 bits: within the f32 bound plus
+// half a unit in the last place (2^-8 of |o| for bf16, 2^-11 for f16) of float64 SDPA on
+// the same values. PyTorch's 16-bit kernel rounds o (and, for bf16, its weights) too:
+// the two agree to a unit of the 16-bit type at max|v| (2^-7 and 2^-10 of it).
+TEST_CASE("PyTorch golden outputs in bf16 and f16", "[golden][dtype][dispatch]") {
+  std::vector<std::pair<octattn_algorithm, Target>> paths{
+      {OCTATTN_ALGORITHM_REFERENCE, {OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO}}};
+  for (const Target& t : AllTargets()) {
+    paths.push_back({OCTATTN_ALGORITHM_NAIVE, t});
+    paths.push_back({OCTATTN_ALGORITHM_FUSED, t});
+  }
+  int seen = 0;
+  for (const Golden& g : Load()) {
+    if (g.dtype == "f32") continue;
+    ++seen;
+    const octattn_dtype type = g.dtype == "bf16" ? OCTATTN_DTYPE_BF16 : OCTATTN_DTYPE_F16;
+    const double half_ulp = type == OCTATTN_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+    std::vector<uint16_t> q16 = Narrow(g.q, type), k16 = Narrow(g.k, type), v16 = Narrow(g.v, type);
+    const int64_t qs[4] = {g.batch, g.q_heads, g.q_len, g.dim};
+    const int64_t ks[4] = {g.batch, g.kv_heads, g.kv_len, g.dim};
+    const octattn_tensor q = View16(q16, qs, type), k = View16(k16, ks, type),
+                         v = View16(v16, ks, type);
+    double max_v = 0;
+    for (float x : g.v) max_v = std::max(max_v, std::fabs(static_cast<double>(x)));
+    for (const auto& path : paths) {
+      INFO(g.name << " " << octattn_algorithm_name(path.first) << " " << path.second.Name());
+      Context ctx(path.second);
+      std::vector<uint16_t> o16(g.o.size(), 0);
+      octattn_tensor o = View16(o16, qs, type);
+      const octattn_attention_options opt = Options(1, 0, 0, path.first);
+      REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, &o, nullptr, nullptr, nullptr, 0) ==
+              OCTATTN_OK);
+      REQUIRE(g.o16.size() == g.o.size());
+      double worst64 = 0, worst_torch = 0;
+      for (size_t i = 0; i < o16.size(); ++i) {
+        const double got = type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(o16[i])
+                                                      : octattn::kernels::F16ToF32(o16[i]);
+        const double allowed = 1e-6 * max_v + half_ulp * std::fabs(static_cast<double>(g.o[i]));
+        worst64 = std::max(worst64, std::fabs(got - g.o[i]) - allowed);
+        worst_torch = std::max(worst_torch, std::fabs(got - g.o16[i]));
+      }
+      CHECK(worst64 <= 0);
+      CHECK(worst_torch <= 2 * half_ulp * max_v);
+    }
+  }
+  CHECK(seen == 4);
 }

@@ -8,7 +8,9 @@ modifier cases (softcap, ALiBi, sinks, chunks, bias and mask tensors) are built 
 explicit torch operations and store their options on lines of their own. The padded
 batch cases run scaled_dot_product_attention on a batch whose sequences are padded, as
 a Hugging Face model pads them, with an explicit boolean mask built from the lengths; the
-library gets the lengths (kv_starts, kv_lens) instead of the mask.
+library gets the lengths (kv_starts, kv_lens) instead of the mask. The bf16 and f16
+cases store PyTorch's own 16-bit scaled_dot_product_attention (o16) next to the float64
+one on the same 16-bit values (o).
 """
 import math
 import pathlib
@@ -170,6 +172,21 @@ def padded_cases():
     return out
 
 
+def dtype_cases():
+    """16-bit inputs: (name, dtype, q, k, v, o from float64, o16 from PyTorch's kernel)."""
+    out = []
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        for tq, tk in ((40, 40), (1, 300)):
+            q, k, v = projected_qkv(1, tk, 4, 2, 32)
+            q = q[:, :, tk - tq:, :].contiguous()
+            q, k, v = (t.to(dtype) for t in (q, k, v))
+            mask = causal_mask(tq, tk)
+            o16 = attend(q, k, v, mask)
+            o = attend(q.double(), k.double(), v.double(), mask)
+            out.append((f"{name}_{'prefill' if tq > 1 else 'decode'}", name, q, k, v, o, o16))
+    return out
+
+
 def main():
     torch.manual_seed(0)
     cases = []
@@ -217,6 +234,14 @@ def main():
                     f.write(key + " " + " ".join(f"{x:.9e}" for x in values) + "\n")
             for label, t in (("q", q), ("k", k), ("v", v), ("o", o.float())):
                 f.write(label + " " + " ".join(f"{x:.9e}" for x in t.flatten().tolist()) + "\n")
+        for name, dtype, q, k, v, o, o16 in dtype_cases():
+            b, hq, tq, d = q.shape
+            _, hkv, tk, _ = k.shape
+            f.write(f"case {name} {b} {hq} {hkv} {tq} {tk} {d} 0 0\n")
+            f.write(f"dtype {dtype}\n")
+            for label, t in (("q", q), ("k", k), ("v", v), ("o", o), ("o16", o16)):
+                values = t.to(torch.float32).flatten().tolist()
+                f.write(label + " " + " ".join(f"{x:.9e}" for x in values) + "\n")
     print(f"wrote {out}")
 
 

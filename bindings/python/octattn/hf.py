@@ -16,7 +16,8 @@ materialized), softcap and sinks where the model has them. A mask the library's 
 mask functions, packed sequences, block overlays) is built as transformers builds it for
 sdpa and passed as the library's mask tensor, so every model stays exact.
 
-Models must run in float32 (the library's dtype today); dropout must be 0.
+Models run in float32, bfloat16 or float16 (the backward, for training, takes float32);
+dropout must be 0.
 """
 import torch
 
@@ -120,7 +121,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         raise NotImplementedError("octattn: attention dropout is not supported")
     B, H, T, _ = query.shape
     Tk = key.shape[2]
-    out = query.new_empty((B, T, H, value.shape[3]), dtype=torch.float32)
+    out = query.new_empty((B, T, H, value.shape[3]))  # the model's dtype
     causal = bool(getattr(module, "is_causal", True))
     window, q_start, mask, spans = 0, None, None, None
     compiling = torch.compiler.is_compiling()

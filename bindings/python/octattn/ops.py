@@ -36,7 +36,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _(q, k, v, alibi_slopes=None, sinks=None, bias=None, mask=None, *, causal=True, window=0,
       stride=0, scale=None, q_start=None, k_start=0, chunk=0, softcap=0.0, layout="bhtd",
       algorithm="auto"):
-    o = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32)
+    o = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))  # q's dtype
     if layout == "bthd":
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     else:

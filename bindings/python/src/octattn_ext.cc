@@ -495,12 +495,17 @@ bool Is(nb::handle s, const char* text) {
   return PyUnicode_Check(s.ptr()) && PyUnicode_CompareWithASCIIString(s.ptr(), text) == 0;
 }
 
-// An uninitialized float32 array of like's kind (torch or numpy).
-nb::object Empty(nb::handle like, bool torch, std::initializer_list<int64_t> dims) {
+// An uninitialized float32 array of like's kind (torch or numpy), or (same_dtype) of
+// like's dtype.
+nb::object Empty(nb::handle like, bool torch, std::initializer_list<int64_t> dims,
+                 bool same_dtype = false) {
   nb::list shape;
   for (int64_t d : dims) shape.append(d);
-  if (torch) return like.attr("new_empty")(nb::tuple(shape), nb::arg("dtype") = torch_f32);
-  return nb::borrow(numpy_empty)(nb::tuple(shape), nb::arg("dtype") = "float32");
+  nb::object dtype = same_dtype ? nb::object(like.attr("dtype"))
+                     : torch    ? nb::borrow(torch_f32)
+                                : nb::object(nb::str("float32"));
+  if (torch) return like.attr("new_empty")(nb::tuple(shape), nb::arg("dtype") = dtype);
+  return nb::borrow(numpy_empty)(nb::tuple(shape), nb::arg("dtype") = dtype);
 }
 
 // octattn.attention (its docstring is in octattn/__init__.py).
@@ -575,9 +580,9 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   if (!out.is_none())
     o = nb::borrow(out);
   else if (ragged)
-    o = Empty(q, torch, {T, H, rv.shape[3]});
+    o = Empty(q, torch, {T, H, rv.shape[3]}, true);
   else
-    o = Empty(q, torch, {rq.shape[0], rq.shape[1], rq.shape[2], rv.shape[3]});
+    o = Empty(q, torch, {rq.shape[0], rq.shape[1], rq.shape[2], rv.shape[3]}, true);
   nb::object lse = nb::none(), weights = nb::none();
   if (return_lse) lse = Empty(q, torch, {B, H, T});
   if (return_weights) weights = Empty(q, torch, {B, H, T, Tk});
@@ -680,7 +685,9 @@ NB_MODULE(_octattn, m) {
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
-each), float32, any strides; Hq % Hkv == 0 (grouped queries, no copies).
+each), any strides; Hq % Hkv == 0 (grouped queries, no copies). q, k and v each float32,
+bfloat16 or float16 (computed in float32 on the exact widened values); o (new or out)
+in q's dtype or float32; lse and weights float32.
 causal/window/stride/chunk: the mask; q_start/k_start: positions (q_start None: the
 queries are the newest tokens); scale None: 1/sqrt(D); softcap, alibi_slopes [Hq],
 sinks [Hq], bias [B, Hq, Tq, Tk] and mask [B, Hq, Tq, Tk] (bool; broadcast with

@@ -121,6 +121,35 @@ def test_torch_matches_sdpa_and_numpy_bytes():
     assert np.array_equal(on, o.numpy())
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_tensors_are_the_float32_call_on_their_values(dtype):
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(2, 8, 40, 64, generator=g).to(dt)
+    k = torch.randn(2, 2, 300, 64, generator=g).to(dt)
+    v = torch.randn(2, 2, 300, 64, generator=g).to(dt)
+    for tq in (40, 1):  # a prefill, and a decode step over a 16-bit cache
+        qs = q[:, :, :tq]
+        o = octattn.attention(qs, k, v)
+        assert o.dtype == dt
+        o32 = octattn.attention(qs.float(), k.float(), v.float())
+        # the f32 call on the widened values, rounded to nearest even (torch's rounding)
+        assert torch.equal(o.view(torch.int16), o32.to(dt).view(torch.int16))
+        # f32 queries over the 16-bit cache, o in f32
+        assert torch.equal(octattn.attention(qs.float(), k, v), o32)
+        allowed = torch.arange(300)[None, :] <= torch.arange(tq)[:, None] + 300 - tq
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            qs.float(), k.float(), v.float(), attn_mask=allowed, enable_gqa=True)
+        torch.testing.assert_close(o32, ref, atol=1e-5, rtol=0)
+    if dtype == "float16":  # numpy has float16: the same bytes
+        on = octattn.attention(q.numpy(), k.numpy(), v.numpy())
+        assert on.dtype == np.float16
+        assert np.array_equal(on.view(np.int16), octattn.attention(q, k, v).numpy().view(np.int16))
+    with pytest.raises(octattn.Error):  # o in another 16-bit dtype than q's
+        octattn.attention(q, k, v, out=torch.empty(2, 8, 40, 64, dtype=torch.float16
+                                                   if dtype == "bfloat16" else torch.bfloat16))
+
+
 def test_views_of_any_strides_are_read_in_place():
     rng = np.random.default_rng(5)
     B, T, Hq, Hkv, D = 2, 11, 4, 2, 16

@@ -102,3 +102,29 @@ def test_unknown_mask_functions_fall_back_to_a_mask_tensor():
     ref = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m.dense)
     # row 0 reads key 0; rows 1-3 read the even keys up to themselves
     torch.testing.assert_close(out.transpose(1, 2), ref, atol=1e-5, rtol=0)
+
+
+def test_llama_in_bfloat16():
+    """A bf16 model: the library computes in float32 on the bf16 values and rounds o to
+    bf16. Its prompt logits stay as close to the float32 model's (the same bf16 weights
+    widened) as sdpa's bf16 kernel does, which rounds its weights to bf16 too: within bf16
+    precision, not float32's."""
+    model = tiny(transformers.LlamaConfig, transformers.LlamaForCausalLM).to(torch.bfloat16)
+    wide = tiny(transformers.LlamaConfig, transformers.LlamaForCausalLM).to(torch.bfloat16).float()
+    torch.manual_seed(1)
+    ids = torch.randint(1, 128, (2, 21))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[0, :6] = 0
+    logits = {}
+    with torch.no_grad():
+        for impl in ("sdpa", "octattn"):
+            model.set_attn_implementation(impl)
+            logits[impl] = model(input_ids=ids, attention_mask=attention_mask).logits.float()
+        wide.set_attn_implementation("sdpa")
+        ref = wide(input_ids=ids, attention_mask=attention_mask).logits
+    valid = attention_mask.bool()
+    scale = ref[valid].abs().max().item()
+    ours = (logits["octattn"] - ref)[valid].abs().max().item()
+    theirs = (logits["sdpa"] - ref)[valid].abs().max().item()
+    assert ours < 0.02 * scale and theirs < 0.02 * scale, (ours, theirs, scale)
+    assert (logits["octattn"] - logits["sdpa"])[valid].abs().max().item() < 0.02 * scale
