@@ -1,15 +1,17 @@
 // Causality: overwriting position p of q, k and v with any bits (NaN, infinities,
 // denormals, huge values), and the bias and mask entries of key p, leaves every output
 // row before p byte-identical, for every mask, alignment, GQA ratio, layout, algorithm
-// (AUTO too), backend, target, thread count and score modifier; the lse and weights
-// rows too when the input requests them.
+// (AUTO too), backend, target, thread count, score modifier and the dtypes of q, k, v
+// and o (the 16-bit patterns of NaN and the infinities then); the lse and weights rows
+// too when the input requests them.
 #include "fuzz_support.h"
 
 using namespace fuzz;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
-  const Problem p = Problem::Read(in, 48);
+  Problem p = Problem::Read(in, 48);
+  p.ReadTypes(in, true);
   const int64_t pos = in.Range(0, p.kv_len - 1);
   const int64_t edit_batch = in.Range(0, p.batch - 1);
   float bits[4];

@@ -1,6 +1,7 @@
 // Decode: a one-row decode at position i (and a short chunked prefill ending at i)
 // equals prefill row i byte for byte on the fused path, as the header promises, with
-// the score modifiers the input draws (the bias and mask tensors viewed at the rows).
+// the score modifiers the input draws (the bias and mask tensors viewed at the rows), in
+// the dtypes it draws.
 #include <algorithm>
 
 #include "fuzz_support.h"
@@ -10,6 +11,7 @@ using namespace fuzz;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   Problem p = Problem::Read(in, 40);
+  p.ReadTypes(in, true);
   p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
   p.weights = false;  // the fused path never holds them
   p.opt.causal = 1;
@@ -59,8 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       mask.shape[3] = i + 1;
       opt.mask = &mask;
     }
-    FUZZ_CHECK(octattn_attention(ctx, &opt, &q, &k, &v, &o.t, nullptr, nullptr, nullptr, 0) ==
-               OCTATTN_OK);
+    FUZZ_CHECK(Run(p.types, ctx, &opt, &q, &k, &v, &o.t, nullptr, nullptr) == OCTATTN_OK);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)
         for (int64_t r = 0; r < rows; ++r)

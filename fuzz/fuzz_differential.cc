@@ -4,7 +4,9 @@
 // for one batch computed alone, and for a second run. Then the same problem as a padded
 // batch (per-batch kv_starts, kv_lens and q_starts the input draws): against the
 // reference with the same arrays, and the same bytes for 1 and 2 threads; batch entry 0
-// as a ragged batch and from a paged cache: the same bytes, within the bound.
+// as a ragged batch and from a paged cache: the same bytes, within the bound. All in the
+// dtypes the input draws for q, k and v; with 16-bit ones, also the bytes of the f32
+// call on the same (widened) values.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -41,6 +43,7 @@ void ScoreRange(const Problem& p, const Tensors& t, double* s_max, double* c_max
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   Problem p = Problem::Read(in, 40);
+  p.ReadTypes(in, false);  // o in f32: the bound below is the f32 one
   if (p.opt.algorithm == OCTATTN_ALGORITHM_REFERENCE) p.opt.algorithm = OCTATTN_ALGORITHM_AUTO;
   const int other_layout = static_cast<int>(in.Range(0, 3));
   Tensors t(p, p.layout);
@@ -91,8 +94,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       mask.shape[0] = 1;
       opt.mask = &mask;
     }
-    FUZZ_CHECK(octattn_attention(one, &opt, &q, &k, &v, &o, nullptr, shard.has_w ? &w : nullptr,
-                                 nullptr, 0) == OCTATTN_OK);
+    FUZZ_CHECK(Run(p.types, one, &opt, &q, &k, &v, &o, nullptr, shard.has_w ? &w : nullptr) ==
+               OCTATTN_OK);
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(shard.o.RowEquals(t.o, 1, h, i));
   }
@@ -160,63 +163,78 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // a paged cache of a drawn block size (ids reversed, NaN in every unowned pool row;
   // no modifier tensors or ALiBi): paged gives the ragged call's bytes, both within the
   // bound of the reference.
-  if (p.opt.algorithm == OCTATTN_ALGORITHM_NAIVE) return 0;  // naive takes no paged cache
-  const int64_t n = in.Range(1, 4), bs = in.Range(1, 20);
-  std::vector<int64_t> cu_q{0}, cu_k{0};
-  for (int64_t s = 1; s < n; ++s) {
-    cu_q.push_back(in.Range(cu_q.back(), p.q_len));
-    cu_k.push_back(in.Range(cu_k.back(), p.kv_len));
-  }
-  cu_q.push_back(p.q_len);
-  cu_k.push_back(p.kv_len);
-  octattn_attention_options rag = p.opt;
-  rag.bias = rag.mask = nullptr;
-  rag.alibi_slopes = nullptr;
-  rag.sequences = n;
-  rag.cu_seqlens_q = cu_q.data();
-  rag.cu_seqlens_k = cu_k.data();
-  octattn_tensor q0 = t.q.t, k0 = t.k.t, v0 = t.v.t;
-  q0.shape[0] = k0.shape[0] = v0.shape[0] = 1;
-  Tensor ro(1, p.q_heads, p.q_len, p.value_dim, 0), po = ro, rr = ro;
-  FUZZ_CHECK(octattn_attention(two, &rag, &q0, &k0, &v0, &ro.t, nullptr, nullptr, nullptr, 0) ==
-             OCTATTN_OK);
-  int64_t cols = 1;
-  for (int64_t s = 0; s < n; ++s) cols = std::max(cols, (cu_k[s + 1] - cu_k[s] + bs - 1) / bs);
-  const int64_t blocks = n * cols;
-  Tensor kp(blocks, p.kv_heads, bs, p.head_dim, kBTHD),
-      vp(blocks, p.kv_heads, bs, p.value_dim, kBTHD);
-  for (float& x : kp.buf) x = std::numeric_limits<float>::quiet_NaN();
-  for (float& x : vp.buf) x = std::numeric_limits<float>::quiet_NaN();
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::vector<int64_t> ctx_lens;
-  for (int64_t s = 0; s < n; ++s) {
-    ctx_lens.push_back(cu_k[s + 1] - cu_k[s]);
-    for (int64_t c = 0; c < cols; ++c)
-      table[static_cast<size_t>(s * cols + c)] = static_cast<int32_t>(blocks - 1 - (s * cols + c));
-    for (int64_t r = 0; r < ctx_lens.back(); ++r)
-      for (int64_t h = 0; h < p.kv_heads; ++h) {
-        const int64_t blk = table[static_cast<size_t>(s * cols + r / bs)];
-        for (int64_t d = 0; d < p.head_dim; ++d)
-          kp.at(blk, h, r % bs, d) = t.k.at(0, h, cu_k[s] + r, d);
+  if (p.opt.algorithm != OCTATTN_ALGORITHM_NAIVE) {  // naive takes no paged cache
+    const int64_t n = in.Range(1, 4), bs = in.Range(1, 20);
+    std::vector<int64_t> cu_q{0}, cu_k{0};
+    for (int64_t s = 1; s < n; ++s) {
+      cu_q.push_back(in.Range(cu_q.back(), p.q_len));
+      cu_k.push_back(in.Range(cu_k.back(), p.kv_len));
+    }
+    cu_q.push_back(p.q_len);
+    cu_k.push_back(p.kv_len);
+    octattn_attention_options rag = p.opt;
+    rag.bias = rag.mask = nullptr;
+    rag.alibi_slopes = nullptr;
+    rag.sequences = n;
+    rag.cu_seqlens_q = cu_q.data();
+    rag.cu_seqlens_k = cu_k.data();
+    octattn_tensor q0 = t.q.t, k0 = t.k.t, v0 = t.v.t;
+    q0.shape[0] = k0.shape[0] = v0.shape[0] = 1;
+    Tensor ro(1, p.q_heads, p.q_len, p.value_dim, 0), po = ro, rr = ro;
+    FUZZ_CHECK(Run(p.types, two, &rag, &q0, &k0, &v0, &ro.t, nullptr, nullptr) == OCTATTN_OK);
+    int64_t cols = 1;
+    for (int64_t s = 0; s < n; ++s) cols = std::max(cols, (cu_k[s + 1] - cu_k[s] + bs - 1) / bs);
+    const int64_t blocks = n * cols;
+    Tensor kp(blocks, p.kv_heads, bs, p.head_dim, kBTHD),
+        vp(blocks, p.kv_heads, bs, p.value_dim, kBTHD);
+    for (float& x : kp.buf) x = std::numeric_limits<float>::quiet_NaN();
+    for (float& x : vp.buf) x = std::numeric_limits<float>::quiet_NaN();
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::vector<int64_t> ctx_lens;
+    for (int64_t s = 0; s < n; ++s) {
+      ctx_lens.push_back(cu_k[s + 1] - cu_k[s]);
+      for (int64_t c = 0; c < cols; ++c)
+        table[static_cast<size_t>(s * cols + c)] =
+            static_cast<int32_t>(blocks - 1 - (s * cols + c));
+      for (int64_t r = 0; r < ctx_lens.back(); ++r)
+        for (int64_t h = 0; h < p.kv_heads; ++h) {
+          const int64_t blk = table[static_cast<size_t>(s * cols + r / bs)];
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            kp.at(blk, h, r % bs, d) = t.k.at(0, h, cu_k[s] + r, d);
+          for (int64_t d = 0; d < p.value_dim; ++d)
+            vp.at(blk, h, r % bs, d) = t.v.at(0, h, cu_k[s] + r, d);
+        }
+    }
+    octattn_attention_options pag = rag;
+    pag.cu_seqlens_k = nullptr;
+    pag.block_table = table.data();
+    pag.block_table_cols = cols;
+    pag.kv_lens = ctx_lens.data();
+    FUZZ_CHECK(Run(p.types, one, &pag, &q0, &kp.t, &vp.t, &po.t, nullptr, nullptr) == OCTATTN_OK);
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(po.RowEquals(ro, 0, h, i));
+    rag.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+    FUZZ_CHECK(Run(p.types, one, &rag, &q0, &k0, &v0, &rr.t, nullptr, nullptr) == OCTATTN_OK);
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i)
         for (int64_t d = 0; d < p.value_dim; ++d)
-          vp.at(blk, h, r % bs, d) = t.v.at(0, h, cu_k[s] + r, d);
-      }
+          FUZZ_CHECK(std::fabs(double(ro.at(0, h, i, d)) - rr.at(0, h, i, d)) <= bound);
   }
-  octattn_attention_options pag = rag;
-  pag.cu_seqlens_k = nullptr;
-  pag.block_table = table.data();
-  pag.block_table_cols = cols;
-  pag.kv_lens = ctx_lens.data();
-  FUZZ_CHECK(octattn_attention(one, &pag, &q0, &kp.t, &vp.t, &po.t, nullptr, nullptr, nullptr, 0) ==
-             OCTATTN_OK);
-  for (int64_t h = 0; h < p.q_heads; ++h)
-    for (int64_t i = 0; i < p.q_len; ++i) FUZZ_CHECK(po.RowEquals(ro, 0, h, i));
-  rag.algorithm = OCTATTN_ALGORITHM_REFERENCE;
-  FUZZ_CHECK(octattn_attention(one, &rag, &q0, &k0, &v0, &rr.t, nullptr, nullptr, nullptr, 0) ==
-             OCTATTN_OK);
-  for (int64_t h = 0; h < p.q_heads; ++h)
-    for (int64_t i = 0; i < p.q_len; ++i)
-      for (int64_t d = 0; d < p.value_dim; ++d)
-        FUZZ_CHECK(std::fabs(double(ro.at(0, h, i, d)) - rr.at(0, h, i, d)) <= bound);
+
+  // 16-bit dtypes: the f32 call on the same values gives the same bytes, and an o in q's
+  // dtype is that call's o rounded.
+  if (p.types.F32()) return 0;
+  Tensors t32 = t;
+  t32.types = Dtypes{};
+  FUZZ_CHECK(Attend(two, p.opt, t32) == OCTATTN_OK);
+  FUZZ_CHECK(SameBytes(t.o, t32.o));
+  if (p.lse) FUZZ_CHECK(SameBytes(t.lse, t32.lse));
+  if (p.weights) FUZZ_CHECK(SameBytes(t.w, t32.w));
+  if (p.types.q == OCTATTN_DTYPE_F32) return 0;
+  Tensors t16 = t;
+  t16.types.o = p.types.q;
+  FUZZ_CHECK(Attend(two, p.opt, t16) == OCTATTN_OK);
+  Quantize(t32.o, p.types.q);
+  FUZZ_CHECK(SameBytes(t16.o, t32.o));
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "lib/kernels/common/dtype.h"
 #include "octattn.h"
 
 #define FUZZ_CHECK(cond)                                                            \
@@ -61,6 +62,67 @@ class Input {
 };
 
 enum Layout { kBHTD = 0, kBTHD = 1, kPaddedRows = 2, kDimSlowest = 3 };
+
+// The element types a call passes q, k and v (and o) in: f32 unless a target draws them.
+// The tensors stay f32 buffers; the call narrows copies (Run).
+struct Dtypes {
+  octattn_dtype q = OCTATTN_DTYPE_F32, kv = OCTATTN_DTYPE_F32, o = OCTATTN_DTYPE_F32;
+  bool F32() const {
+    return q == OCTATTN_DTYPE_F32 && kv == OCTATTN_DTYPE_F32 && o == OCTATTN_DTYPE_F32;
+  }
+};
+
+inline uint16_t Narrow(float x, octattn_dtype type) {
+  return type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(x)
+                                    : octattn::kernels::F32ToF16(x);
+}
+inline float Widen(uint16_t h, octattn_dtype type) {
+  return type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(h)
+                                    : octattn::kernels::F16ToF32(h);
+}
+// Elements a view spans (from its first to one past its last, in elements).
+inline int64_t Span(const octattn_tensor& t) {
+  int64_t n = 1;
+  for (int i = 0; i < 4; ++i) n += (t.shape[i] - 1) * t.stride[i];
+  return n;
+}
+// An f32 view's elements narrowed into buf, as a view of the same strides.
+inline octattn_tensor Narrowed(const octattn_tensor& t, octattn_dtype type,
+                               std::vector<uint16_t>* buf) {
+  if (type == OCTATTN_DTYPE_F32) return t;
+  const float* src = static_cast<const float*>(t.data);
+  buf->resize(static_cast<size_t>(Span(t)));
+  for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = Narrow(src[i], type);
+  octattn_tensor r = t;
+  r.data = buf->data();
+  r.dtype = type;
+  return r;
+}
+
+// octattn_attention with f32 views, run with q, k, v and o in `ty`: 16-bit copies of the
+// same strides are passed, and a 16-bit o is widened back into its view's elements.
+inline octattn_status Run(const Dtypes& ty, octattn_context* ctx,
+                          const octattn_attention_options* opt, const octattn_tensor* q,
+                          const octattn_tensor* k, const octattn_tensor* v, octattn_tensor* o,
+                          octattn_tensor* lse, octattn_tensor* w) {
+  if (ty.F32()) return octattn_attention(ctx, opt, q, k, v, o, lse, w, nullptr, 0);
+  std::vector<uint16_t> qb, kb, vb, ob;
+  const octattn_tensor q16 = Narrowed(*q, ty.q, &qb), k16 = Narrowed(*k, ty.kv, &kb),
+                       v16 = Narrowed(*v, ty.kv, &vb);
+  octattn_tensor o16 = Narrowed(*o, ty.o, &ob);
+  const octattn_status st = octattn_attention(ctx, opt, &q16, &k16, &v16, &o16, lse, w, nullptr, 0);
+  if (st != OCTATTN_OK || ty.o == OCTATTN_DTYPE_F32) return st;
+  float* dst = static_cast<float*>(o->data);
+  for (int64_t a = 0; a < o->shape[0]; ++a)
+    for (int64_t b = 0; b < o->shape[1]; ++b)
+      for (int64_t c = 0; c < o->shape[2]; ++c)
+        for (int64_t d = 0; d < o->shape[3]; ++d) {
+          const int64_t i =
+              a * o->stride[0] + b * o->stride[1] + c * o->stride[2] + d * o->stride[3];
+          dst[i] = Widen(ob[static_cast<size_t>(i)], ty.o);
+        }
+  return st;
+}
 
 // A logical [a, b, c, d] f32 tensor with its own buffer.
 struct Tensor {
@@ -151,6 +213,19 @@ struct Problem {
   int32_t threads;
   bool lse, weights;  // request the optional outputs (weights never with FUSED)
   std::shared_ptr<ModData> mods;
+  Dtypes types;  // f32 unless ReadTypes draws others
+
+  // Half of the inputs (and any past its end) all f32; the others q's and the cache's
+  // dtypes (f32, bf16, f16) and o in q's dtype where `o16` allows.
+  void ReadTypes(Input& in, bool o16) {
+    const uint8_t b = in.Byte();
+    if (!(b & 0x80)) return;
+    const octattn_dtype pick[4] = {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16,
+                                   OCTATTN_DTYPE_BF16};
+    types.q = pick[b & 3];
+    types.kv = pick[(b >> 2) & 3];
+    types.o = o16 && (b & 16) ? types.q : OCTATTN_DTYPE_F32;
+  }
 
   static Problem Read(Input& in, int64_t max_len) {
     Problem p;
@@ -254,6 +329,7 @@ struct Problem {
 struct Tensors {
   Tensor q, k, v, o, lse, w;
   bool has_lse, has_w;
+  Dtypes types;
   Tensors(const Problem& p, int layout)
       : q(p.batch, p.q_heads, p.q_len, p.head_dim, layout),
         k(p.batch, p.kv_heads, p.kv_len, p.head_dim, layout),
@@ -262,7 +338,8 @@ struct Tensors {
         lse(p.batch, p.q_heads, p.q_len, 1, layout),
         w(p.batch, p.q_heads, p.q_len, p.weights ? p.kv_len : 1, layout),
         has_lse(p.lse),
-        has_w(p.weights) {}
+        has_w(p.weights),
+        types(p.types) {}
   // Logical values from `from` (any layout).
   void CopyFrom(const Tensors& from) {
     Copy(from.q, q);
@@ -284,11 +361,21 @@ inline void FillSmall(Input& in, Tensor& x) {
         for (int64_t d = 0; d < x.t.shape[3]; ++d) x.at(a, b, c, d) = in.Small();
 }
 
-// q, k, v of a problem from the input, in that order.
+// A tensor's values replaced by those of `type` (round to nearest even): the numbers a
+// 16-bit call reads, so bounds computed from the tensor hold for it.
+inline void Quantize(Tensor& x, octattn_dtype type) {
+  if (type == OCTATTN_DTYPE_F32) return;
+  for (float& f : x.buf) f = Widen(Narrow(f, type), type);
+}
+
+// q, k, v of a problem from the input, in that order, holding values of their dtypes.
 inline void FillInputs(Input& in, Tensors& t) {
   FillSmall(in, t.q);
   FillSmall(in, t.k);
   FillSmall(in, t.v);
+  Quantize(t.q, t.types.q);
+  Quantize(t.k, t.types.kv);
+  Quantize(t.v, t.types.kv);
 }
 
 class Context {
@@ -307,8 +394,8 @@ class Context {
 
 inline octattn_status Attend(octattn_context* ctx, const octattn_attention_options& opt,
                              Tensors& t) {
-  return octattn_attention(ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t,
-                           t.has_lse ? &t.lse.t : nullptr, t.has_w ? &t.w.t : nullptr, nullptr, 0);
+  return Run(t.types, ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t, t.has_lse ? &t.lse.t : nullptr,
+             t.has_w ? &t.w.t : nullptr);
 }
 
 // Row (a, b, c) of every output the call wrote, byte for byte.
