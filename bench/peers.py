@@ -106,6 +106,17 @@ def torch_call(peer, args, q_len, kv_len, dim):
     import torch
     torch.set_num_threads(args.threads)
     q, k, v = (torch.from_numpy(x) for x in inputs(args, q_len, kv_len, dim))
+    # --dtype: q, k, v (and o) in bf16 or f16, SDPA's own kernel for them; --kv-dtype: a
+    # 16-bit cache that SDPA cannot mix with f32 queries, widened on every call as a
+    # caller must.
+    to = {"bf16": torch.bfloat16, "f16": torch.float16}
+    if args.dtype != "f32":
+        q, k, v = (x.to(to[args.dtype]) for x in (q, k, v))
+    kv_cache = None
+    if args.kv_dtype not in ("", "f32", args.dtype):
+        if args.dtype != "f32" or args.backward:
+            raise SystemExit("torch: --kv-dtype with f32 queries (forward) only")
+        kv_cache = (k.to(to[args.kv_dtype]), v.to(to[args.kv_dtype]))
     group = args.q_heads // (args.kv_heads or args.q_heads)
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
@@ -138,7 +149,13 @@ def torch_call(peer, args, q_len, kv_len, dim):
         return backward
 
     def call():
+        nonlocal k, v
         with torch.no_grad():
+            if kv_cache is not None:
+                k, v = (x.float() for x in kv_cache)
+                if group > 1:
+                    k = k.repeat_interleave(group, dim=1)
+                    v = v.repeat_interleave(group, dim=1)
             if not by_hand:
                 if square:
                     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -198,6 +215,8 @@ def onnxruntime_call(args, q_len, kv_len, dim):
         raise SystemExit("onnxruntime_gqa: q_len == kv_len and no strided columns only")
     if args.mod:
         raise SystemExit("onnxruntime_gqa: no score modifier here")
+    if args.dtype != "f32" or args.kv_dtype not in ("", "f32"):
+        raise SystemExit("onnxruntime_gqa: f32 here")
     hq, hkv, b = args.q_heads, args.kv_heads or args.q_heads, args.batch
     node = helper.make_node(
         "GroupQueryAttention",
@@ -263,6 +282,14 @@ def ggml_call(args, q_len, kv_len, dim):
     name, value = modifier(args)
     if name == "sinks":
         raise SystemExit("ggml_flash: sinks are not wired here")
+    # ggml takes f32 queries; its f16 K/V (llama.cpp's default cache) with --dtype or
+    # --kv-dtype f16.
+    cache = args.kv_dtype or args.dtype
+    if cache not in ("f32", "f16"):
+        raise SystemExit("ggml_flash: " + cache + " K/V are not wired here")
+    kv_type = f16 if cache == "f16" else f32
+    if cache == "f16":
+        k, v = k.astype(np.float16), v.astype(np.float16)
     allowed = mask(q_len, kv_len, args.window, args.stride, np, int(value) if name == "chunk" else 0)
     add = mod_arrays(args, q_len, kv_len, np)[2] if name == "bias_tensor" else 0.0
     m = np.where(allowed, add, -np.inf).astype(np.float16)
@@ -276,7 +303,7 @@ def ggml_call(args, q_len, kv_len, dim):
         t = base.ggml_new_tensor_4d(ctx, kind, *ne)
         ctypes.memmove(base.ggml_get_data(t), a.ctypes.data, a.nbytes)
         return t
-    out = base.ggml_flash_attn_ext(ctx, tensor(f32, q), tensor(f32, k), tensor(f32, v),
+    out = base.ggml_flash_attn_ext(ctx, tensor(f32, q), tensor(kv_type, k), tensor(kv_type, v),
                                    tensor(f16, m), dim ** -0.5, max_bias, softcap)
     base.ggml_flash_attn_ext_set_prec(out, prec_f32)
     graph = base.ggml_new_graph(ctx)
@@ -331,7 +358,7 @@ def check(args, shapes, peers):
                 continue
             try:
                 if peer.startswith("torch"):
-                    out = torch_call(peer, args, q_len, kv_len, dim)().numpy()
+                    out = torch_call(peer, args, q_len, kv_len, dim)().float().numpy()
                 elif peer == "onnxruntime_gqa":
                     out = onnxruntime_call(args, q_len, kv_len, dim)()[0]
                     out = out.reshape(args.batch, q_len, args.q_heads, dim).transpose(0, 2, 1, 3)
@@ -354,6 +381,7 @@ def octattn_case(args, q_len, kv_len, dim):
            "--threads", str(args.threads), "--repeat", str(args.repeat)]
     if args.backward:
         cmd.append("--backward")
+    cmd += ["--dtype", args.dtype] + (["--kv-dtype", args.kv_dtype] if args.kv_dtype else [])
     if args.window:
         cmd += ["--window", str(args.window), "--stride", str(args.stride)]
     name, value = modifier(args)
@@ -395,6 +423,10 @@ def main():
     ap.add_argument("--mod", default="", help="one score modifier: softcap=X, alibi, sinks, "
                     "chunk=N, mask_tensor, bias_tensor")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16"),
+                    help="q, k, v and o (octattn, torch; ggml: f16 K/V)")
+    ap.add_argument("--kv-dtype", default="", choices=("", "f32", "bf16", "f16"),
+                    help="K and V only (f32 queries): torch widens them each call")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peers", default="octattn,torch_sdpa,onnxruntime_gqa,ggml_flash")
@@ -430,6 +462,7 @@ def main():
                         "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
                         "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
                         "window": args.window, "stride": args.stride, "mod": args.mod,
+                        "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
                         "pass": "backward" if args.backward else "forward"}
                 try:
                     med, lo, hi, extra = child(peer, args, q_len, kv_len, dim)
@@ -449,6 +482,7 @@ def main():
             "threads": args.threads, "q_heads": args.q_heads,
             "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
             "head_dim": dim, "window": args.window, "stride": args.stride, "mod": args.mod,
+            "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
             "best_gflops": {p: round(g, 2) for p, g in got.items()},
             "octattn_ratio": {p: round(ours / g, 2) for p, g in got.items()
                               if ours and p != "octattn"}}), flush=True)

@@ -35,6 +35,22 @@ int RunInfo(int, char**) {
               octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
               octattn_target_name(info.target));
   std::printf("threads: %d\n", threads);
+  // The element types octattn_attention takes, each tried on a one-token call.
+  std::printf("dtypes of q, k, v (o: f32 or q's), computed in f32:");
+  const uint16_t halves[2] = {0x3F80, 0x3C00};  // 1.0 in bf16 and in f16
+  for (octattn_dtype t : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+    uint16_t h = t == OCTATTN_DTYPE_BF16 ? halves[0] : halves[1], h_out = 0;
+    octattn_tensor qt = q, ot = o;
+    if (t != OCTATTN_DTYPE_F32) {
+      qt.data = &h;
+      ot.data = &h_out;
+      qt.dtype = ot.dtype = t;
+    }
+    if (octattn_attention(ctx, nullptr, &qt, &qt, &qt, &ot, nullptr, nullptr, nullptr, 0) ==
+        OCTATTN_OK)
+      std::printf(" %s", t == OCTATTN_DTYPE_F32 ? "f32" : t == OCTATTN_DTYPE_BF16 ? "bf16" : "f16");
+  }
+  std::printf("\n");
   octattn_context_destroy(ctx);
   return 0;
 }
