@@ -144,11 +144,25 @@ func checkLayouts() error {
 
 var layoutErr = checkLayouts()
 
-// Tensor is a view of float32 data as [B, H, T, D] with strides in elements.
+// Dtype is an element type of q, k, v and o (the library's OCTATTN_DTYPE_*).
+type Dtype int
+
+const (
+	F32  Dtype = C.OCTATTN_DTYPE_F32
+	BF16 Dtype = C.OCTATTN_DTYPE_BF16 // bfloat16 bit patterns in uint16 (library 0.7 on)
+	F16  Dtype = C.OCTATTN_DTYPE_F16  // IEEE binary16 bit patterns in uint16 (library 0.7 on)
+)
+
+// Tensor is a view of float32 data as [B, H, T, D] with strides in elements, or, with
+// Type BF16 or F16, of the 16-bit patterns in Half (q, k, v and o of Attention: a call
+// computes in float32 on the exactly widened values; a 16-bit o holds that result
+// rounded to nearest even).
 type Tensor struct {
 	Data    []float32
 	Shape   [4]int
 	Strides [4]int
+	Half    []uint16
+	Type    Dtype // 0 or F32: Data
 }
 
 // Mask is a boolean view [B, Hq, Tq, Tk] (true: the pair may be read); a stride of 0
@@ -178,13 +192,19 @@ func extent(n int, shape, strides [4]int) error {
 
 // BHTD views contiguous [B, H, T, D] data.
 func BHTD(data []float32, b, h, t, d int) (Tensor, error) {
-	x := Tensor{data, [4]int{b, h, t, d}, [4]int{h * t * d, t * d, d, 1}}
+	x := Tensor{Data: data, Shape: [4]int{b, h, t, d}, Strides: [4]int{h * t * d, t * d, d, 1}}
 	return x, extent(len(data), x.Shape, x.Strides)
 }
 
 // BTHD views contiguous [B, T, H, D] data (a projection's output) as [B, H, T, D].
 func BTHD(data []float32, b, t, h, d int) (Tensor, error) {
-	x := Tensor{data, [4]int{b, h, t, d}, [4]int{t * h * d, d, h * d, 1}}
+	x := Tensor{Data: data, Shape: [4]int{b, h, t, d}, Strides: [4]int{t * h * d, d, h * d, 1}}
+	return x, extent(len(data), x.Shape, x.Strides)
+}
+
+// HalfBHTD views contiguous [B, H, T, D] bf16 or f16 data.
+func HalfBHTD(data []uint16, typ Dtype, b, h, t, d int) (Tensor, error) {
+	x := Tensor{Shape: [4]int{b, h, t, d}, Strides: [4]int{h * t * d, t * d, d, 1}, Half: data, Type: typ}
 	return x, extent(len(data), x.Shape, x.Strides)
 }
 
@@ -312,13 +332,27 @@ type call struct {
 
 func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 	var t C.octattn_tensor
-	if err := extent(len(x.Data), x.Shape, x.Strides); err != nil {
-		return t, fmt.Errorf("%s: %w", name, err)
-	}
-	t.dtype = C.OCTATTN_DTYPE_F32
-	if len(x.Data) > 0 {
-		c.pin.Pin(&x.Data[0])
-		t.data = unsafe.Pointer(&x.Data[0])
+	if x.Type == BF16 || x.Type == F16 {
+		if err := extent(len(x.Half), x.Shape, x.Strides); err != nil {
+			return t, fmt.Errorf("%s: %w", name, err)
+		}
+		t.dtype = C.octattn_dtype(x.Type)
+		if len(x.Half) > 0 {
+			c.pin.Pin(&x.Half[0])
+			t.data = unsafe.Pointer(&x.Half[0])
+		}
+	} else {
+		if x.Type != 0 && x.Type != F32 {
+			return t, &Error{InvalidOption, fmt.Sprintf("%s: unknown Type %d", name, x.Type)}
+		}
+		if err := extent(len(x.Data), x.Shape, x.Strides); err != nil {
+			return t, fmt.Errorf("%s: %w", name, err)
+		}
+		t.dtype = C.OCTATTN_DTYPE_F32
+		if len(x.Data) > 0 {
+			c.pin.Pin(&x.Data[0])
+			t.data = unsafe.Pointer(&x.Data[0])
+		}
 	}
 	for i := 0; i < 4; i++ {
 		t.shape[i] = C.int64_t(x.Shape[i])

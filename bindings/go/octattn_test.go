@@ -316,3 +316,70 @@ func TestPaddedAndRaggedBatchesGiveEachSequenceItsOwnBytes(t *testing.T) {
 		}
 	}
 }
+
+// bf16 patterns: the high half of a float32's bits; their values widened back.
+func toBF16(x []float32) ([]uint16, []float32) {
+	h, w := make([]uint16, len(x)), make([]float32, len(x))
+	for i, f := range x {
+		h[i] = uint16(math.Float32bits(f) >> 16)
+		w[i] = math.Float32frombits(uint32(h[i]) << 16)
+	}
+	return h, w
+}
+
+func TestBF16TensorsAreTheFloat32CallOnTheirValues(t *testing.T) {
+	const b, hq, hkv, n, d = 1, 4, 2, 300, 16
+	q16, q := toBF16(data(b*hq*n*d, 31))
+	k16, k := toBF16(data(b*hkv*n*d, 32))
+	v16, v := toBF16(data(b*hkv*n*d, 33))
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	tq, _ := BHTD(q, b, hq, n, d)
+	tk, _ := BHTD(k, b, hkv, n, d)
+	tv, _ := BHTD(v, b, hkv, n, d)
+	want := make([]float32, len(q))
+	tw, _ := BHTD(want, b, hq, n, d)
+	if err := ctx.Attention(nil, tq, tk, tv, tw, nil); err != nil {
+		t.Fatal(err)
+	}
+	// f32 queries over the bf16 cache: the same bytes.
+	hk, _ := HalfBHTD(k16, BF16, b, hkv, n, d)
+	hv, _ := HalfBHTD(v16, BF16, b, hkv, n, d)
+	o := make([]float32, len(q))
+	to, _ := BHTD(o, b, hq, n, d)
+	if err := ctx.Attention(nil, tq, hk, hv, to, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range o {
+		if math.Float32bits(o[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("element %d: %v, the f32 call %v", i, o[i], want[i])
+		}
+	}
+	// All bf16, o too: the f32 result rounded (within half a bf16 unit).
+	hq16, _ := HalfBHTD(q16, BF16, b, hq, n, d)
+	o16 := make([]uint16, len(q))
+	ho, _ := HalfBHTD(o16, BF16, b, hq, n, d)
+	if err := ctx.Attention(nil, hq16, hk, hv, ho, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range o16 {
+		got := math.Float32frombits(uint32(h) << 16)
+		if math.Abs(float64(got-want[i])) > math.Abs(float64(want[i]))/256 {
+			t.Fatalf("element %d: %v, the f32 call %v", i, got, want[i])
+		}
+	}
+	// An f16 o under bf16 queries: refused, nothing written.
+	bad := make([]uint16, len(q))
+	hb, _ := HalfBHTD(bad, F16, b, hq, n, d)
+	if err := ctx.Attention(nil, hq16, hk, hv, hb, nil); !IsStatus(err, Unsupported) {
+		t.Fatalf("got %v, want Unsupported", err)
+	}
+	for _, h := range bad {
+		if h != 0 {
+			t.Fatal("a refused call wrote o")
+		}
+	}
+}

@@ -114,7 +114,26 @@ pub struct RunInfo {
     pub threads: i32,
 }
 
-/// A view of `f32` data: shape and strides in elements, every element inside the slice.
+/// The 16-bit element types q, k, v and o may have (since library 0.7), as `u16` bit
+/// patterns: bfloat16 or IEEE binary16. A call computes in f32 on the exactly widened
+/// values; a 16-bit o holds that result rounded to nearest even.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    Bf16,
+    F16,
+}
+
+impl Half {
+    fn dtype(self) -> sys::octattn_dtype {
+        match self {
+            Half::Bf16 => sys::OCTATTN_DTYPE_BF16,
+            Half::F16 => sys::OCTATTN_DTYPE_F16,
+        }
+    }
+}
+
+/// A view of `f32` data (or, from `half`, of bf16 or f16 data): shape and strides in
+/// elements, every element inside the slice.
 #[derive(Clone, Copy, Debug)]
 pub struct Tensor<'a> {
     raw: sys::octattn_tensor,
@@ -208,6 +227,20 @@ impl<'a> Tensor<'a> {
         let (s, st) = bthd(shape);
         Self::new(data, s, st)
     }
+    /// bf16 or f16 `data` (bit patterns) as [B, H, T, D] with any strides (in elements):
+    /// q, k and v of `attention` (a 16-bit model, or f32 queries over a 16-bit cache).
+    pub fn half(
+        data: &'a [u16],
+        kind: Half,
+        shape: [usize; 4],
+        strides: [usize; 4],
+    ) -> Result<Self> {
+        let s = checked(data.len(), shape, strides)?;
+        Ok(Tensor {
+            raw: raw(data.as_ptr() as *mut _, kind.dtype(), s),
+            _data: PhantomData,
+        })
+    }
 }
 
 impl<'a> TensorMut<'a> {
@@ -224,6 +257,19 @@ impl<'a> TensorMut<'a> {
     pub fn bthd(data: &'a mut [f32], shape: [usize; 4]) -> Result<Self> {
         let (s, st) = bthd(shape);
         Self::new(data, s, st)
+    }
+    /// A bf16 or f16 output (o, in q's type), [B, H, T, D] with any strides.
+    pub fn half(
+        data: &'a mut [u16],
+        kind: Half,
+        shape: [usize; 4],
+        strides: [usize; 4],
+    ) -> Result<Self> {
+        let s = checked(data.len(), shape, strides)?;
+        Ok(TensorMut {
+            raw: raw(data.as_mut_ptr() as *mut _, kind.dtype(), s),
+            _data: PhantomData,
+        })
     }
 }
 
@@ -711,6 +757,128 @@ mod tests {
         }
         assert!(lse.iter().all(|x| x.is_finite()));
         assert_eq!(ctx.last_run().unwrap().algorithm, "fused");
+    }
+
+    type Narrow = dyn Fn(&[f32]) -> Vec<u16>;
+    type Widen = dyn Fn(&[u16]) -> Vec<f32>;
+
+    #[test]
+    fn bf16_and_f16_tensors_are_the_f32_call_on_their_values() {
+        let (b, hq, hkv, t, d) = (1, 4, 2, 300, 16);
+        let shape = |h| [b, h, t, d];
+        // bf16: the high half of an f32 pattern; f16: values k / 64, |k| < 64, exact.
+        let bf16 =
+            |x: &[f32]| -> Vec<u16> { x.iter().map(|f| (f.to_bits() >> 16) as u16).collect() };
+        let f16 = |x: &[f32]| -> Vec<u16> {
+            x.iter()
+                .map(|f| {
+                    let k = (f * 64.0).round() as i32;
+                    if k == 0 {
+                        return 0;
+                    }
+                    let (sign, a) = (if k < 0 { 0x8000u16 } else { 0 }, k.unsigned_abs());
+                    let e = 31 - a.leading_zeros(); // a = 1.m * 2^e, value a * 2^-6
+                    let m = (a << (10 - e)) & 0x3FF;
+                    sign | (((e + 15 - 6) as u16) << 10) | m as u16
+                })
+                .collect()
+        };
+        let widen_bf16 = |h: &[u16]| -> Vec<f32> {
+            h.iter()
+                .map(|x| f32::from_bits((*x as u32) << 16))
+                .collect()
+        };
+        let widen_f16 = |h: &[u16]| -> Vec<f32> {
+            h.iter()
+                .map(|x| {
+                    let (e, m) = (((x >> 10) & 31) as i32, (x & 0x3FF) as f32);
+                    let v = if e == 0 {
+                        m * 2f32.powi(-24)
+                    } else {
+                        (1024.0 + m) * 2f32.powi(e - 25)
+                    };
+                    if x & 0x8000 != 0 {
+                        -v
+                    } else {
+                        v
+                    }
+                })
+                .collect()
+        };
+        let (q, k, v) = (
+            data(b * hq * t * d, 21),
+            data(b * hkv * t * d, 22),
+            data(b * hkv * t * d, 23),
+        );
+        let mut ctx = Context::new().unwrap();
+        for kind in [Half::Bf16, Half::F16] {
+            let (narrow, widen): (&Narrow, &Widen) = match kind {
+                Half::Bf16 => (&bf16, &widen_bf16),
+                Half::F16 => (&f16, &widen_f16),
+            };
+            let (q16, k16, v16) = (narrow(&q), narrow(&k), narrow(&v));
+            let (qw, kw, vw) = (widen(&q16), widen(&k16), widen(&v16));
+            let mut want = vec![0.0f32; q.len()];
+            ctx.attention(
+                &Options::default(),
+                &Tensor::bhtd(&qw, shape(hq)).unwrap(),
+                &Tensor::bhtd(&kw, shape(hkv)).unwrap(),
+                &Tensor::bhtd(&vw, shape(hkv)).unwrap(),
+                &mut TensorMut::bhtd(&mut want, shape(hq)).unwrap(),
+                None,
+            )
+            .unwrap();
+            // f32 queries over the 16-bit cache: the same bytes.
+            let mut o = vec![0.0f32; q.len()];
+            ctx.attention(
+                &Options::default(),
+                &Tensor::bhtd(&qw, shape(hq)).unwrap(),
+                &Tensor::half(&k16, kind, shape(hkv), dense(shape(hkv))).unwrap(),
+                &Tensor::half(&v16, kind, shape(hkv), dense(shape(hkv))).unwrap(),
+                &mut TensorMut::bhtd(&mut o, shape(hq)).unwrap(),
+                None,
+            )
+            .unwrap();
+            assert!(o.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+            // All 16-bit, o too: within half a unit of the 16-bit type of the f32 result.
+            let mut o16 = vec![0u16; q.len()];
+            ctx.attention(
+                &Options::default(),
+                &Tensor::half(&q16, kind, shape(hq), dense(shape(hq))).unwrap(),
+                &Tensor::half(&k16, kind, shape(hkv), dense(shape(hkv))).unwrap(),
+                &Tensor::half(&v16, kind, shape(hkv), dense(shape(hkv))).unwrap(),
+                &mut TensorMut::half(&mut o16, kind, shape(hq), dense(shape(hq))).unwrap(),
+                None,
+            )
+            .unwrap();
+            // (plus half the spacing of f16's subnormals, 2^-25, below its normal range)
+            let half_ulp = if kind == Half::Bf16 {
+                2f32.powi(-8)
+            } else {
+                2f32.powi(-11)
+            };
+            for (a, w) in widen(&o16).iter().zip(&want) {
+                assert!(
+                    (a - w).abs() <= half_ulp * w.abs() + 2f32.powi(-25),
+                    "{a} vs {w}"
+                );
+            }
+        }
+        // o in f16 under bf16 queries: refused, nothing written.
+        let (q16, k16) = (bf16(&q), bf16(&k));
+        let mut o16 = vec![7u16; q.len()];
+        let err = ctx
+            .attention(
+                &Options::default(),
+                &Tensor::half(&q16, Half::Bf16, shape(hq), dense(shape(hq))).unwrap(),
+                &Tensor::half(&k16, Half::Bf16, shape(hkv), dense(shape(hkv))).unwrap(),
+                &Tensor::half(&k16, Half::Bf16, shape(hkv), dense(shape(hkv))).unwrap(),
+                &mut TensorMut::half(&mut o16, Half::F16, shape(hq), dense(shape(hq))).unwrap(),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_UNSUPPORTED);
+        assert!(o16.iter().all(|x| *x == 7));
     }
 
     #[test]
