@@ -1,6 +1,7 @@
 // `octattn bench`: timings of attention calls in GFLOP/s of useful work (only allowed
 // score entries count), as ratios to the machine's measured FMA peak, with the peak
 // RSS growth of one call measured in a fresh process. Uses only octattn.h.
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +43,35 @@ struct Case {
   octattn_dtype KvType() const { return kv_dtype ? kv_dtype : dtype; }
 };
 
+// Tensor memory: with --huge-pages, buffers of 2 MiB or more are 2 MiB aligned and
+// advised as transparent huge pages before their first touch (a cache laid out
+// [T, H, D] reads one head's slice of every row: a page per row with 4 KiB pages).
+bool g_huge_pages = false;
+template <class T>
+struct BenchAlloc {
+  using value_type = T;
+  BenchAlloc() = default;
+  template <class U>
+  BenchAlloc(const BenchAlloc<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T), huge = size_t{2} << 20;
+    void* p = nullptr;
+    if (g_huge_pages && bytes >= huge) {
+      p = std::aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+      if (p) madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+    } else {
+      p = std::malloc(bytes);
+    }
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const BenchAlloc&) const { return true; }
+  bool operator!=(const BenchAlloc&) const { return false; }
+};
+using Floats = std::vector<float, BenchAlloc<float>>;
+using Halves = std::vector<uint16_t, BenchAlloc<uint16_t>>;
+
 const char* DtypeName(octattn_dtype t) {
   return t == OCTATTN_DTYPE_BF16 ? "bf16" : t == OCTATTN_DTYPE_F16 ? "f16" : "f32";
 }
@@ -65,12 +96,11 @@ uint16_t HalfOf(float x, octattn_dtype type) {
   if (x == 0 || e - 1 < -14) return sign;
   return static_cast<uint16_t>(sign | ((e - 1 + 15) << 10) | static_cast<int>((m * 2 - 1) * 1024));
 }
-void Retype(std::vector<float>* f, std::vector<uint16_t>* h, octattn_tensor* t,
-            octattn_dtype type) {
+void Retype(Floats* f, Halves* h, octattn_tensor* t, octattn_dtype type) {
   if (type == OCTATTN_DTYPE_F32) return;
   h->resize(f->size());
   for (size_t i = 0; i < f->size(); ++i) (*h)[i] = HalfOf((*f)[i], type);
-  std::vector<float>().swap(*f);
+  Floats().swap(*f);
   t->data = h->data();
   t->dtype = type;
 }
@@ -108,6 +138,7 @@ const char* kHelp =
     "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,sve_256,scalar)\n"
     "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
+    "  --huge-pages  tensors of 2 MiB or more in transparent huge pages (madvise)\n"
     "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16 (k and v only)\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
@@ -220,6 +251,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->prefill = true;
     else if (f == "--block-size")
       a->block_size = i64(next());
+    else if (f == "--huge-pages")
+      g_huge_pages = true;
     else if (f == "--no-rss")
       a->rss = false;
     else if (f == "--algo")
@@ -297,8 +330,8 @@ double AllowedPairs(const Case& c) {
 }
 
 struct Buffers {
-  std::vector<float> q, k, v, o;
-  std::vector<uint16_t> q16, k16, v16, o16;  // 16-bit data
+  Floats q, k, v, o;
+  Halves q16, k16, v16, o16;  // 16-bit data
   octattn_tensor tq, tk, tv, to;
   // The backward's: the forward's lse, dout and the gradients.
   std::vector<float> lse, dout, dq, dk, dv;
@@ -550,8 +583,8 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
 struct SequenceBatch {
   int64_t n, total_q, total_k, max_q, max_k;
   std::vector<int64_t> kv_lens, q_lens, kv_starts, cu_q, cu_k;
-  std::vector<float> q, k, v, o;
-  std::vector<uint16_t> q16, k16, v16, o16, kp16, vp16;  // 16-bit data
+  Floats q, k, v, o;
+  Halves q16, k16, v16, o16, kp16, vp16;  // 16-bit data
   octattn_tensor tq{}, tk{}, tv{}, to{};
   SequenceBatch(const Case& c, const std::vector<int64_t>& lens, bool padded, bool prefill,
                 octattn_layout layout)
@@ -589,7 +622,7 @@ struct SequenceBatch {
   // memory), the blocks in shuffled order; the table has `cols` ids per sequence.
   int64_t cols = 0;
   std::vector<int32_t> table;
-  std::vector<float> kp, vp;
+  Floats kp, vp;
   octattn_tensor tkp{}, tvp{};
   void Page(const Case& c, int64_t bs) {
     cols = (max_k + bs - 1) / bs;

@@ -26,6 +26,13 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
     return Load(lanes);
   }
 }
+// bf16 dimension pairs (transpose_avx-inl.h): the AVX targets only.
+static constexpr bool kBf16Pairs = false;
+static OCTATTN_INLINE void TransposeBf16Pairs(const float*, int64_t, V (&)[8]) {}
+static OCTATTN_INLINE V Bf16Even(V pair) { return pair; }
+static OCTATTN_INLINE V Bf16Odd(V pair) { return pair; }
+static OCTATTN_INLINE void Deinterleave(V a, V b, V* even, V* odd) { *even = a, *odd = b; }
+static OCTATTN_INLINE void Interleave(V even, V odd, V* a, V* b) { *a = even, *b = odd; }
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8 (elements of type T).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {

@@ -63,6 +63,34 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
   }
 }
 
+// The sixteen-lane transpose: r[i] holds elements 0-7 of key i in its low half and of
+// key i + 8 in its high half; t[c] gets element c of keys 0-15. Two 8x8 transposes in
+// the halves, then a two-source permute joins keys 0-7 and 8-15. (A template: compiled
+// only where an AVX-512 target calls it.)
+template <size_t N = kLanes>
+static OCTATTN_INLINE void Transpose16x8Regs(__m512 (&r)[8], V (&t)[8]) {
+  __m512 u[8];
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[c] (c < 4), by 128-bit lane: dimension c of keys 0-3, dimension c + 4 of keys
+  // 0-3, dimension c of keys 8-11, dimension c + 4 of keys 8-11; r[c + 4] the same for
+  // keys 4-7 and 12-15.
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int c = 0; c < 4; ++c) {
+    t[c] = FromRaw(_mm512_permutex2var_ps(r[c], lo, r[c + 4]));
+    t[c + 4] = FromRaw(_mm512_permutex2var_ps(r[c], hi, r[c + 4]));
+  }
+}
+
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
 // keys, keys in lanes, read from the keys' rows (elements of type T, strides in
 // elements) in place (no copy). AVX-512: rows e and e + 8 share a zmm register, whose
@@ -71,35 +99,94 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 template <Dtype T = kF32, size_t N = kLanes>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
   if constexpr (N == 16) {
-    __m512 r[8], u[8];
+    __m512 r[8];
     for (int i = 0; i < 8; ++i)
       r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(Row8<T>(ElemAt(rows, i * row, T))),
                                 Row8<T>(ElemAt(rows, (i + 8) * row, T)), 1);
-    for (int i = 0; i < 8; i += 2) {
-      u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-      r[i] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-      r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-      r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    // r[c] (c < 4), by 128-bit lane: dimension c of keys 0-3, dimension c + 4 of keys
-    // 0-3, dimension c of keys 8-11, dimension c + 4 of keys 8-11; r[c + 4] the same for
-    // keys 4-7 and 12-15.
-    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    const __m512i hi =
-        _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-    for (int c = 0; c < 4; ++c) {
-      t[c] = FromRaw(_mm512_permutex2var_ps(r[c], lo, r[c + 4]));
-      t[c + 4] = FromRaw(_mm512_permutex2var_ps(r[c], hi, r[c + 4]));
-    }
+    Transpose16x8Regs(r, t);
   } else {
     static_assert(N == 8, "eight or sixteen lanes");
     __m256 r[8];
     for (int i = 0; i < 8; ++i) r[i] = Row8<T>(ElemAt(rows, i * row, T));
     Transpose8x8Regs(r);
     for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
+  }
+}
+
+// Sixteen bf16 dimensions of kLanes keys as eight vectors of dimension pairs: t[j] lane e
+// holds dimensions 2j (low half) and 2j + 1 (high half) of key e, moved as 32-bit
+// elements by the transposes above without widening: half the shuffles per dimension
+// of TransposeRows<kBf16>. Bf16Even and Bf16Odd then give dimensions 2j and 2j + 1 as
+// f32 (a shift, a mask: exact, and no shuffle).
+template <size_t N = kLanes>
+static OCTATTN_INLINE void TransposeBf16Pairs(const float* rows, int64_t row, V (&t)[8]) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(rows);
+  auto at = [&](int i) { return reinterpret_cast<const __m256i*>(h + i * row); };
+  if constexpr (N == 16) {
+    __m512 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = _mm512_castsi512_ps(_mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(at(i))), _mm256_loadu_si256(at(i + 8)), 1));
+    Transpose16x8Regs(r, t);
+  } else {
+    static_assert(N == 8, "eight or sixteen lanes");
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(at(i)));
+    Transpose8x8Regs(r);
+    for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
+  }
+}
+static constexpr bool kBf16Pairs = true;
+template <size_t N = kLanes, class W = V>  // W: the branch not taken stays unchecked
+static OCTATTN_INLINE V Bf16Even(W pair) {
+  if constexpr (N == 16) {
+    return FromRaw(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(ToRaw(pair)), 16)));
+  } else {
+    return FromRaw(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(ToRaw(pair)), 16)));
+  }
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE V Bf16Odd(W pair) {
+  if constexpr (N == 16) {
+    return FromRaw(_mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  } else {
+    return FromRaw(_mm256_castsi256_ps(_mm256_and_si256(
+        _mm256_castps_si256(ToRaw(pair)), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
+}
+
+// The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back
+// (Interleave): accumulators of bf16 value rows split by Bf16Even and Bf16Odd.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void Deinterleave(W a, W b, V* even, V* odd) {
+  if constexpr (N == 16) {
+    const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = FromRaw(_mm512_permutex2var_ps(ToRaw(a), e, ToRaw(b)));
+    *odd = FromRaw(_mm512_permutex2var_ps(ToRaw(a), o, ToRaw(b)));
+  } else {
+    const __m256 x = ToRaw(a), y = ToRaw(b);
+    *even = FromRaw(_mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
+                              _MM_SHUFFLE(3, 1, 2, 0))));
+    *odd = FromRaw(_mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))),
+                              _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void Interleave(W even, W odd, V* a, V* b) {
+  if constexpr (N == 16) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *a = FromRaw(_mm512_permutex2var_ps(ToRaw(even), lo, ToRaw(odd)));
+    *b = FromRaw(_mm512_permutex2var_ps(ToRaw(even), hi, ToRaw(odd)));
+  } else {
+    const __m256 x = ToRaw(even), y = ToRaw(odd);
+    const __m256 l = _mm256_unpacklo_ps(x, y), h = _mm256_unpackhi_ps(x, y);
+    *a = FromRaw(_mm256_permute2f128_ps(l, h, 0x20));
+    *b = FromRaw(_mm256_permute2f128_ps(l, h, 0x31));
   }
 }

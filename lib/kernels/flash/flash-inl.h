@@ -396,10 +396,14 @@ constexpr int kDirectRows = 4;  // rows per block
 // against 21 GB/s).
 constexpr int kDirectVecs = 2;
 constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
-// Rows fetched ahead of the row being read: far enough for memory's latency at its
+// f32 rows fetched ahead of the row being read: far enough for memory's latency at its
 // bandwidth, near enough that the fetched rows stay in L1 (AMD Zen 5, one thread: 16 to
-// 128 tried, 32 best).
+// 128 tried, 32 best); 16-bit rows as many bytes ahead (twice the rows).
 constexpr int64_t kDirectAhead = 32;
+template <Dtype T>
+constexpr int64_t DirectAhead() {
+  return kDirectAhead * 4 / (T == kF32 ? 4 : 2);
+}
 
 // Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
 // whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
@@ -446,27 +450,16 @@ struct DirectTile {
     }
     return reinterpret_cast<const char*>(row);
   }
-  // Part `part` of `parts` of the cache lines of stream row i, into L1. (Always inlined:
-  // a call whose only effect is a prefetch may be dropped by the compiler.)
-  OCTATTN_INLINE void Fetch(int64_t i, int64_t part, int64_t parts) const {
+  // The cache lines of stream row i, into L1. (Always inlined: a call whose only effect
+  // is a prefetch may be dropped by the compiler.)
+  OCTATTN_INLINE void Fetch(int64_t i) const {
     int64_t bytes = 0;
     const char* row = Row(i, &bytes);
     if (!row) return;
     const uintptr_t line0 = reinterpret_cast<uintptr_t>(row) >> 6;
-    const uintptr_t n = ((reinterpret_cast<uintptr_t>(row + bytes) - 1) >> 6) - line0 + 1;
-    // Parts are a power of two for the usual value widths: a shift, not a division (which
-    // would cost more than the rest of a key's step).
-    uintptr_t l0, l1;
-    if ((parts & (parts - 1)) == 0) {
-      const int shift = __builtin_ctzll(static_cast<unsigned long long>(parts));
-      l0 = (n * static_cast<uintptr_t>(part)) >> shift;
-      l1 = (n * static_cast<uintptr_t>(part + 1)) >> shift;
-    } else {
-      l0 = n * static_cast<uintptr_t>(part) / static_cast<uintptr_t>(parts);
-      l1 = n * static_cast<uintptr_t>(part + 1) / static_cast<uintptr_t>(parts);
-    }
-    for (uintptr_t l = l0; l < l1; ++l)
-      __builtin_prefetch(reinterpret_cast<const char*>((line0 + l) << 6), 0, 3);
+    const uintptr_t line1 = (reinterpret_cast<uintptr_t>(row + bytes) - 1) >> 6;
+    for (uintptr_t l = line0; l <= line1; ++l)
+      __builtin_prefetch(reinterpret_cast<const char*>(l << 6), 0, 3);
   }
 };
 
@@ -503,10 +496,37 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       typename S::V acc[R][kDirectVecs];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::Zero();
-      for (int64_t d = d0; d < d1; d += 8) {
+      int64_t d = d0;
+      if constexpr (T == kBf16 && S::kBf16Pairs) {
+        // Sixteen bf16 dimensions a step, transposed as eight pairs and widened after
+        // (Bf16Even, Bf16Odd): the same chains in the same order, a third of the shuffles.
+        for (; d + 16 <= d1; d += 16) {
+          for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, kDirectKeys); ++e)
+            dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
+          typename S::V kp[kDirectVecs][8];
+          for (int g = 0; g < kDirectVecs; ++g)
+            S::TransposeBf16Pairs(ElemAt(rows[g], d, T), row[g], kp[g]);
+          for (int i = 0; i < 8; ++i) {
+            typename S::V ev[kDirectVecs], od[kDirectVecs];
+            for (int g = 0; g < kDirectVecs; ++g) {
+              ev[g] = S::Bf16Even(kp[g][i]);
+              od[g] = S::Bf16Odd(kp[g][i]);
+            }
+            for (int r = 0; r < R; ++r) {
+              const typename S::V qb = S::Set(q[r][(d + 2 * i) * q_dim]);
+              for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, ev[g], acc[r][g]);
+            }
+            for (int r = 0; r < R; ++r) {
+              const typename S::V qb = S::Set(q[r][(d + 2 * i + 1) * q_dim]);
+              for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, od[g], acc[r][g]);
+            }
+          }
+        }
+      }
+      for (; d < d1; d += 8) {
         // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
         for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, kDirectKeys); ++e)
-          dt.Fetch(j - dt.t0 + (kDirectAhead * 4 / DtypeBytes(T)) + e, 0, 1);
+          dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
         typename S::V kv[kDirectVecs][8];
         for (int g = 0; g < kDirectVecs; ++g)
           S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
@@ -534,20 +554,53 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
                                 float* const* st) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
   const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
-  const int64_t parts = dvp / W + dvp % W / L;
   for (int64_t g0 = dt.t0; g0 < dt.t1; g0 += kDirectKeys) {
     const int64_t g1 = plan::MinI(g0 + kDirectKeys, dt.t1);
     for (int64_t a = g0; a < g1;) {
-      // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step fetches
-      // part `part` of the value row kDirectAhead keys on.
+      // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step in the
+      // first columns fetches the value row DirectAhead keys on.
       const int64_t b = dt.Run(a, g1);
       const float* v = dt.V(a);
       const float* pa[R];
       for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
       int64_t c0 = 0, part = 0;
       auto fetch = [&](int64_t j) {
-        dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + (kDirectAhead * 4 / DtypeBytes(T)), part, parts);
+        if (part == 0) dt.Fetch(dt.t1 - dt.t0 + j - dt.t0 + DirectAhead<T>());
       };
+      if constexpr (T == kBf16 && S::kBf16Pairs && kAvVecs % 2 == 0) {
+        // bf16 rows loaded as pairs and split by Bf16Even and Bf16Odd (no widening
+        // shuffle): the accumulators hold the even and the odd columns of each pair of
+        // vectors, the same chains over the keys.
+        for (; c0 + W <= dvp; c0 += W, ++part) {
+          typename S::V acc[R][kAvVecs];
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < kAvVecs; c += 2)
+              S::Deinterleave(S::Load(st[r] + 2 + c0 + c * L),
+                              S::Load(st[r] + 2 + c0 + (c + 1) * L), &acc[r][c], &acc[r][c + 1]);
+          const float* vc = ElemAt(v, c0, T);
+          for (int64_t k = a; k < b; ++k) {
+            fetch(k);
+            const float* vk = ElemAt(vc, (k - a) * t.op.v_row, T);
+            typename S::V x[kAvVecs];
+            for (int c = 0; c < kAvVecs; c += 2) {
+              const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
+              x[c] = S::Bf16Even(pair);
+              x[c + 1] = S::Bf16Odd(pair);
+            }
+            for (int r = 0; r < R; ++r) {
+              const typename S::V pb = S::Set(pa[r][k - a]);
+              for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
+            }
+          }
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < kAvVecs; c += 2) {
+              typename S::V lo, hi;
+              S::Interleave(acc[r][c], acc[r][c + 1], &lo, &hi);
+              S::Store(lo, st[r] + 2 + c0 + c * L);
+              S::Store(hi, st[r] + 2 + c0 + (c + 1) * L);
+            }
+        }
+      }
       for (; c0 + W <= dvp; c0 += W, ++part) {
         typename S::V acc[R][kAvVecs];
         for (int r = 0; r < R; ++r)

@@ -64,6 +64,7 @@ struct S {
   static HWY_INLINE V FromRaw(R r) {
     return HV{r};
   }
+  static HWY_INLINE auto ToRaw(V v) { return H(v).raw; }
   static HWY_INLINE V Zero() { return hn::Zero(D()); }
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }

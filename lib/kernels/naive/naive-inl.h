@@ -182,7 +182,7 @@ static size_t NaiveScratchFloats(const Operands& t) {
 
 static void NaiveHead(const Operands& t, float* scratch) {
   if (t.F32()) return NaiveF32Head(t, scratch);
-  float* o;
+  float* o = nullptr;
   const Operands w = NaiveWidened(t, scratch, &o);
   NaiveF32Head(w, scratch + NaiveWidenFloats(t));
   for (int64_t i = 0; i < t.q_len; ++i)

@@ -30,6 +30,7 @@ struct S {
   static OCTATTN_INLINE V FromRaw(R r) {
     return V(r);
   }
+  static OCTATTN_INLINE typename V::register_type ToRaw(V v) { return v; }
   static OCTATTN_INLINE V Zero() { return V(0.0f); }
   static OCTATTN_INLINE V Set(float x) { return V(x); }
   static OCTATTN_INLINE V Load(const float* p) { return V::load_unaligned(p); }
