@@ -64,7 +64,12 @@ struct S {
   static HWY_INLINE V FromRaw(R r) {
     return HV{r};
   }
-  static HWY_INLINE auto ToRaw(V v) { return H(v).raw; }
+  // The target's own register of a vector (x86 only: a template, so that the sizeless
+  // SVE vectors never instantiate it).
+  template <class W = V>
+  static HWY_INLINE auto ToRaw(W v) {
+    return H(v).raw;
+  }
   static HWY_INLINE V Zero() { return hn::Zero(D()); }
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::LoadU(D(), p); }
