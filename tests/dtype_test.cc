@@ -358,3 +358,55 @@ TEST_CASE("bad 16-bit input: a status and a message, nothing written", "[dtype][
   CHECK(!ctx.Error().empty());
   CHECK(dq.buf[0] == first);
 }
+
+// A row reading one key outputs that key's value row exactly (weight 1): with v in f32
+// and o in q's 16-bit dtype, o is each value narrowed, by whatever vector conversion the
+// target uses (F16C's for f16), which must give F32ToF16's bits, NaN payloads included.
+TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype][dispatch]") {
+  const int64_t batch = 8, dv = 1024;
+  std::vector<float> values;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  for (uint32_t h = 0; h < 0x7C00; h += 7) {  // f16 values, their midpoints and neighbours
+    const float x = kernels::F16ToF32(static_cast<uint16_t>(h));
+    const float mid = (x + kernels::F16ToF32(static_cast<uint16_t>(h + 1))) / 2;
+    for (float y : {x, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)})
+      values.push_back(rng() % 2 ? y : -y);
+  }
+  for (float y : {65504.0f, 65519.99f, 65520.0f, 1e30f, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-8f,
+                  2.9802322e-8f, 2.98e-8f, 1e-40f})
+    values.push_back(y);
+  for (int i = 0; i < 2000; ++i) {  // NaNs: quiet and signaling, any payload, both signs
+    const uint32_t bits = 0x7F800001u | (static_cast<uint32_t>(rng()) & 0x807FFFFFu);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    values.push_back(f);
+  }
+  while (values.size() < static_cast<size_t>(batch * dv))
+    values.push_back(std::ldexp(mant(rng), static_cast<int>(rng() % 60) - 40) *
+                     (rng() % 2 ? 1 : -1));
+  values.resize(static_cast<size_t>(batch * dv));
+  Tensor v(batch, 1, 1, dv);
+  v.buf = values;
+  v.t.data = v.buf.data();
+  for (octattn_dtype type : {OCTATTN_DTYPE_F16, OCTATTN_DTYPE_BF16}) {
+    Tensor q(batch, 1, 1, 8), k(batch, 1, 1, 8);
+    const Operand q16(q, type), k16(k, type);
+    for (const Target& t : AllTargets())
+      for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+        INFO(t.Name() << " " << octattn_algorithm_name(algo) << " " << DtypeName(type));
+        Context ctx(t);
+        Tensor16 o(Tensor(batch, 1, 1, dv), type);
+        const auto opt = Options(1, 0, 0, algo);
+        REQUIRE(octattn_attention(ctx, &opt, q16.ptr(), k16.ptr(), v.ptr(), &o.t, nullptr, nullptr,
+                                  nullptr, 0) == OCTATTN_OK);
+        size_t wrong = 0;
+        for (size_t i = 0; i < values.size(); ++i) {
+          const uint16_t want = type == OCTATTN_DTYPE_F16 ? kernels::F32ToF16(values[i])
+                                                          : kernels::F32ToBf16(values[i]);
+          wrong += o.buf[i] != want;
+        }
+        CHECK(wrong == 0);
+      }
+  }
+}

@@ -65,5 +65,18 @@ static inline void WidenRowV(const void* src, int64_t stride, Dtype t, int64_t n
   WidenRow(ElemAt(s, d * stride, t), stride, t, n - d, dst + d);
 }
 
+// n floats stored as elements of type t, `stride` elements apart (16-bit: rounded to
+// nearest even, the F16C conversion where the target has it: the same bits).
+static inline void NarrowRowV(const float* src, int64_t n, void* dst, int64_t stride, Dtype t) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  int64_t d = 0;
+  if constexpr (S::kStoreF16) {
+    if (t == kF16 && stride == 1)
+      for (; d + L <= n; d += L)
+        S::StoreF16(S::Load(src + d), ElemAt(static_cast<float*>(dst), d, kF16));
+  }
+  for (; d < n; ++d) StoreElem(dst, d * stride, t, src[d]);
+}
+
 // exp(x) of one float, by the vector Exp (the same bits as a lane of it).
 static inline float ExpScalar(float x) { return S::ReduceMax(S::Exp(S::Set(x))); }

@@ -26,6 +26,9 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
     return Load(lanes);
   }
 }
+// f16 narrowing by the vector unit (transpose_avx-inl.h): the AVX targets only.
+static constexpr bool kStoreF16 = false;
+static OCTATTN_INLINE void StoreF16(V, float*) {}
 // bf16 dimension pairs (transpose_avx-inl.h): the AVX targets only.
 static constexpr bool kBf16Pairs = false;
 static OCTATTN_INLINE void TransposeBf16Pairs(const float*, int64_t, V (&)[8]) {}

@@ -91,6 +91,19 @@ static OCTATTN_INLINE void Transpose16x8Regs(__m512 (&r)[8], V (&t)[8]) {
   }
 }
 
+// kLanes floats narrowed to f16 at p (F16C: round to nearest even, as F32ToF16).
+static constexpr bool kStoreF16 = true;
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreF16(W v, float* p) {
+  if constexpr (N == 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(ToRaw(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(ToRaw(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
 // keys, keys in lanes, read from the keys' rows (elements of type T, strides in
 // elements) in place (no copy). AVX-512: rows e and e + 8 share a zmm register, whose

@@ -88,8 +88,7 @@ static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, fl
   for (int64_t d = 0; d < dvp; d += L) S::Store(S::Mul(S::Load(st + 2 + d), inv), dst + d);
   if (empty)
     for (int64_t d = 0; d < dvp; ++d) dst[d] = 0.0f;  // also when the state holds NaN
-  if (!direct)
-    for (int64_t d = 0; d < value_dim; ++d) StoreElem(o, d * o_dim, o_type, dst[d]);
+  if (!direct) NarrowRowV(dst, value_dim, o, o_dim, o_type);
   if (lse) *lse = row_lse;
 }
 

@@ -186,6 +186,6 @@ static void NaiveHead(const Operands& t, float* scratch) {
   const Operands w = NaiveWidened(t, scratch, &o);
   NaiveF32Head(w, scratch + NaiveWidenFloats(t));
   for (int64_t i = 0; i < t.q_len; ++i)
-    for (int64_t d = 0; d < t.value_dim; ++d)
-      StoreElem(t.o, i * t.o_row + d * t.o_dim, t.o_type, o[i * t.value_dim + d]);
+    NarrowRowV(o + i * t.value_dim, t.value_dim, ElemAt(t.o, i * t.o_row, t.o_type), t.o_dim,
+               t.o_type);
 }
