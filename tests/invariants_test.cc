@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "lib/kernels/common/dtype.h"
 #include "support.h"
 
 using namespace octtest;
@@ -207,9 +208,11 @@ namespace {
 // on) lie on inaccessible pages: a call that loads any of them crashes the test.
 class GuardedRows {
  public:
-  GuardedRows(int64_t kv_len, int64_t dim, int64_t first, int64_t last, uint32_t seed) {
+  GuardedRows(int64_t kv_len, int64_t dim, int64_t first, int64_t last, uint32_t seed,
+              octattn_dtype type = OCTATTN_DTYPE_F32) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t row = static_cast<size_t>(dim) * sizeof(float);
+    const size_t elem = type == OCTATTN_DTYPE_F32 ? 4 : 2;
+    const size_t row = static_cast<size_t>(dim) * elem;
     // Row `first` starts on a page boundary; rows from `last` on start a PROT_NONE page.
     const size_t before = (static_cast<size_t>(first) * row + page - 1) / page * page;
     const size_t readable = (static_cast<size_t>(last - first) * row + page - 1) / page * page;
@@ -222,20 +225,25 @@ class GuardedRows {
     char* first_row = base_ + before + page;
     if (first == 0) first_row += readable - static_cast<size_t>(last - first) * row;
     REQUIRE(mprotect(base_ + before + page, readable, PROT_READ | PROT_WRITE) == 0);
-    float* data = reinterpret_cast<float*>(first_row) - first * dim;
+    char* data = first_row - static_cast<size_t>(first) * row;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (int64_t i = first * dim; i < last * dim; ++i) data[i] = dist(rng);
+    for (int64_t i = first * dim; i < last * dim; ++i) {
+      const float x = dist(rng);
+      if (type == OCTATTN_DTYPE_F32)
+        reinterpret_cast<float*>(data)[i] = x;
+      else
+        reinterpret_cast<uint16_t*>(data)[i] = type == OCTATTN_DTYPE_BF16
+                                                   ? octattn::kernels::F32ToBf16(x)
+                                                   : octattn::kernels::F32ToF16(x);
+    }
     t_.data = data;
-    t_.dtype = OCTATTN_DTYPE_F32;
+    t_.dtype = type;
     const int64_t shape[4] = {1, 1, kv_len, dim}, stride[4] = {kv_len * dim, kv_len * dim, dim, 1};
     for (int d = 0; d < 4; ++d) t_.shape[d] = shape[d], t_.stride[d] = stride[d];
   }
   ~GuardedRows() { munmap(base_, size_); }
   const octattn_tensor* ptr() const { return &t_; }
-  const float* row(int64_t j) const {
-    return static_cast<const float*>(t_.data) + j * t_.stride[2];
-  }
 
  private:
   char* base_ = nullptr;
@@ -260,29 +268,33 @@ TEST_CASE("key and value rows no query of the call may read are never loaded", "
       {1, 5000, 600, 4999, 4400, 5000},    // decode, window over whole tiles
       {2, 5000, 0, 1300, 0, 1302},         // two queries: rows past 1301 unread
   };
+  // Keys and values in f32, and as a bf16 and an f16 cache (widened as they are read).
+  const octattn_dtype types[] = {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16};
   for (const GuardCase& g : cases)
-    for (int64_t dim : {64, 20}) {  // 20: value rows are packed copies, not direct
-      INFO("q_len " << g.q_len << " window " << g.window << " dim " << dim);
-      GuardedRows k(g.kv_len, dim, g.first, g.last, 1), v(g.kv_len, dim, g.first, g.last, 2);
-      Tensor q(1, 2, g.q_len, dim);
-      q.Fill(3);
-      const auto opt = Options(1, g.window, 0, OCTATTN_ALGORITHM_REFERENCE, g.q_start);
-      Tensor ref(1, 2, g.q_len, dim);
-      {
-        Context ctx;
-        REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), ref.ptr(), nullptr, nullptr,
-                                  nullptr, 0) == OCTATTN_OK);
-      }
-      for (const Target& t : AllTargets())
-        for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
-          INFO(t.Name() << " " << octattn_algorithm_name(algo));
-          Context ctx(t);
-          auto o_opt = opt;
-          o_opt.algorithm = algo;
-          Tensor o(1, 2, g.q_len, dim);
-          REQUIRE(octattn_attention(ctx, &o_opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), nullptr,
+    for (int64_t dim : {64, 20})  // 20: value rows are packed copies, not direct
+      for (octattn_dtype type : types) {
+        INFO("q_len " << g.q_len << " window " << g.window << " dim " << dim << " dtype " << type);
+        GuardedRows k(g.kv_len, dim, g.first, g.last, 1, type),
+            v(g.kv_len, dim, g.first, g.last, 2, type);
+        Tensor q(1, 2, g.q_len, dim);
+        q.Fill(3);
+        const auto opt = Options(1, g.window, 0, OCTATTN_ALGORITHM_REFERENCE, g.q_start);
+        Tensor ref(1, 2, g.q_len, dim);
+        {
+          Context ctx;
+          REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), ref.ptr(), nullptr,
                                     nullptr, nullptr, 0) == OCTATTN_OK);
-          CHECK(MaxDiff(o, ref) <= 2 * kTolerance);
         }
-    }
+        for (const Target& t : AllTargets())
+          for (octattn_algorithm algo : {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
+            INFO(t.Name() << " " << octattn_algorithm_name(algo));
+            Context ctx(t);
+            auto o_opt = opt;
+            o_opt.algorithm = algo;
+            Tensor o(1, 2, g.q_len, dim);
+            REQUIRE(octattn_attention(ctx, &o_opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), nullptr,
+                                      nullptr, nullptr, 0) == OCTATTN_OK);
+            CHECK(MaxDiff(o, ref) <= 2 * kTolerance);
+          }
+      }
 }

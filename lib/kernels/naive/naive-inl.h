@@ -143,8 +143,9 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
   }
 }
 
-// 16-bit operands: the head's q rows and the keys and values it may read widened into
-// f32 rows of scratch (exact), o computed there and narrowed (round to nearest even).
+// 16-bit operands: the head's q rows and the keys and values its rows may read widened
+// into f32 rows of scratch (exact), o computed there and narrowed (round to nearest
+// even).
 // Null `scratch`: only the widened operands' strides (for the size function).
 static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
   const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
@@ -161,7 +162,12 @@ static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
   w.q = q, w.k = k, w.v = v, w.o = *o;
   for (int64_t i = 0; i < t.q_len; ++i)
     WidenRowV(ElemAt(t.q, i * t.q_row, t.q_type), t.q_dim, t.q_type, hd, q + i * hd);
+  // Only the rows a query may read (as NaiveF32Head loads them): the others stay
+  // unloaded, whatever memory they are in.
+  const int64_t kbegin = plan::MinI(plan::KeyBegin(t.mask, t.mask.q_start), kend);
+  const plan::Columns below = plan::StridedBelow(t.mask, t.mask.q_start);
   for (int64_t j = 0; j < kend; ++j) {
+    if (j < kbegin && !below.Has(j)) continue;
     WidenRowV(KeyRow(t, j), t.k_dim, t.k_type, hd, k + j * hd);
     WidenRowV(ValueRow(t, j), t.v_dim, t.v_type, dv, v + j * dv);
   }
