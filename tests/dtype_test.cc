@@ -188,7 +188,9 @@ TEST_CASE("16-bit q, k, v and o give the bytes of the f32 call on the widened va
                                       {4, 2, 1, 600, 64, 64, Layout::kPadded, 0, 0, 0},
                                       {2, 2, 300, 300, 72, 48, Layout::kPadded, 1, 0, 0},
                                       {4, 2, 1, 600, 24, 16, Layout::kTransposedDim, 1, 0, 0},
-                                      {2, 1, 90, 1300, 32, 32, Layout::kBHTD, 1, 200, 64}};
+                                      {2, 1, 90, 1300, 32, 32, Layout::kBHTD, 1, 200, 64},
+                                      // kv heads sharing rows: decode tasks cover them all
+                                      {8, 4, 1, 4500, 64, 64, Layout::kBTHD, 1, 0, 0}};
   for (const Target& t : AllTargets())
     for (const Shape& sh : shapes)
       for (const Types& ty : kTypes) {

@@ -225,3 +225,50 @@ TEST_CASE("fused workspace stays bounded as T grows", "[fused]") {
     last = bytes;
   }
 }
+
+// Decode over layouts whose kv heads share key rows ([T, H, D], vLLM's pools) runs tasks
+// covering every kv head, reading the heads' slices of each row together; each head's
+// bytes must be those of the [H, T, D] layout of the same numbers, whose tasks take one
+// kv head each.
+TEST_CASE("decode tasks covering every kv head give each head's own bytes",
+          "[fused][invariants][dispatch]") {
+  struct Shape {
+    int64_t batch, hq, hkv, q_len, kv_len, dim;
+  };
+  const std::vector<Shape> shapes = Emulated() ? std::vector<Shape>{{1, 4, 2, 1, 4200, 16}}
+                                               : std::vector<Shape>{{1, 8, 4, 1, 4500, 64},
+                                                                    {1, 16, 8, 2, 3100, 128},
+                                                                    {4, 4, 2, 1, 700, 32},
+                                                                    {2, 6, 3, 1, 2500, 40}};
+  struct Mask {
+    int32_t causal;
+    int64_t window, stride, chunk;
+  };
+  const Mask masks[] = {
+      {1, 0, 0, 0}, {0, 0, 0, 0}, {1, 1000, 0, 0}, {1, 700, 256, 0}, {1, 0, 0, 2048}};
+  for (const Target& t : AllTargets())
+    for (const Shape& sh : shapes)
+      for (const Mask& m : masks)
+        for (int threads : {1, 3}) {
+          INFO(t.Name() << " B " << sh.batch << " Hq " << sh.hq << " Hkv " << sh.hkv << " q "
+                        << sh.q_len << " kv " << sh.kv_len << " D " << sh.dim << " mask "
+                        << m.causal << "/" << m.window << "/" << m.stride << "/" << m.chunk
+                        << " threads " << threads);
+          Context ctx(t, threads);
+          Problem rows(sh.batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.dim, 5, 1.0f,
+                       Layout::kBTHD);
+          Problem heads(sh.batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.dim, 5, 1.0f,
+                        Layout::kBHTD);
+          heads.q.CopyValuesFrom(rows.q);
+          heads.k.CopyValuesFrom(rows.k);
+          heads.v.CopyValuesFrom(rows.v);
+          auto opt = Options(m.causal, m.window, m.stride, OCTATTN_ALGORITHM_FUSED);
+          opt.chunk = m.chunk;
+          Tensor o_rows = rows.Out(), lse_rows = rows.Lse(), o_heads = heads.Out(),
+                 lse_heads = heads.Lse();
+          Attend(ctx, opt, rows.q, rows.k, rows.v, o_rows, &lse_rows);
+          Attend(ctx, opt, heads.q, heads.k, heads.v, o_heads, &lse_heads);
+          CHECK(BytesEqual(o_rows, o_heads));
+          CHECK(BytesEqual(lse_rows, lse_heads));
+        }
+}

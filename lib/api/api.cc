@@ -78,6 +78,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   sh.kv_len = c->k.shape[2];
   sh.value_dim = c->v.shape[3];
   sh.v_dim = c->v.stride[3];
+  sh.shared_rows = c->k.stride[1] < c->k.stride[2] && c->v.stride[1] < c->v.stride[2];
   sh.q_type = c->q.type;
   sh.k_type = c->k.type;
   sh.v_type = c->v.type;
@@ -260,6 +261,21 @@ kernels::FlashTask GroupTask(const AttentionCall& c, int64_t b, int64_t kvh) {
   return t;
 }
 
+// A decode task of x.kv_heads kv heads (the first one's task t): the strides to the next
+// kv head's operands and partials.
+void CoverKvHeads(const AttentionCall& c, const plan::Schedule& p, const plan::CallShape& shape,
+                  const plan::DecodeIndex& x, kernels::FlashTask* t) {
+  if (x.kv_heads <= 1) return;
+  const int64_t group = c.shape.q_heads / c.shape.kv_heads;
+  t->kv_heads = x.kv_heads;
+  t->q_kv = c.q.stride[1] * group;
+  t->k_kv = c.k.stride[1];
+  t->v_kv = c.v.stride[1];
+  t->o_kv = c.o.stride[1] * group;
+  t->lse_kv = c.has_lse ? c.lse.stride[1] * group : 0;
+  t->partial_kv = plan::PartialOffset(p, shape, 1, 0) - plan::PartialOffset(p, shape, 0, 0);
+}
+
 void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule& p,
               void* scratch) {
   const kernels::Table* table = c.table;
@@ -282,6 +298,7 @@ void RunFused(octattn_context* ctx, const AttentionCall& c, const plan::Schedule
     t.chunk_begin = x.gathered ? 0 : x.chunk;
     t.chunk_end = x.gathered ? 0 : x.chunk + 1;
     t.partial = partials + plan::PartialOffset(p, c.shape, x.pair, x.unit);
+    CoverKvHeads(c, p, c.shape, x, &t);
     table->flash_task(t, static_cast<float*>(s));
   });
   const int64_t pairs = c.shape.batch * c.shape.kv_heads;
@@ -365,6 +382,7 @@ void RunSequences(octattn_context* ctx, const AttentionCall& c, const plan::Batc
     t.chunk_begin = x.gathered ? 0 : x.chunk;
     t.chunk_end = x.gathered ? 0 : x.chunk + 1;
     t.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, x.pair, x.unit);
+    CoverKvHeads(c, p.schedule, p.shape, x, &t);
     c.table->flash_task(t, static_cast<float*>(s));
   });
   if (b.merges == 0) return;

@@ -145,7 +145,16 @@ struct FlashTask {
   // If set, the unnormalized state of the task's rows is written here (one unit's
   // partial, `flash_state_floats` per row) instead of o and lse.
   float* partial;
+  // Decode of layouts whose kv heads share key rows ([T, H, D], vLLM's pools): the task
+  // covers `kv_heads` consecutive kv heads (op at the first; at most kMaxTaskKvHeads),
+  // the next one's q, k, v, o and lse `*_kv` elements on and its partial `partial_kv`
+  // floats on. The tiles they read in place are read by all of them a few keys at a
+  // time, so that whole rows stream in order; each head's bytes are its own task's.
+  int64_t kv_heads = 1;
+  int64_t q_kv = 0, k_kv = 0, v_kv = 0, o_kv = 0, lse_kv = 0;
+  size_t partial_kv = 0;
 };
+constexpr int64_t kMaxTaskKvHeads = 16;
 
 // Backward (backward/): the gradients of one (batch, kv head), every query head of its
 // GQA group, every row and every key. op describes the forward call (o and lse as the

@@ -66,7 +66,14 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
   s.units = chunks + (s.gathered ? 1 : 0);
   s.decode = group * c.q_len <= kDecodeRows && s.units > 1;
   if (s.decode) {
-    s.tasks = pairs * s.units;
+    // Kv heads sharing key rows: one task per (batch, unit) reads every head's slice of
+    // the rows, where that leaves tasks enough for a few threads (no modifiers: a task's
+    // heads then differ in their pointers only).
+    if (c.shared_rows && c.kv_heads > 1 && c.kv_heads <= kernels::kMaxTaskKvHeads &&
+        !c.mods.Scores() && !c.mods.sinks && c.batch * s.units >= kSharedRowsTasks)
+      s.kv_per_task = c.kv_heads;
+    probe.kv_heads = s.kv_per_task;
+    s.tasks = pairs / s.kv_per_task * s.units;
     s.state_floats = table->flash_state_floats(c.value_dim);
     // A merge task's scratch: one state and one padded output row.
     const size_t merge = SatAdd(s.state_floats, SatAdd(Count(c.value_dim), kAlign));
@@ -182,10 +189,11 @@ PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
 
 DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
   DecodeIndex d;
-  d.pair = i / s.units;
+  d.pair = i / s.units * s.kv_per_task;
   d.unit = i % s.units;
   d.batch = d.pair / c.kv_heads;
   d.kv_head = d.pair % c.kv_heads;
+  d.kv_heads = s.kv_per_task;
   d.gathered = s.gathered && d.unit == 0;
   d.chunk = d.unit - (s.gathered ? 1 : 0);
   return d;

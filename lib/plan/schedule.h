@@ -21,6 +21,10 @@ struct CallShape {
   int64_t v_dim;  // element stride of v along value_dim (packed copies when not 1)
   Mask mask;
   kernels::Mods mods;  // the call's modifiers (scratch sizes depend on their presence)
+  // Whether the kv heads share key rows (k's and v's strides from one head to the next
+  // below those from one row to the next: [T, H, D] layouts, vLLM's pools): decode tasks
+  // then cover every kv head of a unit, so that whole rows stream in order.
+  bool shared_rows = false;
   // The element types of q, k, v and o (16-bit ones take conversion scratch).
   kernels::Dtype q_type = kernels::kF32, k_type = kernels::kF32, v_type = kernels::kF32,
                  o_type = kernels::kF32;
@@ -32,6 +36,9 @@ enum class Algorithm { kReference, kNaive, kFused };
 // stacked) are decode-shaped: their keys are split into units run as parallel tasks and
 // merged in unit order, which changes no byte (kernels::kChunkKeys).
 constexpr int64_t kDecodeRows = 16;
+// Decode tasks covering every kv head (CallShape::shared_rows) only where a call has at
+// least this many (batch, unit) pairs: fewer would leave threads idle.
+constexpr int64_t kSharedRowsTasks = 4;
 
 struct Schedule {
   Algorithm algorithm = Algorithm::kFused;
@@ -44,6 +51,7 @@ struct Schedule {
   int64_t q_tile = 0;       // prefill: query rows per head of a task (QueryTile)
   int64_t q_tiles = 0;      // prefill: query tiles per (batch, kv head)
   size_t state_floats = 0;  // decode: floats of one row's partial state
+  int64_t kv_per_task = 1;  // decode: the kv heads a task covers (shared rows: all)
 };
 
 // Query rows per head of a prefill task for a GQA group of `group` heads: about
@@ -124,10 +132,12 @@ struct PrefillIndex {
 };
 PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i);
 
-// Fused decode task i: one (batch, kv head) pair and one key unit; unit 0 is the
+// Fused decode task i: one (batch, kv head) pair and one key unit, or with kv_per_task >
+// 1 that pair and the next kv_heads - 1 (the batch's other kv heads); unit 0 is the
 // gathered strided columns when the mask has them, the others chunks in key order.
 struct DecodeIndex {
   int64_t batch, kv_head, pair, unit;
+  int64_t kv_heads;
   bool gathered;
   int64_t chunk;  // the chunk of a non-gathered unit
 };

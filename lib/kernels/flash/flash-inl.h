@@ -466,12 +466,12 @@ struct DirectTile {
 // s[r][0, t1 - t0).
 template <int R, Dtype T>
 static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const float* const* q,
-                                float* const* s) {
+                                float* const* s, int64_t j_begin, int64_t j_end) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t hd = t.op.head_dim, q_dim = t.op.q_dim;
   const int64_t per = (kDirectKeys + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
   const typename S::V vs = S::Set(t.op.scale);
-  for (int64_t j = dt.t0; j < dt.t1; j += kDirectKeys) {
+  for (int64_t j = j_begin; j < j_end; j += kDirectKeys) {
     // Each key vector's rows, a row stride apart: in place, or (paged keys across a block
     // boundary) copied into scratch.
     const float* rows[kDirectVecs];
@@ -550,10 +550,10 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
 // of keys, each group's columns a register block at a time (elements of type T).
 template <int R, Dtype T>
 static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const float* const* p,
-                                float* const* st) {
+                                float* const* st, int64_t g_begin, int64_t g_end) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
   const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
-  for (int64_t g0 = dt.t0; g0 < dt.t1; g0 += kDirectKeys) {
+  for (int64_t g0 = g_begin; g0 < g_end; g0 += kDirectKeys) {
     const int64_t g1 = plan::MinI(g0 + kDirectKeys, dt.t1);
     for (int64_t a = g0; a < g1;) {
       // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step in the
@@ -632,7 +632,7 @@ static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const F
     q[r] = rows[r].q;
     s[r] = s_buf + r * kTileKeys;
   }
-  DirectScores<R, T>(t, dt, q, s);
+  DirectScores<R, T>(t, dt, q, s, dt.t0, dt.t1);
   bool all = true, read[R];
   for (int r = 0; r < R; ++r) {
     read[r] = SoftmaxTile(s[r], 0, dt.t1 - dt.t0, st[r], PadKeys(t.op.value_dim));
@@ -641,11 +641,11 @@ static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const F
   const float* p[R];
   for (int r = 0; r < R; ++r) p[r] = s[r];
   if (all) {
-    DirectValues<R, T>(t, dt, p, st);
+    DirectValues<R, T>(t, dt, p, st, dt.t0, dt.t1);
     return;
   }
   for (int r = 0; r < R; ++r)
-    if (read[r]) DirectValues<1, T>(t, dt, &p[r], &st[r]);
+    if (read[r]) DirectValues<1, T>(t, dt, &p[r], &st[r], dt.t0, dt.t1);
 }
 
 // Every row of the task against a direct tile, in blocks of 4, 2 and 1 rows.
@@ -675,15 +675,21 @@ static inline bool FlashWidens(const FlashTask& t) {
   return t.op.k_type != kF32 || t.op.v_type != kF32;
 }
 
+// Rows of the scores buffer: a micro-kernel block, or a decode task's rows (the heads of a
+// shared-rows task hold the scores of all their rows at once).
+static inline int64_t SBufRows(const FlashTask& t) {
+  return plan::MaxI(kFlashRows, FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);
+}
+
 static inline size_t FlashRowsFloats(const FlashTask& t) {
   return Piece2(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)), FlashRows(t));
 }
 
-static size_t FlashScratchFloats(const FlashTask& t) {
+static size_t FlashTaskScratchFloats(const FlashTask& t) {
   const size_t state = plan::SatMul(FlashStateFloats(t.op.value_dim), plan::Count(FlashRows(t)));
   size_t n = plan::SatMul(2, state);
   n = plan::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
-  n = plan::SatAdd(n, Piece2(kFlashRows, kTileKeys));
+  n = plan::SatAdd(n, Piece2(SBufRows(t), kTileKeys));
   n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   n = plan::SatAdd(n, FlashRowsFloats(t));
   if (t.op.q_type != kF32) n = plan::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
@@ -694,6 +700,13 @@ static size_t FlashScratchFloats(const FlashTask& t) {
   return n;
 }
 
+// A task's scratch: one kv head's, or each of its kv heads' in turn.
+static size_t FlashScratchFloats(const FlashTask& t) {
+  FlashTask one = t;
+  one.kv_heads = 1;
+  return plan::SatMul(FlashTaskScratchFloats(one), plan::Count(t.kv_heads));
+}
+
 static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   const size_t state = FlashStateFloats(t.op.value_dim) * static_cast<size_t>(FlashRows(t));
   FlashScratch f;
@@ -701,7 +714,7 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.cur = f.run + state;
   f.kt = f.cur + state;
   f.s_buf = f.kt + Piece2(t.op.head_dim, kTileKeys);
-  f.vpack = f.s_buf + Piece2(kFlashRows, kTileKeys);
+  f.vpack = f.s_buf + Piece2(SBufRows(t), kTileKeys);
   f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   f.qw = reinterpret_cast<float*>(f.rows) + FlashRowsFloats(t);
   f.kw = f.qw + (t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0);
@@ -852,14 +865,71 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
   return tile;
 }
 
-// One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states `st`.
-// `next`: the chunk the task runs after this unit, or -1: its first tile is prefetched
-// during this unit's last tile (real keys only).
-static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, int64_t next,
-                      float* st) {
+// The rows of nh tasks (kv heads sharing key rows) against a direct tile, each row's
+// operations those of FlashDirectTile: the scores of kDirectKeys keys of every head, then
+// the next keys', so that the heads' slices of the same key rows are read together (the
+// rows stream in order, whole); the softmax updates; the weighted sums the same way.
+template <Dtype T>
+static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, const FlashScratch* fs,
+                                 int64_t nh, int64_t n, float* const* sts, size_t stride) {
+  const int64_t t0 = dts[0].t0, t1 = dts[0].t1, dvp = PadKeys(ts[0].op.value_dim);
+  // The row blocks of FlashDirectTile: 4, 2 and 1 rows.
+  auto blocks = [&](auto&& fn) {
+    for (int64_t i = 0; i < n;) {
+      const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
+      fn(i, h);
+      i += h;
+    }
+  };
+  for (int64_t j = t0; j < t1; j += kDirectKeys)
+    for (int64_t x = 0; x < nh; ++x)
+      blocks([&](int64_t i, int64_t h) {
+        const float* q[4];
+        float* s[4];
+        for (int64_t r = 0; r < h; ++r) {
+          q[r] = fs[x].rows[i + r].q;
+          s[r] = fs[x].s_buf + (i + r) * kTileKeys;
+        }
+        const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
+        if (h == 4) DirectScores<4, T>(ts[x], dts[x], q, s, j, j1);
+        if (h == 2) DirectScores<2, T>(ts[x], dts[x], q, s, j, j1);
+        if (h == 1) DirectScores<1, T>(ts[x], dts[x], q, s, j, j1);
+      });
+  bool read[kMaxTaskKvHeads][kPackValueRows];
+  for (int64_t x = 0; x < nh; ++x)
+    for (int64_t r = 0; r < n; ++r)
+      read[x][r] = SoftmaxTile(fs[x].s_buf + r * kTileKeys, 0, t1 - t0,
+                               sts[x] + static_cast<size_t>(r) * stride, dvp);
+  for (int64_t g = t0; g < t1; g += kDirectKeys)
+    for (int64_t x = 0; x < nh; ++x)
+      blocks([&](int64_t i, int64_t h) {
+        const float* p[4];
+        float* st[4];
+        bool all = true;
+        for (int64_t r = 0; r < h; ++r) {
+          p[r] = fs[x].s_buf + (i + r) * kTileKeys;
+          st[r] = sts[x] + static_cast<size_t>(i + r) * stride;
+          all &= read[x][i + r];
+        }
+        const int64_t g1 = plan::MinI(g + kDirectKeys, t1);
+        if (all && h == 4) return DirectValues<4, T>(ts[x], dts[x], p, st, g, g1);
+        if (all && h == 2) return DirectValues<2, T>(ts[x], dts[x], p, st, g, g1);
+        for (int64_t r = 0; r < h; ++r)
+          if (read[x][i + r]) DirectValues<1, T>(ts[x], dts[x], &p[r], &st[r], g, g1);
+      });
+}
+
+// One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states
+// sts[x] of each of the nh tasks ts[x] (kv heads sharing key rows: the same rows,
+// positions and keys; nh is 1 but for those). `next`: the chunk the tasks run after this
+// unit, or -1: its first tile is prefetched during this unit's last tile (real keys only).
+static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t chunk,
+                      int64_t next, float* const* sts) {
+  const FlashTask& t = ts[0];
+  const FlashScratch& f = fs[0];
   const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
   const size_t stride = FlashStateFloats(t.op.value_dim);
-  ResetState(st, rows, stride, PadKeys(t.op.value_dim));
+  for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
   FlashSpace sp;
   int64_t begin, end, first, step, load;
   plan::Columns below{0, 0};
@@ -869,10 +939,9 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     sp.floors = false;
     sp.first = t.op.mask.phase;
     sp.step = t.op.mask.stride;
-    for (int64_t r = 0; r < rows; ++r) {
-      f.rows[r].qpos = f.rows[r].strided - 1;
-      sp.kv_len = plan::MaxI(sp.kv_len, f.rows[r].strided);
-    }
+    for (int64_t x = 0; x < nh; ++x)
+      for (int64_t r = 0; r < rows; ++r) fs[x].rows[r].qpos = fs[x].rows[r].strided - 1;
+    for (int64_t r = 0; r < rows; ++r) sp.kv_len = plan::MaxI(sp.kv_len, f.rows[r].strided);
     begin = 0;
     end = sp.kv_len;
     first = t.op.mask.phase;  // column g is key phase + g * stride
@@ -885,10 +954,11 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     sp.first = 0;
     sp.step = 1;
     int64_t floor = f.rows[0].floor;
-    for (int64_t r = 0; r < rows; ++r) {
-      f.rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
-      floor = plan::MinI(floor, f.rows[r].floor);
-    }
+    for (int64_t x = 0; x < nh; ++x)
+      for (int64_t r = 0; r < rows; ++r) {
+        fs[x].rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
+        floor = plan::MinI(floor, fs[x].rows[r].floor);
+      }
     begin = plan::MaxI(chunk * kChunkKeys, floor);
     end = plan::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
     first = 0;
@@ -922,21 +992,25 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     }
     return t0;
   };
-  FlashPrefetch pf;
+  FlashPrefetch pfs[kMaxTaskKvHeads];
   const int64_t kb = DtypeBytes(t.op.k_type), vb = DtypeBytes(t.op.v_type);
-  if (t.op.k_dim == 1 && t.op.v_dim == 1 && t.op.paging) {  // steps counted in keys
-    pf.paged = &t.op;
-    pf.first = first;
-    pf.k_step = pf.v_step = step;
-    pf.k_bytes = t.op.head_dim * kb;
-    pf.v_bytes = t.op.value_dim * vb;
-  } else if (t.op.k_dim == 1 && t.op.v_dim == 1) {
-    pf.k = reinterpret_cast<const char*>(ElemAt(t.op.k, first * t.op.k_row, t.op.k_type));
-    pf.v = reinterpret_cast<const char*>(ElemAt(t.op.v, first * t.op.v_row, t.op.v_type));
-    pf.k_step = t.op.k_row * step * kb;
-    pf.v_step = t.op.v_row * step * vb;
-    pf.k_bytes = t.op.head_dim * kb;
-    pf.v_bytes = t.op.value_dim * vb;
+  for (int64_t x = 0; x < nh; ++x) {
+    FlashPrefetch& pf = pfs[x];
+    const Operands& op = ts[x].op;
+    if (op.k_dim == 1 && op.v_dim == 1 && op.paging) {  // steps counted in keys
+      pf.paged = &op;
+      pf.first = first;
+      pf.k_step = pf.v_step = step;
+      pf.k_bytes = op.head_dim * kb;
+      pf.v_bytes = op.value_dim * vb;
+    } else if (op.k_dim == 1 && op.v_dim == 1) {
+      pf.k = reinterpret_cast<const char*>(ElemAt(op.k, first * op.k_row, op.k_type));
+      pf.v = reinterpret_cast<const char*>(ElemAt(op.v, first * op.v_row, op.v_type));
+      pf.k_step = op.k_row * step * kb;
+      pf.v_step = op.v_row * step * vb;
+      pf.k_bytes = op.head_dim * kb;
+      pf.v_bytes = op.value_dim * vb;
+    }
   }
   // The keys to fetch while the tile before t0 (the next tile read) is computed: that
   // tile's, or after the unit's last tile the next chunk's first.
@@ -953,42 +1027,58 @@ static void FlashUnit(const FlashTask& t, const FlashScratch& f, int64_t chunk, 
     const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
     if (direct && t1 - t0 == kTileKeys &&
         plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileFull) {
-      DirectTile dt{&t.op, first, t0, t1, 0, 0, f.kt};
-      t0 = next_tile(t1);
-      upcoming(t0, &dt.next0, &dt.next1);
-      if (t.op.k_type == kBf16) {
-        FlashDirectTile<kBf16>(t, dt, f.rows, rows, st, stride, f.s_buf);
+      DirectTile dts[kMaxTaskKvHeads];
+      const int64_t t_next = next_tile(t1);
+      for (int64_t x = 0; x < nh; ++x) {
+        dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
+        upcoming(t_next, &dts[x].next0, &dts[x].next1);
+      }
+      t0 = t_next;
+      if (nh > 1) {
+        if (t.op.k_type == kBf16) {
+          FlashDirectTileHeads<kBf16>(ts, dts, fs, nh, rows, sts, stride);
+        } else if (t.op.k_type == kF16) {
+          FlashDirectTileHeads<kF16>(ts, dts, fs, nh, rows, sts, stride);
+        } else {
+          FlashDirectTileHeads<kF32>(ts, dts, fs, nh, rows, sts, stride);
+        }
+      } else if (t.op.k_type == kBf16) {
+        FlashDirectTile<kBf16>(t, dts[0], f.rows, rows, sts[0], stride, f.s_buf);
       } else if (t.op.k_type == kF16) {
-        FlashDirectTile<kF16>(t, dt, f.rows, rows, st, stride, f.s_buf);
+        FlashDirectTile<kF16>(t, dts[0], f.rows, rows, sts[0], stride, f.s_buf);
       } else {
-        FlashDirectTile<kF32>(t, dt, f.rows, rows, st, stride, f.s_buf);
+        FlashDirectTile<kF32>(t, dts[0], f.rows, rows, sts[0], stride, f.s_buf);
       }
       continue;
     }
-    // 16-bit keys or values: the tile of their widened rows.
-    FlashTask wide;
-    const FlashTask* tt = &t;
-    int64_t tfirst = first, tstep = step;
-    if (FlashWidens(t)) {
-      wide = t;
-      wide.op = WidenTile(t, f, t0, plan::MinI(plan::MaxI(load, t0), t1), t1, first, step, below);
-      tt = &wide;
-      tfirst = -t0;
-      tstep = 1;
+    const int64_t t_next = next_tile(t1);
+    for (int64_t x = 0; x < nh; ++x) {
+      // 16-bit keys or values: the tile of their widened rows.
+      FlashTask wide;
+      const FlashTask* tt = &ts[x];
+      int64_t tfirst = first, tstep = step;
+      if (FlashWidens(ts[x])) {
+        wide = ts[x];
+        wide.op = WidenTile(ts[x], fs[x], t0, plan::MinI(plan::MaxI(load, t0), t1), t1, first, step,
+                            below);
+        tt = &wide;
+        tfirst = -t0;
+        tstep = 1;
+      }
+      const FlashTile tile = PackTile(*tt, fs[x], t0, load, t1, tfirst, tstep, below);
+      upcoming(t_next, &pfs[x].next, &pfs[x].end);
+      // All rows of all heads in one list: decode blocks the heads of a GQA group together.
+      FlashHeadTile(*tt, sp, tile, fs[x].rows, rows, sts[x], stride, fs[x].s_buf, &pfs[x]);
     }
-    const FlashTile tile = PackTile(*tt, f, t0, load, t1, tfirst, tstep, below);
-    t0 = next_tile(t1);
-    upcoming(t0, &pf.next, &pf.end);
-    // All rows of all heads in one list: decode blocks the heads of a GQA group together.
-    FlashHeadTile(*tt, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
+    t0 = t_next;
   }
 }
 
-static void FlashTaskRun(const FlashTask& task, float* scratch) {
-  const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);
-  const int64_t nq = task.row_end - task.row_begin, hd = task.op.head_dim;
-  const size_t stride = FlashStateFloats(task.op.value_dim);
-  const FlashScratch f = Carve(task, scratch);
+// The task's rows (q widened if 16-bit) into f.rows; returns the task as the units read
+// it (a widened q: f32 rows of head_dim floats).
+static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
+  const int64_t rows = FlashRows(task), nq = task.row_end - task.row_begin;
+  const int64_t hd = task.op.head_dim;
   // A 16-bit q: the task's rows widened once, read as rows of head_dim floats.
   const bool wide_q = task.op.q_type != kF32;
   FlashTask t = task;
@@ -1031,18 +1121,13 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
       row.env_hi = env.end;
     }
   }
-  bool first = true;
-  auto unit = [&](int64_t chunk) {
-    const int64_t next = chunk >= 0 && chunk + 1 < t.chunk_end ? chunk + 1 : -1;
-    FlashUnit(t, f, chunk, next, first ? f.run : f.cur);
-    if (!first)
-      for (int64_t r = 0; r < rows; ++r) MergeState(f.run + r * stride, f.cur + r * stride, dvp);
-    first = false;
-  };
-  if (t.gathered && has_strided) unit(-1);
-  for (int64_t c = t.chunk_begin; c < t.chunk_end; ++c) unit(c);
-  if (first) ResetState(f.run, rows, stride, dvp);
+  return t;
+}
 
+// The final states of a task's rows: its partial, or o and lse.
+static void FinishRows(const FlashTask& t, const FlashScratch& f) {
+  const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
+  const size_t stride = FlashStateFloats(t.op.value_dim);
   for (int64_t r = 0; r < rows; ++r) {
     const float* st = f.run + r * stride;
     if (t.partial) {
@@ -1054,6 +1139,49 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
               ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
               t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
               f.cur, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+  }
+}
+
+static void FlashTaskRun(const FlashTask& task, float* scratch) {
+  const int64_t nh = plan::MinI(plan::MaxI(task.kv_heads, 1), kMaxTaskKvHeads);
+  const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);
+  const size_t stride = FlashStateFloats(task.op.value_dim);
+  FlashTask one = task;
+  one.kv_heads = 1;
+  const size_t piece = FlashTaskScratchFloats(one);
+  // Each kv head's task, scratch and rows.
+  FlashTask ts[kMaxTaskKvHeads];
+  FlashScratch fs[kMaxTaskKvHeads];
+  for (int64_t x = 0; x < nh; ++x) {
+    FlashTask tx = one;
+    tx.op.q = ElemAt(task.op.q, x * task.q_kv, task.op.q_type);
+    tx.op.k = ElemAt(task.op.k, x * task.k_kv, task.op.k_type);
+    tx.op.v = ElemAt(task.op.v, x * task.v_kv, task.op.v_type);
+    tx.op.o = ElemAt(task.op.o, x * task.o_kv, task.op.o_type);
+    if (task.op.lse) tx.op.lse = task.op.lse + x * task.lse_kv;
+    if (task.partial) tx.partial = task.partial + x * task.partial_kv;
+    fs[x] = Carve(tx, scratch + static_cast<size_t>(x) * piece);
+    ts[x] = PrepareRows(tx, fs[x]);
+  }
+  const bool has_strided =
+      task.op.mask.causal && task.op.mask.window > 0 && task.op.mask.stride > 0;
+  bool first = true;
+  auto unit = [&](int64_t chunk) {
+    const int64_t next = chunk >= 0 && chunk + 1 < task.chunk_end ? chunk + 1 : -1;
+    float* sts[kMaxTaskKvHeads];
+    for (int64_t x = 0; x < nh; ++x) sts[x] = first ? fs[x].run : fs[x].cur;
+    FlashUnit(ts, fs, nh, chunk, next, sts);
+    if (!first)
+      for (int64_t x = 0; x < nh; ++x)
+        for (int64_t r = 0; r < rows; ++r)
+          MergeState(fs[x].run + r * stride, fs[x].cur + r * stride, dvp);
+    first = false;
+  };
+  if (task.gathered && has_strided) unit(-1);
+  for (int64_t c = task.chunk_begin; c < task.chunk_end; ++c) unit(c);
+  for (int64_t x = 0; x < nh; ++x) {
+    if (first) ResetState(fs[x].run, rows, stride, dvp);
+    FinishRows(ts[x], fs[x]);
   }
 }
 
