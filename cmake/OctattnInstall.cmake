@@ -10,8 +10,11 @@ install(EXPORT octattnTargets NAMESPACE octattn:: DESTINATION ${CMAKE_INSTALL_LI
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/octattnConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/octattnConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/octattn)
+# Releases only append to the ABI (versioned symbols, structs that grow at their end):
+# a program asking for 0.6 runs with 0.7, so any newer release of the same major
+# version satisfies a request.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/octattnConfigVersion.cmake
-  COMPATIBILITY SameMinorVersion)
+  COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/octattnConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/octattnConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/octattn)
