@@ -389,7 +389,6 @@ static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const
 // So a row's bits are those of FlashBlock on the packed tile, with no copy of K or V,
 // and K and V each stream through the core once, in order, each step prefetching the
 // rows of the next.
-constexpr int kDirectRows = 4;  // rows per block
 // Key vectors per Q K^T step: two, so that 2R chains hide the FMA latency (on 16-register
 // targets some transposed keys spill to L1, still faster than one: AVX2 on Zen 5, 18.5
 // against 21 GB/s).
@@ -535,13 +534,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
             for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
           }
       }
-      for (int r = 0; r < R; ++r)
-        for (int g = 0; g < kDirectVecs; ++g) {
-          typename S::V x = acc[r][g];
-          if (d0 > 0) x = S::Add(S::Load(out[r] + g * L), x);
-          if (d1 == hd) x = S::Mul(x, vs);
-          S::Store(x, out[r] + g * L);
-        }
+      StoreDotBlock<R, kDirectVecs>(acc, out, d0 > 0, d1 == hd, vs);
     }
   }
 }
@@ -618,48 +611,6 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
       }
       a = b;
     }
-  }
-}
-
-// R rows against a direct tile: scores, softmax update, weighted sums (rows with no
-// readable score yet skip them, as in FlashBlock).
-template <int R, Dtype T>
-static inline void DirectBlock(const FlashTask& t, const DirectTile& dt, const FlashRow* rows,
-                               float* const* st, float* s_buf) {
-  const float* q[R];
-  float* s[R];
-  for (int r = 0; r < R; ++r) {
-    q[r] = rows[r].q;
-    s[r] = s_buf + r * kTileKeys;
-  }
-  DirectScores<R, T>(t, dt, q, s, dt.t0, dt.t1);
-  bool all = true, read[R];
-  for (int r = 0; r < R; ++r) {
-    read[r] = SoftmaxTile(s[r], 0, dt.t1 - dt.t0, st[r], PadKeys(t.op.value_dim));
-    all &= read[r];
-  }
-  const float* p[R];
-  for (int r = 0; r < R; ++r) p[r] = s[r];
-  if (all) {
-    DirectValues<R, T>(t, dt, p, st, dt.t0, dt.t1);
-    return;
-  }
-  for (int r = 0; r < R; ++r)
-    if (read[r]) DirectValues<1, T>(t, dt, &p[r], &st[r], dt.t0, dt.t1);
-}
-
-// Every row of the task against a direct tile, in blocks of 4, 2 and 1 rows.
-template <Dtype T>
-static inline void FlashDirectTile(const FlashTask& t, const DirectTile& dt, const FlashRow* rows,
-                                   int64_t n, float* states, size_t stride, float* s_buf) {
-  for (int64_t i = 0; i < n;) {
-    float* st[kDirectRows];
-    const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
-    for (int64_t r = 0; r < h; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
-    if (h == 4) DirectBlock<4, T>(t, dt, rows + i, st, s_buf);
-    if (h == 2) DirectBlock<2, T>(t, dt, rows + i, st, s_buf);
-    if (h == 1) DirectBlock<1, T>(t, dt, rows + i, st, s_buf);
-    i += h;
   }
 }
 
@@ -865,15 +816,16 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
   return tile;
 }
 
-// The rows of nh tasks (kv heads sharing key rows) against a direct tile, each row's
-// operations those of FlashDirectTile: the scores of kDirectKeys keys of every head, then
-// the next keys', so that the heads' slices of the same key rows are read together (the
-// rows stream in order, whole); the softmax updates; the weighted sums the same way.
+// The rows of nh tasks (one, or kv heads sharing key rows) against a direct tile, in
+// blocks of 4, 2 and 1 rows: the scores of kDirectKeys keys of every block of every
+// head, then the next keys' (the heads' slices of the same key rows are read together,
+// and each group of rows by every block while it is in L1); the softmax updates (a row
+// with no readable score yet skips the sums, as in FlashBlock); the weighted sums the
+// same way. A row's operations do not depend on nh or on its block.
 template <Dtype T>
 static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, const FlashScratch* fs,
                                  int64_t nh, int64_t n, float* const* sts, size_t stride) {
   const int64_t t0 = dts[0].t0, t1 = dts[0].t1, dvp = PadKeys(ts[0].op.value_dim);
-  // The row blocks of FlashDirectTile: 4, 2 and 1 rows.
   auto blocks = [&](auto&& fn) {
     for (int64_t i = 0; i < n;) {
       const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
@@ -1034,20 +986,12 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
       }
       t0 = t_next;
-      if (nh > 1) {
-        if (t.op.k_type == kBf16) {
-          FlashDirectTileHeads<kBf16>(ts, dts, fs, nh, rows, sts, stride);
-        } else if (t.op.k_type == kF16) {
-          FlashDirectTileHeads<kF16>(ts, dts, fs, nh, rows, sts, stride);
-        } else {
-          FlashDirectTileHeads<kF32>(ts, dts, fs, nh, rows, sts, stride);
-        }
-      } else if (t.op.k_type == kBf16) {
-        FlashDirectTile<kBf16>(t, dts[0], f.rows, rows, sts[0], stride, f.s_buf);
+      if (t.op.k_type == kBf16) {
+        FlashDirectTileHeads<kBf16>(ts, dts, fs, nh, rows, sts, stride);
       } else if (t.op.k_type == kF16) {
-        FlashDirectTile<kF16>(t, dts[0], f.rows, rows, sts[0], stride, f.s_buf);
+        FlashDirectTileHeads<kF16>(ts, dts, fs, nh, rows, sts, stride);
       } else {
-        FlashDirectTile<kF32>(t, dts[0], f.rows, rows, sts[0], stride, f.s_buf);
+        FlashDirectTileHeads<kF32>(ts, dts, fs, nh, rows, sts, stride);
       }
       continue;
     }

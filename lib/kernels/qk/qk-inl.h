@@ -81,11 +81,26 @@ constexpr int64_t kDotBlock = 64;
 // and C key vectors: one FMA chain per block of kDotBlock dimensions, each block's sum
 // added to the sum of the blocks before it in block order (through `out`, so that the
 // partial sums take no registers), then scaled. The order is fixed by head_dim alone, so
+
+// One 64-dimension block's chains stored as scores: added to the blocks' before
+// (`after`), scaled after the last block (`last`). Every score of every path ends so.
+template <int R, int C>
+OCTATTN_INLINE void StoreDotBlock(const typename S::V (&acc)[R][C], float* const* out, bool after,
+                                  bool last, typename S::V vs) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      typename S::V x = acc[r][c];
+      if (after) x = S::Add(S::Load(out[r] + c * L), x);
+      if (last) x = S::Mul(x, vs);
+      S::Store(x, out[r] + c * L);
+    }
+}
+
 // a score has the same bits in every call.
 template <int R, int C>
 OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* kt,
                             int64_t kt_stride, int64_t head_dim, float scale, float* const* out) {
-  constexpr size_t L = S::kLanes;
   const typename S::V vs = S::Set(scale);
   for (int64_t d0 = 0; d0 < head_dim; d0 += kDotBlock) {
     typename S::V acc[R][C];
@@ -93,13 +108,7 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
       for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
     const int64_t d1 = plan::MinI(head_dim, d0 + kDotBlock);
     QkChain<R, C>(q, q_dim, kt, kt_stride, d0, d1, acc);
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) {
-        typename S::V x = acc[r][c];
-        if (d0 > 0) x = S::Add(S::Load(out[r] + c * L), x);
-        if (d1 == head_dim) x = S::Mul(x, vs);
-        S::Store(x, out[r] + c * L);
-      }
+    StoreDotBlock<R, C>(acc, out, d0 > 0, d1 == head_dim, vs);
   }
 }
 
