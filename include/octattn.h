@@ -24,9 +24,10 @@
  * and f16 to f32 is exact, and every algorithm computes in f32 on the widened values: a
  * call's bytes are those of the f32 call on the widened tensors (a 16-bit o holds that
  * call's o rounded to nearest even), so every rule below, the accuracy bound included,
- * holds as stated for 16-bit inputs. 16-bit data is read as it is (keys and values are
- * widened as a tile reads them, never copied whole). The backward pass, merge and the
- * stages take f32 only (UNSUPPORTED).
+ * holds as stated for 16-bit inputs. The fused algorithm widens keys and values as a
+ * tile reads them (scratch bounded by the tiles, as for f32); naive widens a head's
+ * operands into its scratch. The backward pass, merge and the stages take f32 only
+ * (UNSUPPORTED).
  *
  * Option structs. Each begins with struct_size, set by its *_init() function. Fields are
  * only ever appended: a caller built against an older header passes its smaller
