@@ -24,8 +24,9 @@
  * and f16 to f32 is exact, and every algorithm computes in f32 on the widened values: a
  * call's bytes are those of the f32 call on the widened tensors (a 16-bit o holds that
  * call's o rounded to nearest even), so every rule below, the accuracy bound included,
- * holds as stated for 16-bit inputs. The fused algorithm widens keys and values as a
- * tile reads them (scratch bounded by the tiles, as for f32); naive widens a head's
+ * holds as stated for 16-bit inputs; one exception: bf16 q and k on the avx512_bf16
+ * target's fused path (vdpbf16ps; see the targets below). The fused algorithm widens keys and
+ * values as a tile reads them (scratch bounded by the tiles, as for f32); naive widens a head's
  * operands into its scratch. The backward pass, merge and the stages take f32 only
  * (UNSUPPORTED).
  *
@@ -269,10 +270,19 @@ typedef int32_t octattn_backend;
 #define OCTATTN_BACKEND_HIGHWAY 1
 #define OCTATTN_BACKEND_XSIMD 2
 
-/* SIMD targets: x86-64 from least to most capable (1-6), then ARM64 (7-9). A backend
- * compiles the subset of its machine's architecture:
- *   x86-64: Highway scalar, ssse3, sse4, avx2, avx512; xsimd sse2, sse4, avx2, avx512.
+/* SIMD targets: x86-64 from least to most capable (1-6, then 10), ARM64 (7-9). A
+ * backend compiles the subset of its machine's architecture:
+ *   x86-64: Highway scalar, ssse3, sse4, avx2, avx512, avx512_bf16; xsimd sse2, sse4,
+ *           avx2, avx512.
  *   ARM64:  Highway scalar, neon, sve2_128, sve_256; xsimd neon.
+ * avx512_bf16 (since 0.8) is avx512 on CPUs with AVX512_BF16 (AMD Zen 4 and later,
+ * Intel Cooper Lake, Sapphire Rapids and later): the fused algorithm's q.k of bf16 q and
+ * bf16 k (even head_dim) runs on vdpbf16ps, which sums each pair of dimensions into the
+ * chain (dimension 2p + 1, then 2p) with bf16 subnormals in q and k read as zero and
+ * subnormal partial sums flushed to zero; the accuracy bound holds for it with C and S
+ * taken over q and k with their subnormals zeroed, plus max|v| * 1e-8 * head_dim *
+ * 2^-126 * |scale| (the flushes). Everything else it runs is avx512's code, the same
+ * bytes.
  * The SVE targets have the vector length in their name: a CPU runs sve_256 when its SVE
  * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
  * ARM64 CPU (no SVE, or SVE of another length) runs neon. */
@@ -282,11 +292,12 @@ typedef int32_t octattn_target;
 #define OCTATTN_TARGET_SSE2 2
 #define OCTATTN_TARGET_SSSE3 3
 #define OCTATTN_TARGET_SSE4 4
-#define OCTATTN_TARGET_AVX2 5     /* with FMA */
-#define OCTATTN_TARGET_AVX512 6   /* AVX-512 F+CD+DQ+BW (Highway also VL) */
-#define OCTATTN_TARGET_NEON 7     /* ARM64 Advanced SIMD, 128-bit, with FMA */
-#define OCTATTN_TARGET_SVE2_128 8 /* ARM64 SVE2, 128-bit vectors */
-#define OCTATTN_TARGET_SVE_256 9  /* ARM64 SVE, 256-bit vectors */
+#define OCTATTN_TARGET_AVX2 5         /* with FMA */
+#define OCTATTN_TARGET_AVX512 6       /* AVX-512 F+CD+DQ+BW (Highway also VL) */
+#define OCTATTN_TARGET_NEON 7         /* ARM64 Advanced SIMD, 128-bit, with FMA */
+#define OCTATTN_TARGET_SVE2_128 8     /* ARM64 SVE2, 128-bit vectors */
+#define OCTATTN_TARGET_SVE_256 9      /* ARM64 SVE, 256-bit vectors */
+#define OCTATTN_TARGET_AVX512_BF16 10 /* avx512 + AVX512_BF16 (since 0.8) */
 
 typedef int32_t octattn_layout;
 #define OCTATTN_LAYOUT_BHTD 0 /* [batch, heads, tokens, dim], dim fastest */
@@ -320,10 +331,10 @@ typedef struct octattn_context octattn_context;
 
 /* Creates a context: thread cap = all hardware threads, backend and target auto, no
  * memory limit. The environment variables OCTATTN_BACKEND (highway|xsimd) and
- * OCTATTN_TARGET (a target name: scalar, sse2, ..., avx512, neon, sve2_128, sve_256) set
- * the initial choice; a value this machine cannot run is ignored. OCTATTN_THREADS (a
- * decimal integer >= 0, as octattn_context_set_threads takes; since 0.4) sets the
- * initial thread cap; any other value is ignored.
+ * OCTATTN_TARGET (a target name: scalar, sse2, ..., avx512, neon, sve2_128, sve_256,
+ * avx512_bf16) set the initial choice; a value this machine cannot run is ignored.
+ * OCTATTN_THREADS (a decimal integer >= 0, as octattn_context_set_threads takes; since
+ * 0.4) sets the initial thread cap; any other value is ignored.
  * @return OCTATTN_OK, NULL_POINTER (out), OUT_OF_MEMORY. */
 OCTATTN_API octattn_status octattn_context_create(octattn_context** out);
 /* Frees the context and its scratch memory. Accepts NULL. */

@@ -2,9 +2,11 @@
 
 isa LIB:      objdump the library; every function of a per-target namespace must use
               that target's registers: AVX-512 copies use zmm FMAs, AVX2 copies ymm FMAs
-              and no zmm, SSE and scalar copies no VEX/EVEX instruction at all.
+              and no zmm, SSE and scalar copies no VEX/EVEX instruction at all; the
+              avx512_bf16 unit has vdpbf16ps and no other function does.
 weak OBJS:    nm the xsimd per-arch objects; no weak symbol may be defined by two of
-              them (the linker would keep one copy, possibly AVX-512, for all).
+              them (the linker would keep one copy, possibly AVX-512, for all), and none
+              of the avx512_bf16 unit's by any other object.
 isa-arm64 OBJDUMP LIB:
               the ARM64 library: the NEON copies (Highway's and xsimd's) use NEON FMAs
               (fmla on v registers), the SVE copies SVE FMAs (z registers), and no
@@ -20,7 +22,8 @@ import subprocess
 import sys
 
 GROUPS = {
-    # group: (needs FMA on this register, forbidden pattern)
+    # group: (needs FMA on this register, forbidden pattern); more specific groups first
+    "bf16::N_AVX3::": ("zmm", None),
     "N_AVX3::": ("zmm", None),
     "xsimd_avx512::": ("zmm", None),
     "N_AVX2::": ("ymm", r"%zmm"),
@@ -35,6 +38,7 @@ GROUPS = {
 # Functions of a group: the library's own per-target namespace, and, for xsimd, its
 # instantiations for that arch (which builds without full inlining keep out of line).
 MARKERS = {
+    "bf16::N_AVX3::": ("octattn::kernels::bf16::N_AVX3::",),
     "xsimd_avx512::": ("xsimd_avx512::", "xsimd::avx512bw>"),
     "xsimd_avx2::": ("xsimd_avx2::", "xsimd::fma3<xsimd::avx2> >", "xsimd::fma3<xsimd::avx2>>"),
     "xsimd_sse4::": ("xsimd_sse4::", "xsimd::sse4_2>"),
@@ -56,19 +60,29 @@ def check_isa(lib):
     out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", lib], check=True,
                          capture_output=True, text=True).stdout
     insns = collections.defaultdict(list)
-    current = None
+    current, name = None, None
+    dot_elsewhere = collections.defaultdict(int)  # vdpbf16ps outside the avx512_bf16 unit
     for line in out.splitlines():
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
         if m:
             name = m.group(1)
             current = group_of(name)
             continue
-        if current is None:
-            continue
         parts = line.split("\t")
-        if len(parts) >= 2 and parts[-1].strip():
-            insns[current].append(parts[-1].strip())
+        if len(parts) < 2 or not parts[-1].strip():
+            continue
+        insn = parts[-1].strip()
+        if insn.startswith("vdpbf16ps") and current != "bf16::N_AVX3::":
+            dot_elsewhere[name] += 1
+        if current is not None:
+            insns[current].append(insn)
     failures = []
+    dots = sum(1 for i in insns.get("bf16::N_AVX3::", []) if re.match(r"vdpbf16ps\b.*%zmm", i))
+    print(f"{dots} zmm vdpbf16ps in the avx512_bf16 unit, {sum(dot_elsewhere.values())} elsewhere")
+    if dots == 0:
+        failures.append("bf16::N_AVX3::: no vdpbf16ps on zmm")
+    for fn, n in list(dot_elsewhere.items())[:20]:
+        failures.append(f"vdpbf16ps outside the avx512_bf16 unit ({n}x): {fn}")
     for group, (fma_reg, forbidden) in GROUPS.items():
         code = insns.get(group)
         if not code:
@@ -90,6 +104,10 @@ def check_weak(objs):
     per_arch = [o for o in objs if re.search(r"xsimd_(avx512|avx2|sse4|sse2)\.cc\.o$", o)]
     if len(per_arch) != 4:
         return [f"expected 4 xsimd per-arch objects, got {per_arch}"]
+    bf16 = [o for o in objs if o.endswith("highway_avx512_bf16.cc.o")]
+    if len(bf16) != 1:
+        return [f"expected the avx512_bf16 object, got {bf16}"]
+    failures = check_weak_unit(bf16[0], objs)
     owners = collections.defaultdict(set)
     for obj in per_arch:
         out = subprocess.run(["nm", "-C", "--defined-only", obj], check=True, capture_output=True,
@@ -101,7 +119,31 @@ def check_weak(objs):
                 owners[parts[2]].add(obj.rsplit("/", 1)[-1])
     shared = {s: o for s, o in owners.items() if len(o) > 1}
     print(f"{len(owners)} weak symbols in the per-arch objects, {len(shared)} defined by more than one")
-    return [f"weak symbol in {sorted(o)}: {s}" for s, o in list(shared.items())[:20]]
+    return failures + [f"weak symbol in {sorted(o)}: {s}" for s, o in list(shared.items())[:20]]
+
+
+def weak_symbols(nm, obj):
+    out = subprocess.run([nm, "-C", "--defined-only", obj], check=True, capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        parts = line.split(" ", 2)
+        # DW.ref.* are personality-routine pointers (data, identical everywhere).
+        if len(parts) == 3 and parts[1] in ("W", "V", "u") and not parts[2].startswith("DW.ref."):
+            yield parts[2]
+
+
+def check_weak_unit(unit, objs, nm="nm"):
+    """No weak symbol of `unit` (compiled for CPUs others lack) is defined by another object:
+    the linker could hand its copy to every caller."""
+    mine = set(weak_symbols(nm, unit))
+    shared = collections.defaultdict(set)
+    for obj in objs:
+        if obj != unit:
+            for sym in mine.intersection(weak_symbols(nm, obj)):
+                shared[sym].add(obj.rsplit("/", 1)[-1])
+    print(f"{len(mine)} weak symbols in {unit.rsplit('/', 1)[-1]}, {len(shared)} also defined elsewhere")
+    return [f"weak symbol of {unit.rsplit('/', 1)[-1]} also in {sorted(o)}: {s}"
+            for s, o in list(shared.items())[:20]]
 
 
 SVE_OPERAND = re.compile(r"\bz\d+\.[bhsdq]\b|\bz\d+\[|\bp\d+/[mz]\b|\bp\d+\.[bhsd]\b")

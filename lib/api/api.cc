@@ -585,6 +585,8 @@ const char* octattn_target_name(octattn_target target) {
       return "sve2_128";
     case OCTATTN_TARGET_SVE_256:
       return "sve_256";
+    case OCTATTN_TARGET_AVX512_BF16:
+      return "avx512_bf16";
     default:
       return "unknown";
   }

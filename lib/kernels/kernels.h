@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <type_traits>  // std::integral_constant of the families
+
 #include "lib/kernels/common/dtype.h"
 #include "lib/plan/plan.h"
 
@@ -27,8 +29,9 @@ enum Target : int32_t {
   kNeon = 7,
   kSve2_128 = 8,
   kSve256 = 9,
+  kAvx512Bf16 = 10,
 };
-constexpr Target kLastTarget = kSve256;
+constexpr Target kLastTarget = kAvx512Bf16;
 
 // The score modifiers of one attention call seen from one (batch, query head), applied
 // in this order to s = scale * q.k: softcap (s = cap * tanh(s / cap)), ALiBi

@@ -36,6 +36,9 @@ static OCTATTN_INLINE V Bf16Even(V pair) { return pair; }
 static OCTATTN_INLINE V Bf16Odd(V pair) { return pair; }
 static OCTATTN_INLINE void Deinterleave(V a, V b, V* even, V* odd) { *even = a, *odd = b; }
 static OCTATTN_INLINE void Interleave(V even, V odd, V* a, V* b) { *a = even, *b = odd; }
+// vdpbf16ps (transpose_avx-inl.h): the avx512_bf16 target only.
+static constexpr bool kDotBf16 = false;
+static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8 (elements of type T).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {

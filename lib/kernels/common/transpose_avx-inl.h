@@ -169,6 +169,23 @@ static OCTATTN_INLINE V Bf16Odd(W pair) {
   }
 }
 
+// vdpbf16ps (the avx512_bf16 unit only, which defines OCTATTN_DOT_BF16): acc plus, lane
+// by lane, the products of the bf16 pairs of q and k, dimension 2p + 1 first, then 2p,
+// each added with one rounding (a product of bf16 values is exact in f32), as two FMAs
+// would; bf16 subnormals are read as zero and subnormal sums flushed to zero.
+#if defined(OCTATTN_DOT_BF16)
+static_assert(kLanes == 16, "vdpbf16ps on zmm registers");
+static constexpr bool kDotBf16 = true;
+template <class W = V>
+static OCTATTN_INLINE V DotBf16(W q, W k, W acc) {
+  return FromRaw(_mm512_dpbf16_ps(ToRaw(acc), (__m512bh)_mm512_castps_si512(ToRaw(q)),
+                                  (__m512bh)_mm512_castps_si512(ToRaw(k))));
+}
+#else
+static constexpr bool kDotBf16 = false;
+static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
+#endif
+
 // The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back
 // (Interleave): accumulators of bf16 value rows split by Bf16Even and Bf16Odd.
 template <size_t N = kLanes, class W = V>

@@ -298,6 +298,14 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
   for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
     pf->Step();
+    if constexpr (S::kDotBf16) {
+      if (t.op.q_type == kBf16) {  // bf16 pairs (FlashPairs): head_dim counts pairs
+        QkTile<R, kFlashQkVecs, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
+                                      j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
+                                      full || modded);
+        continue;
+      }
+    }
     QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
                             j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
                             full || modded);
@@ -407,9 +415,11 @@ constexpr int64_t DirectAhead() {
 // whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
 // and values of one element type (16-bit ones widened in registers), no score
 // modifiers, on a target with a fast block transpose.
+// bf16 pairs (FlashPairs) take sixteen dimensions a step.
 static inline bool FlashDirect(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
          t.op.k_type == t.op.v_type && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
+         (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
@@ -496,29 +506,46 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::Zero();
       int64_t d = d0;
       if constexpr (T == kBf16 && S::kBf16Pairs) {
-        // Sixteen bf16 dimensions a step, transposed as eight pairs and widened after
-        // (Bf16Even, Bf16Odd): the same chains in the same order, a third of the shuffles.
-        for (; d + 16 <= d1; d += 16) {
-          for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, kDirectKeys); ++e)
-            dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
-          typename S::V kp[kDirectVecs][8];
-          for (int g = 0; g < kDirectVecs; ++g)
-            S::TransposeBf16Pairs(ElemAt(rows[g], d, T), row[g], kp[g]);
-          for (int i = 0; i < 8; ++i) {
-            typename S::V ev[kDirectVecs], od[kDirectVecs];
-            for (int g = 0; g < kDirectVecs; ++g) {
-              ev[g] = S::Bf16Even(kp[g][i]);
-              od[g] = S::Bf16Odd(kp[g][i]);
-            }
-            for (int r = 0; r < R; ++r) {
-              const typename S::V qb = S::Set(q[r][(d + 2 * i) * q_dim]);
-              for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, ev[g], acc[r][g]);
-            }
-            for (int r = 0; r < R; ++r) {
-              const typename S::V qb = S::Set(q[r][(d + 2 * i + 1) * q_dim]);
-              for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, od[g], acc[r][g]);
+        // Sixteen bf16 dimensions a step, transposed as eight pairs. With bf16 pairs
+        // (FlashPairs) each pair is one S::DotBf16 with q's pair, as QkChain's pairs on
+        // the packed tile; else the pairs are widened after (Bf16Even, Bf16Odd): the same
+        // chains in the same order as f32, a third of the shuffles.
+        auto steps = [&](auto pairs) {
+          for (; d + 16 <= d1; d += 16) {
+            for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, kDirectKeys); ++e)
+              dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
+            typename S::V kp[kDirectVecs][8];
+            for (int g = 0; g < kDirectVecs; ++g)
+              S::TransposeBf16Pairs(ElemAt(rows[g], d, T), row[g], kp[g]);
+            for (int i = 0; i < 8; ++i) {
+              if constexpr (decltype(pairs)::value) {
+                for (int r = 0; r < R; ++r) {
+                  const typename S::V qb = S::Set(q[r][d / 2 + i]);
+                  for (int g = 0; g < kDirectVecs; ++g)
+                    acc[r][g] = S::DotBf16(qb, kp[g][i], acc[r][g]);
+                }
+                continue;
+              }
+              typename S::V ev[kDirectVecs], od[kDirectVecs];
+              for (int g = 0; g < kDirectVecs; ++g) {
+                ev[g] = S::Bf16Even(kp[g][i]);
+                od[g] = S::Bf16Odd(kp[g][i]);
+              }
+              for (int r = 0; r < R; ++r) {
+                const typename S::V qb = S::Set(q[r][(d + 2 * i) * q_dim]);
+                for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, ev[g], acc[r][g]);
+              }
+              for (int r = 0; r < R; ++r) {
+                const typename S::V qb = S::Set(q[r][(d + 2 * i + 1) * q_dim]);
+                for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, od[g], acc[r][g]);
+              }
             }
           }
+        };
+        if (S::kDotBf16 && t.op.q_type == kBf16) {
+          steps(std::integral_constant<bool, S::kDotBf16>());
+        } else {
+          steps(std::false_type());
         }
       }
       for (; d < d1; d += 8) {
@@ -612,6 +639,23 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
       a = b;
     }
   }
+}
+
+// Whether a task's Q K^T runs on bf16 pairs (S::DotBf16): bf16 q and k, an even
+// head_dim, on a target with the instruction. Its rows' q (PrepareRows) and its tiles'
+// keys (WidenTile) stay bf16, read a pair at a time; scores sum the pairs in blocks of
+// 32 (kDotBlock dimensions) on packed and direct tiles alike.
+static inline bool FlashPairs(const Operands& op) {
+  return S::kDotBf16 && op.q_type == kBf16 && op.k_type == kBf16 && op.head_dim % 2 == 0;
+}
+
+// n 16-bit elements of a row (dim apart) into dst, contiguous, unchanged.
+static inline void CopyElems(const float* src, int64_t dim, int64_t n, float* dst) {
+  if (dim == 1) {
+    memcpy(dst, src, static_cast<size_t>(n) * 2);
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) memcpy(ElemAt(dst, d, kBf16), ElemAt(src, d * dim, kBf16), 2);
 }
 
 // Scratch pieces of a task. 16-bit operands: qw holds the task's q rows widened (rows of
@@ -765,21 +809,30 @@ static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, Flas
 // scratch, values zero padded to whole vectors: key g at row g - t0. Returns the
 // operands of these rows (key g is their row g - t0: first -t0, step 1), whose f32
 // tile is the same numbers, so the same bits.
+// bf16 pairs (FlashPairs): the key rows are copied as they are, and the operands' keys
+// are rows of head_dim / 2 pairs, each read as one f32 (PackTile moves them as such).
 static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
                                  int64_t load, int64_t t1, int64_t first, int64_t step,
                                  plan::Columns below) {
   const Operands& op = t.op;
   const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
+  const bool pairs = S::kDotBf16 && op.q_type == kBf16;
   for (int64_t g = t0; g < t1; ++g) {
     float* vr = f.vw + (g - t0) * dvp;
     if (g >= load || below.Has(g)) {
-      WidenRowV(KeyRow(op, first + g * step), op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
+      const float* k = KeyRow(op, first + g * step);
+      if (pairs) {
+        CopyElems(k, op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
+      } else {
+        WidenRowV(k, op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
+      }
       WidenRowV(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
     }
     for (int64_t d = dv; d < dvp; ++d) vr[d] = 0.0f;
   }
   Operands w = op;
   w.k = f.kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
+  if (pairs) w.k_row = w.head_dim = hd / 2;
   w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = kF32;
   w.paging = nullptr;
   return w;
@@ -1023,16 +1076,22 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
 static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
   const int64_t rows = FlashRows(task), nq = task.row_end - task.row_begin;
   const int64_t hd = task.op.head_dim;
-  // A 16-bit q: the task's rows widened once, read as rows of head_dim floats.
+  // A 16-bit q: the task's rows widened once, read as rows of head_dim floats; with bf16
+  // pairs, copied as they are (q_type stays bf16: the units' sign of pairs).
+  const bool pairs = FlashPairs(task.op);
   const bool wide_q = task.op.q_type != kF32;
   FlashTask t = task;
-  if (wide_q) t.op.q_dim = 1, t.op.q_type = kF32;
+  if (wide_q) t.op.q_dim = 1, t.op.q_type = pairs ? kBf16 : kF32;
   const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
     row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
-    if (wide_q) {
+    if (pairs) {
+      float* qr = ElemAt(f.qw, r * hd, kBf16);
+      CopyElems(row.q, task.op.q_dim, hd, qr);
+      row.q = qr;
+    } else if (wide_q) {
       WidenRowV(row.q, task.op.q_dim, task.op.q_type, hd, f.qw + r * hd);
       row.q = f.qw + r * hd;
     }

@@ -8,7 +8,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // This target in the library's numbering; a target this file does not know is a build
 // error, never a silent scalar.
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if defined(OCTATTN_DOT_BF16) && HWY_TARGET == HWY_AVX3 && defined(__AVX512BF16__)
+constexpr Target kThisTarget = kAvx512Bf16;  // the unit highway_avx512_bf16.cc
+#elif defined(OCTATTN_DOT_BF16)
+#error "octattn: OCTATTN_DOT_BF16 is for AVX3 code compiled with -mavx512bf16"
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr Target kThisTarget = kAvx512;  // AVX3_DL (some compilers) is AVX-512 too
 #elif HWY_TARGET == HWY_AVX2
 constexpr Target kThisTarget = kAvx2;
@@ -51,13 +55,15 @@ struct S {
   static_assert(kLanes * 32 == __ARM_FEATURE_SVE_BITS, "one vector length per SVE unit");
 #endif
   // Vector registers: 32 on AVX-512 and on ARM64 (NEON and SVE), 16 on the others.
-  static constexpr int kRegs = kThisTarget == kAvx512 || kThisTarget == kNeon ||
-                                       kThisTarget == kSve2_128 || kThisTarget == kSve256
+  static constexpr int kRegs = kThisTarget == kAvx512 || kThisTarget == kAvx512Bf16 ||
+                                       kThisTarget == kNeon || kThisTarget == kSve2_128 ||
+                                       kThisTarget == kSve256
                                    ? 32
                                    : 16;
   // Whether Transpose8x8 is a fast block operation here (else the families' plain loops
   // are as good): the x86 AVX targets.
-  static constexpr bool kBlockTranspose = kThisTarget == kAvx2 || kThisTarget == kAvx512;
+  static constexpr bool kBlockTranspose =
+      kThisTarget == kAvx2 || kThisTarget == kAvx512 || kThisTarget == kAvx512Bf16;
   static HWY_INLINE HV H(V v) { return v; }
   // A vector from the target's own register type (the x86 block transposes).
   template <class R>

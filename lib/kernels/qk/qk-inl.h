@@ -58,7 +58,9 @@ static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64
 }
 
 // acc[r][c] += q_r[d] * kt[d][c * lanes + lane] for d in [d0, d1), one FMA chain per lane.
-template <int R, int C>
+// P (bf16 pairs, S::kDotBf16): d counts dimension pairs, q_r[d] and kt's elements hold
+// the bf16 pair (2d, 2d + 1) in 32 bits, and each step is one S::DotBf16.
+template <int R, int C, bool P = false>
 OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* kt,
                             int64_t kt_stride, int64_t d0, int64_t d1, typename S::V (&acc)[R][C]) {
   constexpr size_t L = S::kLanes;
@@ -68,7 +70,8 @@ OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* k
     for (int c = 0; c < C; ++c) kv[c] = S::Load(kd + c * L);
     for (int r = 0; r < R; ++r) {
       const typename S::V qb = S::Set(q[r][d * q_dim]);
-      for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(qb, kv[c], acc[r][c]);
+      for (int c = 0; c < C; ++c)
+        acc[r][c] = P ? S::DotBf16(qb, kv[c], acc[r][c]) : S::MulAdd(qb, kv[c], acc[r][c]);
     }
   }
 }
@@ -97,17 +100,19 @@ OCTATTN_INLINE void StoreDotBlock(const typename S::V (&acc)[R][C], float* const
     }
 }
 
-// a score has the same bits in every call.
-template <int R, int C>
+// a score has the same bits in every call. P: bf16 pairs (QkChain), head_dim counts
+// pairs, kDotBlock / 2 of them per block.
+template <int R, int C, bool P = false>
 OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* kt,
                             int64_t kt_stride, int64_t head_dim, float scale, float* const* out) {
   const typename S::V vs = S::Set(scale);
-  for (int64_t d0 = 0; d0 < head_dim; d0 += kDotBlock) {
+  constexpr int64_t kBlock = P ? kDotBlock / 2 : kDotBlock;
+  for (int64_t d0 = 0; d0 < head_dim; d0 += kBlock) {
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
-    const int64_t d1 = plan::MinI(head_dim, d0 + kDotBlock);
-    QkChain<R, C>(q, q_dim, kt, kt_stride, d0, d1, acc);
+    const int64_t d1 = plan::MinI(head_dim, d0 + kBlock);
+    QkChain<R, C, P>(q, q_dim, kt, kt_stride, d0, d1, acc);
     StoreDotBlock<R, C>(acc, out, d0 > 0, d1 == head_dim, vs);
   }
 }
@@ -117,7 +122,8 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
 // points at row r's score for pack column 0; pack column c holds key key_base + c; keys
 // at or past `key_end` are masked. `all_allowed`: the caller has classified the block as
 // full (every row reads every key up to key_end, and key_end is past the block).
-template <int R, int C>
+// P: bf16 pairs (QkStore).
+template <int R, int C, bool P = false>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const plan::Mask& mask, const int64_t* qpos, float scale,
@@ -141,7 +147,7 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
       for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
     return;
   }
-  QkStore<R, C>(q, q_dim, kt, kt_stride, head_dim, scale, out);
+  QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   if (kind == plan::kTilePartial || a1 < a0 + C * L) {
     // Each row's keys as ranges (the mask's own description of a row): a dense run and
     // the strided columns below it, stepped to without a division per key.
