@@ -135,7 +135,8 @@ const char* kHelp =
     "  --mask-tensor (a broadcast bool mask equal to the mask of the other flags, passed\n"
     "                 instead of them) --bias-tensor (a broadcast f32 bias)\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
-    "  --target LIST (auto,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,sve_256,scalar)\n"
+    "  --target LIST (auto,avx512_bf16,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,sve_256,\n"
+    "                 scalar)\n"
     "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --huge-pages  tensors of 2 MiB or more in transparent huge pages (madvise)\n"
@@ -154,7 +155,8 @@ const char* kHelp =
     "               order shuffled (with the ragged call)\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
-    "avx512, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA for\n"
+    "avx512 and avx512_bf16, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA "
+    "for\n"
     "the ARM64 ones) and peak_fraction is\n"
     "gflops / (fma_peak_gflops * threads); kv_gbps is K and V bytes / median seconds;\n"
     "extra_rss_mib is the peak RSS growth of one call in a fresh process.\n";
@@ -263,7 +265,7 @@ bool Parse(int argc, char** argv, Args* a) {
           next(), [](const std::string& s) { return ByName(s, 0, 2, octattn_backend_name); });
     else if (f == "--target")
       a->targets = List<octattn_target>(next(), [](const std::string& s) {
-        return ByName(s, 0, OCTATTN_TARGET_SVE_256, octattn_target_name);
+        return ByName(s, 0, OCTATTN_TARGET_AVX512_BF16, octattn_target_name);
       });
     else {
       std::fputs(kHelp, f == "--help" || f == "-h" ? stdout : stderr);
@@ -497,7 +499,7 @@ double ExtraRssMib(const Case& c) {
 }
 
 double PeakFor(const Limits& l, octattn_target t) {
-  if (t == OCTATTN_TARGET_AVX512) return l.fma512;
+  if (t == OCTATTN_TARGET_AVX512 || t == OCTATTN_TARGET_AVX512_BF16) return l.fma512;
   if (t == OCTATTN_TARGET_AVX2) return l.fma256;
   // ARM64: the NEON FMA peak for NEON and both SVE targets (the SVE cores these serve,
   // Neoverse V1 at 256 bits and N2/V2 at 128, issue as many flops per cycle through SVE

@@ -75,6 +75,8 @@ const (
 	TargetNEON     Target = 7
 	TargetSVE2_128 Target = 8
 	TargetSVE256   Target = 9
+	// x86-64: avx512 with AVX512_BF16 (library 0.8 on)
+	TargetAVX512BF16 Target = 10
 
 	AlgorithmAuto      Algorithm = 0
 	AlgorithmReference Algorithm = 1

@@ -93,6 +93,8 @@ pub enum Target {
     Neon = 7,
     Sve2_128 = 8,
     Sve256 = 9,
+    /// avx512 with AVX512_BF16 (library 0.8 on): bf16 q.k on vdpbf16ps.
+    Avx512Bf16 = 10,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
