@@ -281,8 +281,14 @@ typedef int32_t octattn_backend;
  * chain (dimension 2p + 1, then 2p) with bf16 subnormals in q and k read as zero and
  * subnormal partial sums flushed to zero; the accuracy bound holds for it with C and S
  * taken over q and k with their subnormals zeroed, plus max|v| * 1e-8 * head_dim *
- * 2^-126 * |scale| (the flushes). Everything else it runs is avx512's code, the same
- * bytes.
+ * 2^-126 * |scale| (the flushes). When v is bf16 too and the call has no score modifier
+ * (softcap, ALiBi, bias, mask tensor) and no strided columns, the weighted sum runs on
+ * vdpbf16ps as well: each row's softmax weights rounded to bf16 (nearest even,
+ * subnormals to zero; the denominator keeps the f32 weights), keys summed in pairs (key
+ * 2m + 1, then 2m; a key whose pair partner the row may not read, alone), which adds
+ * max|v| * 2^-8 to the bound. Decode still equals prefill, and every other invariant holds.
+ * Everything else it runs is avx512's code, the same bytes; a caller who wants the
+ * widened-f32 bytes selects avx512.
  * The SVE targets have the vector length in their name: a CPU runs sve_256 when its SVE
  * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
  * ARM64 CPU (no SVE, or SVE of another length) runs neon. */

@@ -120,6 +120,81 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
   }
 }
 
+// bf16 pairs (S::DotBf16): the weights p_r as bf16 pairs (element m of kd.p[r]: keys
+// base + 2m and base + 2m + 1), the values as pair rows (row m at kd.v + m * kd.v_row:
+// lane c = column c of both keys). Keys [j0, j1) with j0 - base and j1 - base even, in
+// pairs: one S::DotBf16 per pair (key 2m + 1, then 2m).
+template <int R, int C>
+OCTATTN_INLINE void AvPairRange(const KeyData& kd, const float* const* p, int64_t j0, int64_t j1,
+                                typename S::V (&acc)[R][C]) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  for (int64_t m = (j0 - kd.base) / 2; m < (j1 - kd.base) / 2; ++m) {
+    const float* vm = kd.v + m * kd.v_row;
+    typename S::V vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = S::Load(vm + c * L);
+    for (int r = 0; r < R; ++r) {
+      const typename S::V pb = S::Set(p[r][m]);
+      for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, vv[c], acc[r][c]);
+    }
+  }
+}
+
+// Key j alone: its halves of the weight and value pairs, the other key's zero (its value
+// row may hold anything: it is not read into the sum).
+template <int C>
+OCTATTN_INLINE void AvPairSingle(const KeyData& kd, const float* p, int64_t j,
+                                 typename S::V (&acc)[1][C]) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t m = (j - kd.base) / 2;
+  const bool high = (j - kd.base) % 2 != 0;
+  const typename S::V pw = S::Set(p[m]);
+  const typename S::V pb = high ? S::Bf16Odd(pw) : S::Bf16Low(pw);
+  for (int c = 0; c < C; ++c) {
+    const typename S::V vp = S::Load(kd.v + m * kd.v_row + c * L);
+    acc[0][c] = S::DotBf16(pb, high ? S::Bf16Odd(vp) : S::Bf16Low(vp), acc[0][c]);
+  }
+}
+
+// One row's keys [j0, j1) as pairs: a key alone where its pair's other key is outside
+// (the first if j0 - base is odd, the last if j1 - base is), whole pairs between.
+template <int C>
+OCTATTN_INLINE void AvPairRow(const KeyData& kd, const float* p, int64_t j0, int64_t j1,
+                              typename S::V (&acc)[1][C]) {
+  if (j0 >= j1) return;
+  const float* pr[1] = {p};
+  if ((j0 - kd.base) % 2) AvPairSingle<C>(kd, p, j0++, acc);
+  const int64_t e = j1 - (j1 - kd.base) % 2;
+  if (j0 < e) AvPairRange<1, C>(kd, pr, j0, e, acc);
+  if (e < j1 && e >= j0) AvPairSingle<C>(kd, p, e, acc);
+}
+
+// AvRows for dense runs (no strided columns) in bf16 pairs: each row's keys are the same
+// sequence of singles and pairs (AvPairRow over its run) whatever rows share the block:
+// the run every row shares is cut at keys base + 2m.
+template <int R, int C>
+OCTATTN_INLINE void AvRowsPairs(const KeyData& kd, const plan::RowKeys* keys,
+                                typename S::V (&acc)[R][C]) {
+  int64_t max_lo = keys[0].lo, min_hi = keys[0].hi;
+  for (int r = 1; r < R; ++r) {
+    max_lo = plan::MaxI(max_lo, keys[r].lo);
+    min_hi = plan::MinI(min_hi, keys[r].hi);
+  }
+  const int64_t m0 = max_lo + (max_lo - kd.base) % 2, m1 = min_hi - (min_hi - kd.base) % 2;
+  for (int r = 0; r < R; ++r) {
+    typename S::V a[1][C];
+    for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
+    AvPairRow<C>(kd, kd.p[r], keys[r].lo, plan::MinI(m0, keys[r].hi), a);
+    for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
+  }
+  if (m0 < m1) AvPairRange<R, C>(kd, kd.p, m0, m1, acc);
+  for (int r = 0; r < R; ++r) {
+    typename S::V a[1][C];
+    for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
+    AvPairRow<C>(kd, kd.p[r], plan::MaxI(keys[r].lo, plan::MaxI(m0, m1)), keys[r].hi, a);
+    for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
+  }
+}
+
 constexpr int kAvVecs = S::kRegs >= 32 ? 4 : 2;
 
 // o rows [i0, i0 + R) (o[(i0 + r) * o_row + d * o_dim]) = weighted sums of value rows;

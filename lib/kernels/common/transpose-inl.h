@@ -39,6 +39,9 @@ static OCTATTN_INLINE void Interleave(V even, V odd, V* a, V* b) { *a = even, *b
 // vdpbf16ps (transpose_avx-inl.h): the avx512_bf16 target only.
 static constexpr bool kDotBf16 = false;
 static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
+static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
+static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
+static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8 (elements of type T).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {

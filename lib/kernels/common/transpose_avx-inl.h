@@ -181,9 +181,37 @@ static OCTATTN_INLINE V DotBf16(W q, W k, W acc) {
   return FromRaw(_mm512_dpbf16_ps(ToRaw(acc), (__m512bh)_mm512_castps_si512(ToRaw(q)),
                                   (__m512bh)_mm512_castps_si512(ToRaw(k))));
 }
+// Weights as bf16 pairs: 2 * kLanes floats (keys 0 .. 15 in lo, 16 .. 31 in hi) rounded
+// to nearest even (vcvtne2ps2bf16: subnormals to zero), lane m = keys 2m (low half) and
+// 2m + 1 (high half).
+template <class W = V>
+static OCTATTN_INLINE V NarrowPairs(W lo, W hi) {
+  return FromRaw(
+      _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(ToRaw(hi), ToRaw(lo)))));
+}
+// Sixteen bf16 columns of two value rows a (low halves) and b (high halves) as pairs:
+// lane c = column c of a and of b.
+static OCTATTN_INLINE V PairRows(const float* a, const float* b) {
+  const __m512i x = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return FromRaw(_mm512_castsi512_ps(_mm512_permutexvar_epi16(_mm512_load_si512(kIdx), x)));
+}
+// The low bf16 of each pair, the high one zero.
+template <class W = V>
+static OCTATTN_INLINE V Bf16Low(W pair) {
+  return FromRaw(_mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(0xFFFF))));
+}
 #else
 static constexpr bool kDotBf16 = false;
 static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
+static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
+static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
+static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
 #endif
 
 // The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back

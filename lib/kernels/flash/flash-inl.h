@@ -28,6 +28,42 @@ constexpr int64_t kPackValueRows = 16;
 constexpr int64_t kEnvelopeAhead = 4;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
+// Rows of the scores buffer: a micro-kernel block, or a decode task's rows (the heads of a
+// shared-rows task hold the scores of all their rows at once).
+static inline int64_t SBufRows(const FlashTask& t) {
+  return plan::MaxI(kFlashRows, FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);
+}
+// With bf16 value pairs (FlashPairsV) the buffer holds as many rows more, of the
+// weights as bf16 pairs (row r at row SBufRows + r).
+static inline float* PairWeights(const FlashTask& t, float* s_buf, int64_t r) {
+  return s_buf + (SBufRows(t) + r) * kTileKeys;
+}
+
+// Whether a task's Q K^T runs on bf16 pairs (S::DotBf16): bf16 q and k, an even
+// head_dim, on a target with the instruction. Its rows' q (PrepareRows) and its tiles'
+// keys (WidenTile) stay bf16, read a pair at a time; scores sum the pairs in blocks of
+// 32 (kDotBlock dimensions) on packed and direct tiles alike.
+static inline bool FlashPairs(const Operands& op) {
+  return S::kDotBf16 && op.q_type == kBf16 && op.k_type == kBf16 && op.head_dim % 2 == 0;
+}
+
+// Whether its weighted sums run on bf16 pairs too (S::DotBf16 on weights rounded to
+// bf16 and pairs of bf16 value rows): FlashPairs, bf16 v, and dense runs of keys (no
+// score modifier, no strided columns), so that every row's keys are a run of pairs.
+static inline bool FlashPairsV(const Operands& op) {
+  return FlashPairs(op) && op.v_type == kBf16 && !op.mods.Scores() &&
+         !(op.mask.causal && op.mask.window > 0 && op.mask.stride > 0);
+}
+
+// n 16-bit elements of a row (dim apart) into dst, contiguous, unchanged.
+static inline void CopyElems(const float* src, int64_t dim, int64_t n, float* dst) {
+  if (dim == 1) {
+    memcpy(dst, src, static_cast<size_t>(n) * 2);
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) memcpy(ElemAt(dst, d, kBf16), ElemAt(src, d * dim, kBf16), 2);
+}
+
 static size_t FlashStateFloats(int64_t value_dim) {
   return Piece(plan::Count(2 + PadKeys(value_dim)));
 }
@@ -121,6 +157,7 @@ struct FlashTile {
   const float* v;   // value row of space key t0 (direct or packed rows), or V panels
   int64_t v_row;    // 0 for V panels [.][tpad][kAvPanel] (the last one narrower)
   int64_t t0, t1, tpad;
+  bool pairs = false;  // V panels of bf16 key pairs [.][tpad / 2][kAvPanel] (FlashPairsV)
 
   // Value columns [c0, c0 + vectors) of the tile's keys: KeyData's v and v_row.
   const float* Values(int64_t c0, int64_t dvp, int64_t* row) const {
@@ -130,7 +167,7 @@ struct FlashTile {
     }
     const int64_t p0 = c0 / kAvPanel * kAvPanel;
     *row = plan::MinI(kAvPanel, dvp - p0);
-    return v + p0 * tpad + (c0 - p0);
+    return v + p0 * (pairs ? tpad / 2 : tpad) + (c0 - p0);
   }
 };
 
@@ -220,6 +257,35 @@ static inline bool SoftmaxTile(float* s, int64_t a, int64_t b, float* st, int64_
   }
   st[1] += S::ReduceSum(vsum);
   return true;
+}
+
+// Vectors per row of a register block acc[R][C].
+template <class A>
+constexpr int AccVecs() {
+  return static_cast<int>(std::extent<std::remove_reference_t<A>, 1>::value);
+}
+
+// The weighted sums of R states over a tile's value columns, a register block at a time
+// (kAvVecs vectors, then single ones): av(kd, acc) adds the tile's keys (weights p) to
+// the block's accumulators.
+template <int R, class Av>
+OCTATTN_INLINE void Columns(const FlashTile& tile, float* const* st, int64_t dvp,
+                            const float* const* p, Av&& av) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  int64_t c0 = 0, v_row = 0;
+  auto block = [&](auto vecs) {
+    constexpr int C = decltype(vecs)::value;
+    typename S::V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+    const float* v = tile.Values(c0, dvp, &v_row);
+    av(KeyData{p, 1, v, v_row, tile.t0}, acc);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+    c0 += C * L;
+  };
+  while (c0 + kAvVecs * L <= dvp) block(std::integral_constant<int, kAvVecs>());
+  while (c0 < dvp) block(std::integral_constant<int, 1>());
 }
 
 // R rows against one tile: scores, online softmax update, weighted sum into the states.
@@ -326,6 +392,23 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     }
   }
 
+  if constexpr (S::kDotBf16) {
+    if (tile.pairs) {  // bf16 weight and value pairs (FlashPairsV): no holes, no strides
+      const float* pw[R];
+      for (int r = 0; r < R; ++r) {
+        float* w = PairWeights(t, s_buf, r);
+        pw[r] = w;
+        for (int64_t x = a[r]; x < b[r]; x += 2 * L)
+          S::Store(
+              S::NarrowPairs(S::Load(s[r] + x), x + L < b[r] ? S::Load(s[r] + x + L) : S::Zero()),
+              w + x / 2);
+      }
+      Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) {
+        AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, keys, acc);
+      });
+      return;
+    }
+  }
   const float* p[R];
   for (int r = 0; r < R; ++r) p[r] = s[r];
   // Rows with holes sum their keys alone, skipping the holes (same chains otherwise).
@@ -335,27 +418,11 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     any_holey |= holey[r];
     block_keys[r] = holey[r] ? plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
   }
-  int64_t c0 = 0, v_row = 0;
-  for (; c0 + kAvVecs * L <= dvp; c0 += kAvVecs * L) {
-    typename S::V acc[R][kAvVecs];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-    const float* v = tile.Values(c0, dvp, &v_row);
-    const KeyData kd{p, 1, v, v_row, tile.t0};
-    AvRows<R, kAvVecs>(kd, block_keys, acc);
-    if (any_holey) FlashHoleRows<R, kAvVecs>(kd, keys, holey, holes, acc);
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
-  }
-  for (; c0 < dvp; c0 += L) {
-    typename S::V acc[R][1];
-    for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-    const float* v = tile.Values(c0, dvp, &v_row);
-    const KeyData kd{p, 1, v, v_row, tile.t0};
-    AvRows<R, 1>(kd, block_keys, acc);
-    if (any_holey) FlashHoleRows<R, 1>(kd, keys, holey, holes, acc);
-    for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
-  }
+  Columns<R>(tile, st, dvp, p, [&](const KeyData& kd, auto& acc) {
+    constexpr int C = AccVecs<decltype(acc)>();
+    AvRows<R, C>(kd, block_keys, acc);
+    if (any_holey) FlashHoleRows<R, C>(kd, keys, holey, holes, acc);
+  });
 }
 
 // The last n < kFlashRows rows of a tile's row list, in blocks of 4, 2 and 1 rows (the
@@ -575,6 +642,42 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
   const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
   for (int64_t g0 = g_begin; g0 < g_end; g0 += kDirectKeys) {
     const int64_t g1 = plan::MinI(g0 + kDirectKeys, dt.t1);
+    if constexpr (T == kBf16 && S::kDotBf16) {
+      if (FlashPairsV(t.op)) {
+        // bf16 pairs (FlashPairsV): the group's keys two at a time (g0 - t0 and g1 - t0
+        // even), each pair's value rows joined by PairRows, one S::DotBf16 per pair with
+        // the weight pair (PairWeights: SBufRows rows on from p): FlashBlock's chains on
+        // the packed pairs.
+        const float* pw[R];
+        for (int r = 0; r < R; ++r) pw[r] = p[r] + SBufRows(t) * kTileKeys;
+        auto columns = [&](auto vecs, int64_t c0) {
+          constexpr int C = decltype(vecs)::value;
+          typename S::V acc[R][C];
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+          for (int64_t k = g0; k < g1; k += 2) {
+            if (c0 == 0) {
+              dt.Fetch(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+              dt.Fetch(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+            }
+            const float *v0 = ElemAt(dt.V(k), c0, T), *v1 = ElemAt(dt.V(k + 1), c0, T);
+            typename S::V x[C];
+            for (int c = 0; c < C; ++c)
+              x[c] = S::PairRows(ElemAt(v0, c * L, T), ElemAt(v1, c * L, T));
+            for (int r = 0; r < R; ++r) {
+              const typename S::V pb = S::Set(pw[r][(k - dt.t0) / 2]);
+              for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, x[c], acc[r][c]);
+            }
+          }
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+        };
+        int64_t c0 = 0;
+        for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kAvVecs>(), c0);
+        for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0);
+        continue;
+      }
+    }
     for (int64_t a = g0; a < g1;) {
       // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step in the
       // first columns fetches the value row DirectAhead keys on.
@@ -641,23 +744,6 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
   }
 }
 
-// Whether a task's Q K^T runs on bf16 pairs (S::DotBf16): bf16 q and k, an even
-// head_dim, on a target with the instruction. Its rows' q (PrepareRows) and its tiles'
-// keys (WidenTile) stay bf16, read a pair at a time; scores sum the pairs in blocks of
-// 32 (kDotBlock dimensions) on packed and direct tiles alike.
-static inline bool FlashPairs(const Operands& op) {
-  return S::kDotBf16 && op.q_type == kBf16 && op.k_type == kBf16 && op.head_dim % 2 == 0;
-}
-
-// n 16-bit elements of a row (dim apart) into dst, contiguous, unchanged.
-static inline void CopyElems(const float* src, int64_t dim, int64_t n, float* dst) {
-  if (dim == 1) {
-    memcpy(dst, src, static_cast<size_t>(n) * 2);
-    return;
-  }
-  for (int64_t d = 0; d < n; ++d) memcpy(ElemAt(dst, d, kBf16), ElemAt(src, d * dim, kBf16), 2);
-}
-
 // Scratch pieces of a task. 16-bit operands: qw holds the task's q rows widened (rows of
 // head_dim floats); kw and vw a tile's key and value rows widened (WidenTile).
 struct FlashScratch {
@@ -670,12 +756,6 @@ static inline bool FlashWidens(const FlashTask& t) {
   return t.op.k_type != kF32 || t.op.v_type != kF32;
 }
 
-// Rows of the scores buffer: a micro-kernel block, or a decode task's rows (the heads of a
-// shared-rows task hold the scores of all their rows at once).
-static inline int64_t SBufRows(const FlashTask& t) {
-  return plan::MaxI(kFlashRows, FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);
-}
-
 static inline size_t FlashRowsFloats(const FlashTask& t) {
   return Piece2(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)), FlashRows(t));
 }
@@ -684,7 +764,7 @@ static size_t FlashTaskScratchFloats(const FlashTask& t) {
   const size_t state = plan::SatMul(FlashStateFloats(t.op.value_dim), plan::Count(FlashRows(t)));
   size_t n = plan::SatMul(2, state);
   n = plan::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
-  n = plan::SatAdd(n, Piece2(SBufRows(t), kTileKeys));
+  n = plan::SatAdd(n, Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys));
   n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   n = plan::SatAdd(n, FlashRowsFloats(t));
   if (t.op.q_type != kF32) n = plan::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
@@ -709,7 +789,7 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.cur = f.run + state;
   f.kt = f.cur + state;
   f.s_buf = f.kt + Piece2(t.op.head_dim, kTileKeys);
-  f.vpack = f.s_buf + Piece2(SBufRows(t), kTileKeys);
+  f.vpack = f.s_buf + Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys);
   f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   f.qw = reinterpret_cast<float*>(f.rows) + FlashRowsFloats(t);
   f.kw = f.qw + (t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0);
@@ -743,6 +823,35 @@ static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim,
         }
         for (; d < w; ++d) row[d] = 0.0f;
       }
+    }
+  }
+}
+
+// V panels of bf16 key pairs (FlashPairsV) from staged bf16 rows (WidenTile: key g at
+// row first + g of `v`, rows v_row elements apart, zero padded to whole vectors): panel
+// p, pair m holds columns [p * kAvPanel, ...) of keys t0 + 2m and t0 + 2m + 1 (PairRows),
+// zero for keys that are not loaded (below `load` and not in `below`) or past t1.
+static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_dim, int64_t first,
+                                  int64_t t0, int64_t load, int64_t t1, plan::Columns below,
+                                  int64_t tpad, float* dst) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(value_dim);
+  alignas(64) uint16_t zero[S::kLanes] = {};
+  auto row = [&](int64_t g) -> const float* {
+    if (g >= t1 || (g < load && !below.Has(g))) return reinterpret_cast<const float*>(zero);
+    return ElemAt(v, (first + g) * v_row, kBf16);
+  };
+  for (int64_t m = 0; m < tpad / 2; ++m) {
+    const int64_t g = t0 + 2 * m;
+    const float *a = row(g), *b = row(g + 1);
+    const bool za = a == reinterpret_cast<const float*>(zero),
+               zb = b == reinterpret_cast<const float*>(zero);
+    for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
+      const int64_t w = plan::MinI(kAvPanel, dvp - p0);
+      float* out = dst + p0 * (tpad / 2) + m * w;
+      for (int64_t c = 0; c < w; c += L)
+        S::Store(S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
+                 out + c);
     }
   }
 }
@@ -816,7 +925,7 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
                                  plan::Columns below) {
   const Operands& op = t.op;
   const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
-  const bool pairs = S::kDotBf16 && op.q_type == kBf16;
+  const bool pairs = S::kDotBf16 && op.q_type == kBf16, pairs_v = pairs && FlashPairsV(op);
   for (int64_t g = t0; g < t1; ++g) {
     float* vr = f.vw + (g - t0) * dvp;
     if (g >= load || below.Has(g)) {
@@ -826,14 +935,20 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
       } else {
         WidenRowV(k, op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
       }
+      if (pairs_v) {  // bf16 rows of dvp elements (PackValuePairs)
+        vr = ElemAt(f.vw, (g - t0) * dvp, kBf16);
+        CopyElems(ValueRow(op, first + g * step), op.v_dim, dv, vr);
+        for (int64_t d = dv; d < dvp; ++d) memset(ElemAt(vr, d, kBf16), 0, 2);
+        continue;
+      }
       WidenRowV(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
     }
-    for (int64_t d = dv; d < dvp; ++d) vr[d] = 0.0f;
+    for (int64_t d = dv; d < dvp && !pairs_v; ++d) vr[d] = 0.0f;
   }
   Operands w = op;
   w.k = f.kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
   if (pairs) w.k_row = w.head_dim = hd / 2;
-  w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = kF32;
+  w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = pairs_v ? kBf16 : kF32;
   w.paging = nullptr;
   return w;
 }
@@ -857,7 +972,13 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
             tile.tpad, t.op.head_dim, f.kt,
             KeyLayout{kQkPanel, kQkPanel * t.op.head_dim, kQkPanel});
   tile.kt = f.kt;
-  if (FlashRows(t) > kPackValueRows) {
+  if (S::kDotBf16 && t.op.v_type == kBf16) {  // bf16 value pairs (WidenTile, FlashPairsV)
+    PackValuePairs(t.op.v, t.op.v_row, t.op.value_dim, first, t0, load, t1, below, tile.tpad,
+                   f.vpack);
+    tile.v = f.vpack;
+    tile.v_row = 0;
+    tile.pairs = true;
+  } else if (FlashRows(t) > kPackValueRows) {
     PackValuePanels(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim, t.op.value_dim, t0,
                     load, t1, below, tile.tpad, f.vpack);
     tile.v = f.vpack;
@@ -905,6 +1026,16 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     for (int64_t r = 0; r < n; ++r)
       read[x][r] = SoftmaxTile(fs[x].s_buf + r * kTileKeys, 0, t1 - t0,
                                sts[x] + static_cast<size_t>(r) * stride, dvp);
+  if constexpr (T == kBf16 && S::kDotBf16) {
+    if (FlashPairsV(ts[0].op))  // the weights as bf16 pairs (FlashBlock's rounding)
+      for (int64_t x = 0; x < nh; ++x)
+        for (int64_t r = 0; r < n; ++r) {
+          const float* sr = fs[x].s_buf + r * kTileKeys;
+          float* w = PairWeights(ts[x], fs[x].s_buf, r);
+          for (int64_t k = 0; k < t1 - t0; k += 2 * static_cast<int64_t>(S::kLanes))
+            S::Store(S::NarrowPairs(S::Load(sr + k), S::Load(sr + k + S::kLanes)), w + k / 2);
+        }
+  }
   for (int64_t g = t0; g < t1; g += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x)
       blocks([&](int64_t i, int64_t h) {
