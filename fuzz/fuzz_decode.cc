@@ -19,10 +19,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Long sequences cross the fused path's 1024-key chunks: a few per input.
   const bool long_seq = in.Range(0, 7) == 0;
   const int64_t n = long_seq ? in.Range(1000, 2600) : p.kv_len;
-  if (long_seq) {  // keep an input fast: small heads
-    p.batch = 1;
-    p.q_heads = p.q_heads / p.kv_heads;
-    p.kv_heads = 1;
+  if (long_seq) {  // keep an input fast: small heads, a GQA group or several kv heads
+    // Two sequences of a [B, T, H, D] layout past one chunk make decode tasks that cover
+    // every kv head (the kv heads' slices of one key row read together).
+    if (p.batch == 1 || p.kv_heads == 1) {
+      p.q_heads /= p.kv_heads;
+      p.kv_heads = 1;
+    } else {
+      p.q_heads = p.kv_heads;
+    }
     p.head_dim = std::min<int64_t>(p.head_dim, 16);
     p.value_dim = std::min<int64_t>(p.value_dim, 16);
   }
