@@ -51,6 +51,9 @@ int RunInfo(int, char**) {
       std::printf(" %s", t == OCTATTN_DTYPE_F32 ? "f32" : t == OCTATTN_DTYPE_BF16 ? "bf16" : "f16");
   }
   std::printf("\n");
+  if (info.target == OCTATTN_TARGET_AVX512_BF16)
+    std::printf(
+        "bf16 q and k (and v) on the fused path: vdpbf16ps, with the header's bound for it\n");
   octattn_context_destroy(ctx);
   return 0;
 }
