@@ -175,7 +175,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 7
+#define OCTATTN_VERSION_MINOR 8
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
