@@ -859,9 +859,16 @@ mod tests {
             } else {
                 2f32.powi(-11)
             };
+            // On avx512_bf16 the bf16 weighted sums round the weights to bf16: the header
+            // adds max|v| * 2^-8 to the bound there.
+            let pairs = if kind == Half::Bf16 && ctx.last_run().unwrap().target == "avx512_bf16" {
+                vw.iter().fold(0.0f32, |m, x| m.max(x.abs())) * 2f32.powi(-8)
+            } else {
+                0.0
+            };
             for (a, w) in widen(&o16).iter().zip(&want) {
                 assert!(
-                    (a - w).abs() <= half_ulp * w.abs() + 2f32.powi(-25),
+                    (a - w).abs() <= half_ulp * w.abs() + 2f32.powi(-25) + pairs,
                     "{a} vs {w}"
                 );
             }
