@@ -158,7 +158,8 @@ const (
 // Tensor is a view of float32 data as [B, H, T, D] with strides in elements, or, with
 // Type BF16 or F16, of the 16-bit patterns in Half (q, k, v and o of Attention: a call
 // computes in float32 on the exactly widened values; a 16-bit o holds that result
-// rounded to nearest even).
+// rounded to nearest even; on TargetAVX512BF16 bf16 q and k run on vdpbf16ps instead,
+// within the bound the C header states).
 type Tensor struct {
 	Data    []float32
 	Shape   [4]int

@@ -118,7 +118,8 @@ pub struct RunInfo {
 
 /// The 16-bit element types q, k, v and o may have (since library 0.7), as `u16` bit
 /// patterns: bfloat16 or IEEE binary16. A call computes in f32 on the exactly widened
-/// values; a 16-bit o holds that result rounded to nearest even.
+/// values; a 16-bit o holds that result rounded to nearest even. On the `Avx512Bf16`
+/// target bf16 q and k run on vdpbf16ps instead, within the bound the C header states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Half {
     Bf16,
