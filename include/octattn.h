@@ -27,8 +27,11 @@
  * holds as stated for 16-bit inputs; one exception: bf16 q and k on the avx512_bf16
  * target's fused path (vdpbf16ps; see the targets below). The fused algorithm widens keys and
  * values as a tile reads them (scratch bounded by the tiles, as for f32); naive widens a head's
- * operands into its scratch. The backward pass, merge and the stages take f32 only
- * (UNSUPPORTED).
+ * operands into its scratch. The backward pass and merge take f32 only (UNSUPPORTED);
+ * of the stages (since 0.8), octattn_scores takes 16-bit q and k and
+ * octattn_weighted_sum a 16-bit v, each with the bytes of the f32 stage on the widened
+ * values (scores, weights and o f32), and the head layout calls copy f32, bf16 or f16
+ * elements (dst of src's dtype); the other stages work on f32 scores.
  *
  * Option structs. Each begins with struct_size, set by its *_init() function. Fields are
  * only ever appended: a caller built against an older header passes its smaller
@@ -571,7 +574,8 @@ OCTATTN_API octattn_status octattn_merge(octattn_context* ctx, size_t parts,
  * INVALID_SHAPE, INVALID_STRIDE, OVERFLOW, ALIASING (output against inputs),
  * UNSUPPORTED (dtype), OUT_OF_MEMORY, MISALIGNED or INTERNAL, plus what it lists. */
 
-/* scores = q k^T (unscaled), with the GQA rule. */
+/* scores = q k^T (unscaled), with the GQA rule. q and k: f32, bf16 or f16 (since 0.8);
+ * scores f32. */
 OCTATTN_API octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
                                           const octattn_tensor* k, octattn_tensor* scores);
 /* scores *= scale, in place (scale 0 is a real zero here). Also INVALID_OPTION (scale
@@ -602,13 +606,15 @@ OCTATTN_API octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor*
 OCTATTN_API octattn_status octattn_softmax_sinks(octattn_context* ctx, octattn_tensor* scores,
                                                  const float* sinks, octattn_tensor* lse);
 /* o = weights v, with the GQA rule. Entries of weights that are exactly 0 still
- * multiply their value rows (IEEE: 0 * Inf = NaN). */
+ * multiply their value rows (IEEE: 0 * Inf = NaN). v: f32, bf16 or f16 (since 0.8);
+ * weights and o f32. */
 OCTATTN_API octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* weights,
                                                 const octattn_tensor* v, octattn_tensor* o);
 
 /* ---------------------------------------------------------------------- head layout
  * Byte-exact copies. A [batch, tokens, channels] sequence tensor is an octattn_tensor
- * with shape {batch, tokens, channels, 1} (stride[3] is ignored). */
+ * with shape {batch, tokens, channels, 1} (stride[3] is ignored). Elements f32, bf16 or
+ * f16 (since 0.8), every output of src's dtype (else UNSUPPORTED). */
 
 /* dst [B, heads, T, channels / heads] <- src [B, T, channels]. */
 OCTATTN_API octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* src,

@@ -641,3 +641,92 @@ TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype
       }
   }
 }
+
+// The stages where 16-bit operands make sense: q and k of octattn_scores, v of
+// octattn_weighted_sum (scores, weights and o stay f32), with the bytes of the f32 stage
+// on the widened values on every target; the head layout calls copy 16-bit elements bit
+// for bit (src's and dst's dtype the same).
+TEST_CASE("the stages take 16-bit q, k and v; the head layout calls copy 16-bit elements",
+          "[dtype][dispatch]") {
+  for (const Target& t : AllTargets())
+    for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim})
+      for (octattn_dtype ty : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+        INFO(t.Name() << " " << DtypeName(ty) << " layout " << static_cast<int>(layout));
+        Context ctx(t, 2);
+        Problem p(2, 4, 2, 9, 21, 24, 16, 51, 1.0f, layout);
+        const Operand q(p.q, ty), k(p.k, ty), v(p.v, ty);
+        Tensor s32(2, 4, 9, 21), s16 = s32, s_mixed = s32;
+        REQUIRE(octattn_scores(ctx, q.f32.ptr(), k.f32.ptr(), s32.ptr()) == OCTATTN_OK);
+        REQUIRE(octattn_scores(ctx, q.ptr(), k.ptr(), s16.ptr()) == OCTATTN_OK);
+        REQUIRE(octattn_scores(ctx, q.f32.ptr(), k.ptr(), s_mixed.ptr()) == OCTATTN_OK);
+        CHECK(BytesEqual(s16, s32));
+        CHECK(BytesEqual(s_mixed, s32));
+        Tensor w(2, 4, 9, 21);
+        w.Fill(52, 0.0f, 1.0f);
+        Tensor o32 = p.Out(), o16 = p.Out();
+        REQUIRE(octattn_weighted_sum(ctx, w.ptr(), v.f32.ptr(), o32.ptr()) == OCTATTN_OK);
+        REQUIRE(octattn_weighted_sum(ctx, w.ptr(), v.ptr(), o16.ptr()) == OCTATTN_OK);
+        CHECK(BytesEqual(o16, o32));
+      }
+  // Head layout: [B, T, C] <-> [B, H, T, D] and packed QKV, bit for bit (NaN payloads too).
+  for (octattn_dtype ty : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+    INFO(DtypeName(ty));
+    Context ctx;
+    const int64_t b = 2, n = 5, hq = 4, hkv = 2, d = 6, c = (hq + 2 * hkv) * d;
+    Tensor seq(b, n, c, 1);
+    seq.Fill(53);
+    Tensor16 src(seq, ty);
+    for (size_t i = 0; i < src.buf.size(); i += 7) src.buf[i] = static_cast<uint16_t>(0x7F81 + i);
+    Tensor16 heads(Tensor(b, hq + 2 * hkv, n, d), ty), back(seq, ty);
+    for (uint16_t& x : back.buf) x = 0;
+    REQUIRE(octattn_split_heads(ctx, &src.t, hq + 2 * hkv, &heads.t) == OCTATTN_OK);
+    REQUIRE(octattn_merge_heads(ctx, &heads.t, &back.t) == OCTATTN_OK);
+    CHECK(back.buf == src.buf);
+    Tensor16 qh(Tensor(b, hq, n, d), ty), kh(Tensor(b, hkv, n, d), ty),
+        vh(Tensor(b, hkv, n, d), ty);
+    REQUIRE(octattn_split_qkv(ctx, &src.t, hq, hkv, &qh.t, &kh.t, &vh.t) == OCTATTN_OK);
+    bool same = true;
+    for (int64_t x = 0; x < b; ++x)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t e = 0; e < d; ++e) {
+          auto at = [&](const Tensor16& h, int64_t head) {
+            return h.buf[static_cast<size_t>(x * h.t.stride[0] + head * h.t.stride[1] +
+                                             t * h.t.stride[2] + e * h.t.stride[3])];
+          };
+          auto in = [&](int64_t ch) {
+            return src.buf[static_cast<size_t>(x * src.t.stride[0] + t * src.t.stride[1] +
+                                               ch * src.t.stride[2])];
+          };
+          for (int64_t h = 0; h < hq; ++h)
+            same &= at(qh, h) == in(h * d + e) && at(heads, h) == in(h * d + e);
+          for (int64_t h = 0; h < hkv; ++h) {
+            same &= at(kh, h) == in((hq + h) * d + e);
+            same &= at(vh, h) == in((hq + hkv + h) * d + e);
+          }
+        }
+    CHECK(same);
+    // dst of another dtype: refused, nothing written.
+    Tensor f32_heads(b, hq + 2 * hkv, n, d);
+    const std::vector<float> before = f32_heads.buf;
+    CHECK(octattn_split_heads(ctx, &src.t, hq + 2 * hkv, f32_heads.ptr()) ==
+          OCTATTN_ERROR_UNSUPPORTED);
+    CHECK(f32_heads.buf == before);
+    Tensor16 other(Tensor(b, hq + 2 * hkv, n, d),
+                   ty == OCTATTN_DTYPE_BF16 ? OCTATTN_DTYPE_F16 : OCTATTN_DTYPE_BF16);
+    CHECK(octattn_split_heads(ctx, &src.t, hq + 2 * hkv, &other.t) == OCTATTN_ERROR_UNSUPPORTED);
+  }
+  // Outputs of the stages stay f32: a 16-bit scores or o is refused; 16-bit input data
+  // must be aligned to 2 bytes.
+  Context ctx;
+  Problem p(1, 2, 2, 3, 5, 8, 8, 54);
+  const Operand q(p.q, OCTATTN_DTYPE_BF16), k(p.k, OCTATTN_DTYPE_BF16), v(p.v, OCTATTN_DTYPE_BF16);
+  Tensor16 s16(Tensor(1, 2, 3, 5), OCTATTN_DTYPE_BF16), o16(p.Out(), OCTATTN_DTYPE_BF16);
+  CHECK(octattn_scores(ctx, q.ptr(), k.ptr(), &s16.t) == OCTATTN_ERROR_UNSUPPORTED);
+  Tensor w(1, 2, 3, 5);
+  CHECK(octattn_weighted_sum(ctx, w.ptr(), v.ptr(), &o16.t) == OCTATTN_ERROR_UNSUPPORTED);
+  std::vector<uint16_t> shifted(q.h.buf.size() + 1);
+  octattn_tensor odd = q.h.t;
+  odd.data = reinterpret_cast<char*>(shifted.data()) + 1;
+  Tensor s(1, 2, 3, 5);
+  CHECK(octattn_scores(ctx, &odd, k.ptr(), s.ptr()) == OCTATTN_ERROR_MISALIGNED);
+}

@@ -69,6 +69,23 @@ kernels::ConstMatrix ConstHeadOf(const api::TensorInfo& t, int64_t b, int64_t h)
 // GQA: kv head of query head h.
 int64_t KvHead(int64_t h, int64_t q_heads, int64_t kv_heads) { return h / (q_heads / kv_heads); }
 
+// A 16-bit operand of a stage is widened head by head into its task's scratch (exact):
+// the stage's result is that of the f32 stage on the widened values.
+size_t Widened(const api::TensorInfo& t, int64_t rows, int64_t cols) {
+  if (t.type == kernels::kF32) return 0;
+  return plan::RoundUp(plan::SatMul(plan::Count(rows), plan::Count(cols)), kAlign / sizeof(float));
+}
+// Head (b, h) of t as a matrix: the caller's, or its rows widened into `buf`.
+kernels::ConstMatrix HeadOrWidened(const api::TensorInfo& t, int64_t b, int64_t h, int64_t rows,
+                                   int64_t cols, float* buf) {
+  const float* head = kernels::ElemAt(t.data, b * t.stride[0] + h * t.stride[1], t.type);
+  if (t.type == kernels::kF32) return {head, t.stride[2], t.stride[3]};
+  for (int64_t i = 0; i < rows; ++i)
+    kernels::WidenRow(kernels::ElemAt(head, i * t.stride[2], t.type), t.stride[3], t.type, cols,
+                      buf + i * cols);
+  return {buf, cols, 1};
+}
+
 }  // namespace
 
 extern "C" {
@@ -79,8 +96,8 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
     const kernels::Table* table;
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
     api::TensorInfo tq, tk, ts;
-    OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &tq));
-    OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &tk));
+    OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &tq, api::kFloating));
+    OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &tk, api::kFloating));
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t batch = tq.shape[0], q_heads = tq.shape[1], kv_heads = tk.shape[1];
     OCTATTN_CHECK(api::CheckSize(tk, "k", 0, batch, "batch of q"));
@@ -94,12 +111,16 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
     OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tq, "q"));
     OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tk, "k"));
     const int64_t q_len = tq.shape[2], kv_len = tk.shape[2], head_dim = tq.shape[3];
-    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, table->scores_scratch_floats(kv_len, head_dim),
+    const size_t own =
+        plan::RoundUp(table->scores_scratch_floats(kv_len, head_dim), kAlign / sizeof(float));
+    const size_t qw = Widened(tq, q_len, head_dim), kw = Widened(tk, kv_len, head_dim);
+    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, plan::SatAdd(own, plan::SatAdd(qw, kw)),
                              [&](int64_t b, int64_t h, float* scratch) {
-                               table->scores_head(ConstHeadOf(tq, b, h),
-                                                  ConstHeadOf(tk, b, KvHead(h, q_heads, kv_heads)),
-                                                  HeadOf(ts, b, h), q_len, kv_len, head_dim,
-                                                  scratch);
+                               table->scores_head(
+                                   HeadOrWidened(tq, b, h, q_len, head_dim, scratch + own),
+                                   HeadOrWidened(tk, b, KvHead(h, q_heads, kv_heads), kv_len,
+                                                 head_dim, scratch + own + qw),
+                                   HeadOf(ts, b, h), q_len, kv_len, head_dim, scratch);
                              }));
     Record(ctx, table);
     return api::Check();
@@ -237,7 +258,7 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
     OCTATTN_CHECK(NeedContextAndTable(ctx, &table));
     api::TensorInfo tw, tv, to;
     OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kInput, false, &tw));
-    OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &tv));
+    OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &tv, api::kFloating));
     OCTATTN_CHECK(api::ValidateTensor(o, "o", api::Role::kOutput, false, &to));
     const int64_t batch = tw.shape[0], q_heads = tw.shape[1], kv_heads = tv.shape[1];
     OCTATTN_CHECK(api::CheckSize(tv, "v", 0, batch, "batch of weights"));
@@ -251,12 +272,16 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
     OCTATTN_CHECK(api::CheckDisjoint(to, "o", tw, "weights"));
     OCTATTN_CHECK(api::CheckDisjoint(to, "o", tv, "v"));
     const int64_t q_len = tw.shape[2], kv_len = tw.shape[3], value_dim = tv.shape[3];
+    const size_t vw = Widened(tv, kv_len, value_dim);
+    const size_t own =
+        plan::RoundUp(table->weighted_sum_scratch_floats(kv_len, value_dim, vw ? 1 : tv.stride[3]),
+                      kAlign / sizeof(float));
     OCTATTN_CHECK(RunPerHead(
-        ctx, batch, q_heads, table->weighted_sum_scratch_floats(kv_len, value_dim, tv.stride[3]),
-        [&](int64_t b, int64_t h, float* scratch) {
-          table->weighted_sum_head(ConstHeadOf(tw, b, h),
-                                   ConstHeadOf(tv, b, KvHead(h, q_heads, kv_heads)),
-                                   HeadOf(to, b, h), q_len, kv_len, value_dim, scratch);
+        ctx, batch, q_heads, plan::SatAdd(own, vw), [&](int64_t b, int64_t h, float* scratch) {
+          table->weighted_sum_head(
+              ConstHeadOf(tw, b, h),
+              HeadOrWidened(tv, b, KvHead(h, q_heads, kv_heads), kv_len, value_dim, scratch + own),
+              HeadOf(to, b, h), q_len, kv_len, value_dim, scratch);
         }));
     Record(ctx, table);
     return api::Check();
@@ -269,12 +294,23 @@ namespace {
 
 // dst [B, H, T, D] <-> src [B, T, H*D] views for the head layout calls.
 kernels::View4 HeadsView(const api::TensorInfo& bhtd) {
-  return {bhtd.data, {bhtd.stride[0], bhtd.stride[1], bhtd.stride[2], bhtd.stride[3]}};
+  return {bhtd.data,
+          {bhtd.stride[0], bhtd.stride[1], bhtd.stride[2], bhtd.stride[3]},
+          kernels::DtypeBytes(bhtd.type)};
 }
 // [B, T, C] with channels [offset, offset + heads * dim) seen as [B, heads, T, dim].
 kernels::View4 SequenceAsHeads(const api::TensorInfo& btc, int64_t offset, int64_t dim) {
   const int64_t c = btc.stride[2];
-  return {btc.data + offset * c, {btc.stride[0], dim * c, btc.stride[1], c}};
+  return {kernels::ElemAt(btc.data, offset * c, btc.type),
+          {btc.stride[0], dim * c, btc.stride[1], c},
+          kernels::DtypeBytes(btc.type)};
+}
+
+// The head layout calls copy elements of any floating dtype: src's and dst's the same.
+api::Check SameType(const api::TensorInfo& dst, const char* name, const api::TensorInfo& src) {
+  if (dst.type == src.type) return api::Check();
+  return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                   std::string(name) + "'s dtype differs from src's (the copy converts nothing)");
 }
 
 api::Check CheckHeads(const api::TensorInfo& t, const char* name, int64_t batch, int64_t heads,
@@ -301,8 +337,9 @@ octattn_status octattn_split_heads(octattn_context* ctx, const octattn_tensor* s
   return api::Guard(ctx, [&]() -> api::Check {
     if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
     api::TensorInfo ts, td;
-    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts));
-    OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, false, &td));
+    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts, api::kFloating));
+    OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, false, &td, api::kFloating));
+    OCTATTN_CHECK(SameType(td, "dst", ts));
     if (heads < 1 || ts.shape[2] % heads != 0)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
                        "channels are not a positive multiple of heads");
@@ -320,8 +357,9 @@ octattn_status octattn_merge_heads(octattn_context* ctx, const octattn_tensor* s
   return api::Guard(ctx, [&]() -> api::Check {
     if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
     api::TensorInfo ts, td;
-    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, false, &ts));
-    OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, true, &td));
+    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, false, &ts, api::kFloating));
+    OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, true, &td, api::kFloating));
+    OCTATTN_CHECK(SameType(td, "dst", ts));
     const int64_t heads = ts.shape[1], dim = ts.shape[3];
     OCTATTN_CHECK(api::CheckSize(td, "dst", 0, ts.shape[0], "batch of src"));
     OCTATTN_CHECK(api::CheckSize(td, "dst", 1, ts.shape[2], "tokens of src"));
@@ -340,10 +378,13 @@ octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src
   return api::Guard(ctx, [&]() -> api::Check {
     if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
     api::TensorInfo ts, tq, tk, tv;
-    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts));
-    OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kOutput, false, &tq));
-    OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kOutput, false, &tk));
-    OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kOutput, false, &tv));
+    OCTATTN_CHECK(api::ValidateTensor(src, "src", api::Role::kInput, true, &ts, api::kFloating));
+    OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kOutput, false, &tq, api::kFloating));
+    OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kOutput, false, &tk, api::kFloating));
+    OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kOutput, false, &tv, api::kFloating));
+    OCTATTN_CHECK(SameType(tq, "q", ts));
+    OCTATTN_CHECK(SameType(tk, "k", ts));
+    OCTATTN_CHECK(SameType(tv, "v", ts));
     if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize ||
         kv_heads > octattn::api::kMaxSize)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");

@@ -7,10 +7,11 @@
 namespace octattn {
 namespace kernels {
 
-// A 4-d view: base pointer and element strides.
+// A 4-d view: base pointer, element strides and bytes per element.
 struct View4 {
-  float* data;
+  float* data;  // elements of `elem` bytes (f32, or 16-bit behind the float pointer)
   int64_t stride[4];
+  int64_t elem;
 };
 
 // dst[a][b][c][d] = src[a][b][c][d] for the rows (a, b) in [row_begin, row_end) of the
