@@ -245,10 +245,10 @@ def weighted_sum(w, v, *, out=None, context=None):
 
 
 def split_heads(x, heads, *, out=None, context=None):
-    """[B, T, C] -> [B, heads, T, C / heads] (a byte-exact copy)."""
+    """[B, T, C] -> [B, heads, T, C / heads] (a byte-exact copy, in x's dtype)."""
     B, T, C = x.shape
     if out is None:
-        out = _empty(x, (B, heads, T, C // heads))
+        out = _empty(x, (B, heads, T, C // heads), x.dtype)
     _ctx_for(x, context).split_heads(x, heads, out)
     return out
 
@@ -257,7 +257,7 @@ def merge_heads(x, *, out=None, context=None):
     """[B, H, T, D] -> [B, T, H * D]."""
     B, H, T, D = x.shape
     if out is None:
-        out = _empty(x, (B, T, H * D))
+        out = _empty(x, (B, T, H * D), x.dtype)
     _ctx_for(x, context).merge_heads(x, out)
     return out
 
@@ -266,9 +266,9 @@ def split_qkv(x, q_heads, kv_heads, *, context=None):
     """A packed [B, T, (Hq + 2 Hkv) D] projection -> q [B, Hq, T, D], k, v [B, Hkv, T, D]."""
     B, T, C = x.shape
     D = C // (q_heads + 2 * kv_heads)
-    q = _empty(x, (B, q_heads, T, D))
-    k = _empty(x, (B, kv_heads, T, D))
-    v = _empty(x, (B, kv_heads, T, D))
+    q = _empty(x, (B, q_heads, T, D), x.dtype)
+    k = _empty(x, (B, kv_heads, T, D), x.dtype)
+    v = _empty(x, (B, kv_heads, T, D), x.dtype)
     _ctx_for(x, context).split_qkv(x, q_heads, kv_heads, q, k, v)
     return q, k, v
 

@@ -232,6 +232,22 @@ def test_stages_compose_to_attention():
     assert np.array_equal(q2[0, 1], qkv[0, :, 8:16]) and np.array_equal(v2[0, 0], qkv[0, :, 24:])
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_stages_take_16bit_tensors(dtype):
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 6, (2 + 2) * 8, generator=g).to(dt)
+    q, k, v = octattn.split_qkv(x, 2, 1)  # copies in x's dtype
+    assert q.dtype == dt and torch.equal(q[0, 1].view(torch.int16), x[0, :, 8:16].view(torch.int16))
+    assert torch.equal(octattn.merge_heads(octattn.split_heads(x, 4)).view(torch.int16),
+                       x.view(torch.int16))
+    # scores and the weighted sum read 16-bit q, k, v: the float32 stages' bytes
+    s = octattn.scores(q, k)
+    assert s.dtype == torch.float32 and torch.equal(s, octattn.scores(q.float(), k.float()))
+    w = octattn.softmax(s)
+    assert torch.equal(octattn.weighted_sum(w, v), octattn.weighted_sum(w, v.float()))
+
+
 def test_merge_of_key_shards():
     rng = np.random.default_rng(8)
     q, k, v = randn(rng, 1, 2, 4, 8), randn(rng, 1, 2, 12, 8), randn(rng, 1, 2, 12, 8)
