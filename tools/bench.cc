@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 #include <random>
 #include <string>
@@ -185,7 +186,21 @@ int32_t ByName(const std::string& s, int32_t lo, int32_t hi, Names names) {
 }
 
 bool Parse(int argc, char** argv, Args* a) {
-  auto i64 = [](const std::string& s) { return static_cast<int64_t>(std::stoll(s)); };
+  // One integer, the whole argument ("1,16" where one value is taken is an error).
+  auto i64 = [](const std::string& s) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = static_cast<int64_t>(std::stoll(s, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size()) {
+      std::fprintf(stderr, "not one integer: %s\n", s.c_str());
+      std::exit(2);
+    }
+    return v;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     auto next = [&]() -> const char* {
