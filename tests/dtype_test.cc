@@ -429,7 +429,8 @@ TEST_CASE("16-bit decode equals prefill, and in-place tiles packed ones, on ever
       Emulated() ? std::vector<DecodeShape>{{64, 300, Layout::kBHTD, 0, 0}}
                  : std::vector<DecodeShape>{{128, 600, Layout::kBHTD, 0, 0},
                                             {72, 520, Layout::kBTHD, 0, 0},
-                                            {64, 800, Layout::kBTHD, 300, 128}};
+                                            {64, 800, Layout::kBTHD, 300, 128},
+                                            {32, 700, Layout::kBHTD, 333, 0}};
   const int64_t Hq = 8, Hkv = 1;
   for (const Target& t : AllTargets())
     for (const DecodeShape& sh : shapes)
