@@ -36,12 +36,6 @@ static OCTATTN_INLINE V Bf16Even(V pair) { return pair; }
 static OCTATTN_INLINE V Bf16Odd(V pair) { return pair; }
 static OCTATTN_INLINE void Deinterleave(V a, V b, V* even, V* odd) { *even = a, *odd = b; }
 static OCTATTN_INLINE void Interleave(V even, V odd, V* a, V* b) { *a = even, *b = odd; }
-// vdpbf16ps (transpose_avx-inl.h): the avx512_bf16 target only.
-static constexpr bool kDotBf16 = false;
-static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
-static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
-static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
-static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8 (elements of type T).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
@@ -50,4 +44,12 @@ static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[
     for (int i = 0; i < 8; ++i) lanes[i][e] = LoadElem(rows, static_cast<int64_t>(e) * row + i, T);
   for (int i = 0; i < 8; ++i) t[i] = Load(lanes[i]);
 }
+#endif
+#if !defined(OCTATTN_DOT_BF16)
+// vdpbf16ps and its helpers (transpose_avx-inl.h): the avx512_bf16 unit only.
+static constexpr bool kDotBf16 = false;
+static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
+static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
+static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
+static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
 #endif

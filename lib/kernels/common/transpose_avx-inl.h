@@ -206,13 +206,7 @@ static OCTATTN_INLINE V Bf16Low(W pair) {
   return FromRaw(_mm512_castsi512_ps(
       _mm512_and_si512(_mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(0xFFFF))));
 }
-#else
-static constexpr bool kDotBf16 = false;
-static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
-static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
-static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
-static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
-#endif
+#endif  // OCTATTN_DOT_BF16 (else transpose-inl.h's stubs)
 
 // The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back
 // (Interleave): accumulators of bf16 value rows split by Bf16Even and Bf16Odd.
