@@ -506,6 +506,64 @@ TEST_CASE("a paged 16-bit cache gives the bytes of contiguous 16-bit keys", "[dt
     }
 }
 
+// Key and value rows a multiple of 4 KiB apart (16 kv heads of 128 in [T, H, D] and in
+// a vLLM pool) are copied a group at a time before the in-place tiles read them: the
+// same bytes as the [H, T, D] layout's tiles, which read them where they are.
+TEST_CASE("rows 4 KiB apart, [T, H, D] and paged, give the bytes of [H, T, D], every target",
+          "[dtype][invariants][dispatch]") {
+  const int64_t hq = 32, hkv = 16, d = 128, n = Emulated() ? 300 : 600;
+  const Types types[] = {{OCTATTN_DTYPE_F32, OCTATTN_DTYPE_F32, OCTATTN_DTYPE_F32},
+                         {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16},
+                         {OCTATTN_DTYPE_F16, OCTATTN_DTYPE_F16, OCTATTN_DTYPE_F16},
+                         {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16}};
+  std::mt19937 rng(29);
+  Problem rows(1, hq, hkv, 1, n, d, d, 43, 1.0f, Layout::kBTHD);
+  Problem heads(1, hq, hkv, 1, n, d, d, 43, 1.0f, Layout::kBHTD);
+  heads.q.CopyValuesFrom(rows.q);
+  heads.k.CopyValuesFrom(rows.k);
+  heads.v.CopyValuesFrom(rows.v);
+  for (const Types& ty : types) {
+    const Operand q(rows.q, ty.q), k(rows.k, ty.k), v(rows.v, ty.v);
+    const Operand hq_(heads.q, ty.q), hk(heads.k, ty.k), hv(heads.v, ty.v);
+    for (int64_t bs : {16, 3}) {
+      // The pool: blocks of bs rows in shuffled order, [blocks, bs, hkv, d] in memory.
+      const int64_t cols = (n + bs - 1) / bs, blocks = cols + 3;
+      std::vector<int32_t> ids(static_cast<size_t>(blocks));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<int32_t> table(ids.begin(), ids.begin() + cols);
+      Tensor kp(blocks, hkv, bs, d, Layout::kBTHD), vp(blocks, hkv, bs, d, Layout::kBTHD);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t h = 0; h < hkv; ++h)
+          for (int64_t e = 0; e < d; ++e) {
+            const int32_t blk = table[static_cast<size_t>(r / bs)];
+            kp.at(blk, h, r % bs, e) = rows.k.at(0, h, r, e);
+            vp.at(blk, h, r % bs, e) = rows.v.at(0, h, r, e);
+          }
+      const Operand kpool(kp, ty.k), vpool(vp, ty.v);
+      for (const Target& t : AllTargets()) {
+        INFO(t.Name() << " q " << DtypeName(ty.q) << " k, v " << DtypeName(ty.k) << " block "
+                      << bs);
+        Context ctx(t, 2);
+        auto opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
+        Tensor o_rows = rows.Out(), o_heads = heads.Out(), o_paged = rows.Out();
+        REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), o_rows.ptr(), nullptr,
+                                  nullptr, nullptr, 0) == OCTATTN_OK);
+        REQUIRE(octattn_attention(ctx, &opt, hq_.ptr(), hk.ptr(), hv.ptr(), o_heads.ptr(), nullptr,
+                                  nullptr, nullptr, 0) == OCTATTN_OK);
+        const int64_t len = n;
+        opt.kv_lens = &len;
+        opt.block_table = table.data();
+        opt.block_table_cols = cols;
+        REQUIRE(octattn_attention(ctx, &opt, q.ptr(), kpool.ptr(), vpool.ptr(), o_paged.ptr(),
+                                  nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+        CHECK(BytesEqual(o_rows, o_heads));
+        CHECK(BytesEqual(o_paged, o_heads));
+      }
+    }
+  }
+}
+
 TEST_CASE("causality with 16-bit NaN and Inf patterns at the edited position",
           "[dtype][invariants]") {
   const int64_t T = Sized(260, 40), hq = 4, hkv = 2, d = 32;

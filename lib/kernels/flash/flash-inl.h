@@ -490,6 +490,19 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
+// Whether a direct tile copies each kv head's group of kDirectKeys rows (`dim` elements
+// of `bytes`, `row` elements apart) into scratch before reading it: where the rows lie a
+// multiple of 4 KiB apart ([T, H, D] layouts and vLLM's pools with H * D * bytes a
+// multiple of 4096: f32 with 8 kv heads of 128) they all fall in the same few L1 sets,
+// so that the transposes, reading each row's lines in pieces, find them evicted by the
+// group's other rows and by the rows fetched ahead. The copy reads each line once,
+// whole; the transposes read a contiguous block. Same values, same bytes. Where the
+// rows spread over the sets, the copy costs more than it saves (AMD Zen 5, one thread,
+// 16 sequences of 256..7936 keys: 4 KiB apart +12%; 3.5 KiB and 2 KiB apart -12%, -6%).
+static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes) {
+  return row >= 2 * dim && (row * bytes) % 4096 == 0;
+}
+
 // Where a direct tile's rows are, and the order they are read in: the stream of its key
 // rows, then its value rows, then the next tile's key rows.
 struct DirectTile {
@@ -498,12 +511,36 @@ struct DirectTile {
   int64_t t0, t1;
   int64_t next0, next1;  // the next tile's keys (none: next0 == next1)
   float* scratch;        // kDirectKeys * head_dim floats
+  // Staged keys (values): with ks (vs) set, the rows of keys [s0, s0 + kDirectKeys) are
+  // read from there, head_dim (value_dim) elements apart (StageRows).
+  const float* ks = nullptr;
+  const float* vs = nullptr;
+  int64_t s0 = 0;
 
-  const float* K(int64_t g) const { return KeyRow(*op, first + g); }
-  const float* V(int64_t g) const { return ValueRow(*op, first + g); }
+  const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
+  const float* SrcV(int64_t g) const { return ValueRow(*op, first + g); }
+  const float* K(int64_t g) const {
+    return ks ? ElemAt(ks, (g - s0) * op->head_dim, op->k_type) : SrcK(g);
+  }
+  const float* V(int64_t g) const {
+    return vs ? ElemAt(vs, (g - s0) * op->value_dim, op->v_type) : SrcV(g);
+  }
+  // Copies the key (values: value) rows of [a, b) (at most kDirectKeys) into dst and
+  // reads them from there.
+  void Stage(bool values, int64_t a, int64_t b, float* dst) {
+    const int64_t dim = values ? op->value_dim : op->head_dim;
+    const Dtype t = values ? op->v_type : op->k_type;
+    for (int64_t g = a; g < b; ++g)
+      memcpy(ElemAt(dst, (g - a) * dim, t), values ? SrcV(g) : SrcK(g),
+             static_cast<size_t>(dim * DtypeBytes(t)));
+    (values ? vs : ks) = dst;
+    s0 = a;
+  }
+  int64_t KStride() const { return ks ? op->head_dim : op->k_row; }
+  int64_t VStride() const { return vs ? op->value_dim : op->v_row; }
   // One past the last key from g (< end) whose row is a row stride after g's.
   int64_t Run(int64_t g, int64_t end) const {
-    if (!op->paging) return end;
+    if (!op->paging || ks || vs) return end;
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
     return plan::MinI(end, g + size - r % size);
   }
@@ -513,13 +550,13 @@ struct DirectTile {
     const float* row;
     if (i < n) {
       *bytes = op->head_dim * DtypeBytes(op->k_type);
-      row = K(t0 + i);
+      row = SrcK(t0 + i);
     } else if (i < 2 * n) {
       *bytes = op->value_dim * DtypeBytes(op->v_type);
-      row = V(t0 + i - n);
+      row = SrcV(t0 + i - n);
     } else if (i - 2 * n < next1 - next0) {
       *bytes = op->head_dim * DtypeBytes(op->k_type);
-      row = K(next0 + i - 2 * n);
+      row = SrcK(next0 + i - 2 * n);
     } else {
       return nullptr;
     }
@@ -555,7 +592,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
     for (int g = 0; g < kDirectVecs; ++g) {
       const int64_t j0 = j + g * L;
       rows[g] = dt.K(j0);
-      row[g] = t.op.k_row;
+      row[g] = dt.KStride();
       if (dt.Run(j0, j0 + L) < j0 + L) {
         float* copy = ElemAt(dt.scratch, g * L * hd, T);
         for (int64_t e = 0; e < L; ++e)
@@ -702,7 +739,7 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
           const float* vc = ElemAt(v, c0, T);
           for (int64_t k = a; k < b; ++k) {
             fetch(k);
-            const float* vk = ElemAt(vc, (k - a) * t.op.v_row, T);
+            const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
             typename S::V x[kAvVecs];
             for (int c = 0; c < kAvVecs; c += 2) {
               const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
@@ -727,16 +764,16 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
         typename S::V acc[R][kAvVecs];
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a}, pa,
-                                                a, b, 1, acc, fetch);
+        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a},
+                                                pa, a, b, 1, acc, fetch);
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
       }
       for (; c0 < dvp; c0 += L, ++part) {
         typename S::V acc[R][1];
         for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), t.op.v_row, a}, pa, a, b,
-                                          1, acc, fetch);
+        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a}, pa, a,
+                                          b, 1, acc, fetch);
         for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
       }
       a = b;
@@ -1007,8 +1044,14 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
       i += h;
     }
   };
+  const Operands& op0 = ts[0].op;
+  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T));
+  const bool stage_v = StageRows(op0.v_row, op0.value_dim, DtypeBytes(T));
   for (int64_t j = t0; j < t1; j += kDirectKeys)
-    for (int64_t x = 0; x < nh; ++x)
+    for (int64_t x = 0; x < nh; ++x) {
+      const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
+      DirectTile dt = dts[x];
+      if (stage_k) dt.Stage(false, j, j1, fs[0].kt);
       blocks([&](int64_t i, int64_t h) {
         const float* q[4];
         float* s[4];
@@ -1016,11 +1059,11 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           q[r] = fs[x].rows[i + r].q;
           s[r] = fs[x].s_buf + (i + r) * kTileKeys;
         }
-        const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
-        if (h == 4) DirectScores<4, T>(ts[x], dts[x], q, s, j, j1);
-        if (h == 2) DirectScores<2, T>(ts[x], dts[x], q, s, j, j1);
-        if (h == 1) DirectScores<1, T>(ts[x], dts[x], q, s, j, j1);
+        if (h == 4) DirectScores<4, T>(ts[x], dt, q, s, j, j1);
+        if (h == 2) DirectScores<2, T>(ts[x], dt, q, s, j, j1);
+        if (h == 1) DirectScores<1, T>(ts[x], dt, q, s, j, j1);
       });
+    }
   bool read[kMaxTaskKvHeads][kPackValueRows];
   for (int64_t x = 0; x < nh; ++x)
     for (int64_t r = 0; r < n; ++r)
@@ -1037,7 +1080,10 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
         }
   }
   for (int64_t g = t0; g < t1; g += kDirectKeys)
-    for (int64_t x = 0; x < nh; ++x)
+    for (int64_t x = 0; x < nh; ++x) {
+      const int64_t g1 = plan::MinI(g + kDirectKeys, t1);
+      DirectTile dt = dts[x];
+      if (stage_v) dt.Stage(true, g, g1, fs[0].vpack);
       blocks([&](int64_t i, int64_t h) {
         const float* p[4];
         float* st[4];
@@ -1047,12 +1093,12 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           st[r] = sts[x] + static_cast<size_t>(i + r) * stride;
           all &= read[x][i + r];
         }
-        const int64_t g1 = plan::MinI(g + kDirectKeys, t1);
-        if (all && h == 4) return DirectValues<4, T>(ts[x], dts[x], p, st, g, g1);
-        if (all && h == 2) return DirectValues<2, T>(ts[x], dts[x], p, st, g, g1);
+        if (all && h == 4) return DirectValues<4, T>(ts[x], dt, p, st, g, g1);
+        if (all && h == 2) return DirectValues<2, T>(ts[x], dt, p, st, g, g1);
         for (int64_t r = 0; r < h; ++r)
-          if (read[x][i + r]) DirectValues<1, T>(ts[x], dts[x], &p[r], &st[r], g, g1);
+          if (read[x][i + r]) DirectValues<1, T>(ts[x], dt, &p[r], &st[r], g, g1);
       });
+    }
 }
 
 // One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states
