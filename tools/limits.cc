@@ -1,5 +1,6 @@
 // Machine limits measured in-process for `octattn bench --limits`: FMA peak of one core
-// (independent chains per register width), OpenBLAS sgemm, read bandwidth.
+// (independent chains per register width), OpenBLAS sgemm, read bandwidth (in order, and
+// through blocks of kReadBlock bytes in shuffled order: a paged cache's reads).
 #include "limits.h"
 
 #include <dlfcn.h>
@@ -12,9 +13,11 @@
 #include <arm_neon.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 namespace {
@@ -141,19 +144,27 @@ __attribute__((target_clones("avx2", "default"), noinline))
 __attribute__((noinline))
 #endif
 double
-ReadBandwidth(size_t bytes) {
-  const size_t n = bytes / sizeof(float) / 32 * 32;
+ReadBandwidth(size_t bytes, size_t block_bytes) {
+  // Blocks of block (or all n) floats, read in a shuffled order (fixed seed), each from
+  // its start to its end.
+  const size_t block = block_bytes / sizeof(float) / 32 * 32;
+  const size_t n = bytes / sizeof(float) / (block ? block : 32) * (block ? block : 32);
   std::vector<float> buf(n, 1.0f);
+  std::vector<size_t> order(block ? n / block : 1, 0);
+  for (size_t b = 0; b < order.size(); ++b) order[b] = b * block;
+  std::shuffle(order.begin(), order.end(), std::mt19937(7));
+  const size_t len = block ? block : n;
   double best = 0;
   for (int r = 0; r < 5; ++r) {
     Floats8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
     const double t0 = Now();
-    for (size_t i = 0; i < n; i += 32) {
-      s0 += *reinterpret_cast<const Floats8*>(&buf[i]);
-      s1 += *reinterpret_cast<const Floats8*>(&buf[i + 8]);
-      s2 += *reinterpret_cast<const Floats8*>(&buf[i + 16]);
-      s3 += *reinterpret_cast<const Floats8*>(&buf[i + 24]);
-    }
+    for (const size_t first : order)
+      for (size_t i = first; i < first + len; i += 32) {
+        s0 += *reinterpret_cast<const Floats8*>(&buf[i]);
+        s1 += *reinterpret_cast<const Floats8*>(&buf[i + 8]);
+        s2 += *reinterpret_cast<const Floats8*>(&buf[i + 16]);
+        s3 += *reinterpret_cast<const Floats8*>(&buf[i + 24]);
+      }
     const double dt = Now() - t0;
     const Floats8 sum = (s0 + s1) + (s2 + s3);
     if (sum[0] == -1.0f) std::puts("");
@@ -178,7 +189,8 @@ Limits MeasureLimits(bool full, bool quick) {
   l.fma128 = Best(FmaNeon, iters);
 #endif
   if (full) {
-    l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20);
+    l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, 0);
+    l.read_blocks_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, kReadBlock);
     l.sgemm = Sgemm(quick ? 64 : 2048);
   }
   return l;

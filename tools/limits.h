@@ -2,6 +2,8 @@
 #ifndef OCTATTN_TOOLS_LIMITS_H_
 #define OCTATTN_TOOLS_LIMITS_H_
 
+#include <stddef.h>
+
 struct Limits {
   double fma512 = 0;     // GFLOP/s, one core, zmm FMA (0: not supported)
   double fma256 = 0;     // ymm FMA
@@ -9,7 +11,11 @@ struct Limits {
   double fma128 = 0;     // ARM64: NEON FMA (the peak of every ARM64 target, see bench.cc)
   double sgemm = 0;      // OpenBLAS sgemm, one thread (0: library not found)
   double read_gbps = 0;  // one core streaming read
+  // The same reads through 64 KiB blocks in shuffled order: the reads of a paged KV cache
+  // of 16-row blocks with 4 KiB rows (Hkv 8, D 128, f32), whose blocks lie anywhere.
+  double read_blocks_gbps = 0;
 };
+constexpr size_t kReadBlock = size_t{64} << 10;
 
 // The FMA peaks (of the instruction sets this CPU has) always; sgemm and read bandwidth
 // only when `full`. `quick`: a thousandth of the work, for tests (not a measurement).
