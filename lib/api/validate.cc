@@ -294,6 +294,7 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
                           std::to_string(row[b]) + ", not a block of k (" +
                           std::to_string(num_blocks) + " blocks)");
       q.paging = kernels::Paging{row, block_size, start, 0, 0};
+      if ((block_size & (block_size - 1)) == 0) q.paging.shift = __builtin_ctzll(block_size);
     }
     if (opt.q_starts) {
       if (opt.q_starts[s] != OCTATTN_Q_START_DEFAULT)

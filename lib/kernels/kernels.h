@@ -60,6 +60,7 @@ struct Mods {
 struct Paging {
   const int32_t* blocks;
   int64_t size, first, k_block, v_block;
+  int shift = -1;  // log2(size) where size is a power of two: rows found without a division
 };
 
 // The operands of one attention call seen from one (batch, query head): every pointer
@@ -97,7 +98,8 @@ namespace {  // internal linkage: included by per-arch units (plan.h says why)
 inline const float* PagedRow(const float* base, int64_t row, int64_t block, const Paging& p,
                              int64_t j, Dtype t) {
   const int64_t r = p.first + j;
-  return ElemAt(base, static_cast<int64_t>(p.blocks[r / p.size]) * block + (r % p.size) * row, t);
+  const int64_t b = p.shift >= 0 ? r >> p.shift : r / p.size;
+  return ElemAt(base, static_cast<int64_t>(p.blocks[b]) * block + (r - b * p.size) * row, t);
 }
 inline const float* KeyRow(const Operands& op, int64_t j) {
   return op.paging ? PagedRow(op.k, op.k_row, op.paging->k_block, *op.paging, j, op.k_type)
