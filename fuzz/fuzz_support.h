@@ -61,7 +61,10 @@ class Input {
   size_t pos_ = 0;
 };
 
-enum Layout { kBHTD = 0, kBTHD = 1, kPaddedRows = 2, kDimSlowest = 3 };
+// kRows4K: [B, T, H, D] with rows 2048 elements apart (8 KiB of f32, 4 KiB of 16-bit
+// elements: every row of a head in the same L1 sets, the rows decode copies a group at a
+// time before reading them); never drawn by Problem::Read.
+enum Layout { kBHTD = 0, kBTHD = 1, kPaddedRows = 2, kDimSlowest = 3, kRows4K = 4 };
 
 // The element types a call passes q, k and v (and o) in: f32 unless a target draws them.
 // The tensors stay f32 buffers; the call narrows copies (Run).
@@ -147,6 +150,9 @@ struct Tensor {
         break;
       case kDimSlowest:
         st[2] = 1, st[3] = c, st[1] = c * d, st[0] = b * c * d;
+        break;
+      case kRows4K:
+        st[3] = 1, st[1] = d, st[2] = (b * d + 2047) / 2048 * 2048, st[0] = c * st[2];
         break;
       default:
         st[3] = 1, st[2] = d, st[1] = c * d, st[0] = b * c * d;
