@@ -806,17 +806,20 @@ int RunBench(int argc, char** argv) {
       std::printf(
           "{\"limits\":true,\"fma_peak_gflops\":%.4g,\"fma_peak_avx2_gflops\":%.4g,"
           "\"muladd_sse_gflops\":%.4g,\"sgemm_gflops\":%.4g,\"read_gbps\":%.4g,"
-          "\"fma_peak_neon_gflops\":%.4g,\"read_blocks_gbps\":%.4g}\n",
+          "\"fma_peak_neon_gflops\":%.4g,\"read_blocks_gbps\":%.4g,\"threads\":%d,"
+          "\"read_threads_gbps\":%.4g}\n",
           l.fma512 > 0   ? l.fma512
           : l.fma256 > 0 ? l.fma256
                          : l.fma128,
-          l.fma256, l.muladd128, l.sgemm, l.read_gbps, l.fma128, l.read_blocks_gbps);
+          l.fma256, l.muladd128, l.sgemm, l.read_gbps, l.fma128, l.read_blocks_gbps, l.threads,
+          l.read_threads_gbps);
     else
       std::printf(
           "one core: FMA peak %.1f GFLOP/s (zmm), %.1f (ymm), SSE mul+add %.1f, "
           "NEON FMA %.1f; OpenBLAS sgemm %.1f GFLOP/s; read %.1f GB/s (64 KiB blocks in "
-          "shuffled order: %.1f)\n",
-          l.fma512, l.fma256, l.muladd128, l.fma128, l.sgemm, l.read_gbps, l.read_blocks_gbps);
+          "shuffled order: %.1f); %d cores reading: %.1f GB/s\n",
+          l.fma512, l.fma256, l.muladd128, l.fma128, l.sgemm, l.read_gbps, l.read_blocks_gbps,
+          l.threads, l.read_threads_gbps);
     return 0;
   }
   const Limits limits = MeasureLimits(false);

@@ -1,9 +1,13 @@
 // Machine limits measured in-process for `octattn bench --limits`: FMA peak of one core
 // (independent chains per register width), OpenBLAS sgemm, read bandwidth (in order, and
-// through blocks of kReadBlock bytes in shuffled order: a paged cache's reads).
+// through blocks of kReadBlock bytes in shuffled order: a paged cache's reads; and of
+// every core at once).
 #include "limits.h"
 
 #include <dlfcn.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #define OCTATTN_X86 1
@@ -14,10 +18,12 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -138,15 +144,28 @@ double Sgemm(int n) {
 // function is cloned per instruction set and the loader picks the one this CPU runs.
 typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
 
+// The sum of n floats (a multiple of 32), four independent chains.
 #if OCTATTN_X86
 __attribute__((target_clones("avx2", "default"), noinline))
 #else
 __attribute__((noinline))
 #endif
-double
-ReadBandwidth(size_t bytes, size_t block_bytes) {
-  // Blocks of block (or all n) floats, read in a shuffled order (fixed seed), each from
-  // its start to its end.
+float
+SumRange(const float* p, size_t n) {
+  Floats8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  for (size_t i = 0; i < n; i += 32) {
+    s0 += *reinterpret_cast<const Floats8*>(p + i);
+    s1 += *reinterpret_cast<const Floats8*>(p + i + 8);
+    s2 += *reinterpret_cast<const Floats8*>(p + i + 16);
+    s3 += *reinterpret_cast<const Floats8*>(p + i + 24);
+  }
+  const Floats8 sum = (s0 + s1) + (s2 + s3);
+  return sum[0];
+}
+
+// GB/s of one thread reading `bytes`: in order, or in blocks of block_bytes read in a
+// shuffled order (fixed seed), each from its start to its end. Best of five.
+double ReadBandwidth(size_t bytes, size_t block_bytes) {
   const size_t block = block_bytes / sizeof(float) / 32 * 32;
   const size_t n = bytes / sizeof(float) / (block ? block : 32) * (block ? block : 32);
   std::vector<float> buf(n, 1.0f);
@@ -156,20 +175,53 @@ ReadBandwidth(size_t bytes, size_t block_bytes) {
   const size_t len = block ? block : n;
   double best = 0;
   for (int r = 0; r < 5; ++r) {
-    Floats8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+    float sink = 0;
     const double t0 = Now();
-    for (const size_t first : order)
-      for (size_t i = first; i < first + len; i += 32) {
-        s0 += *reinterpret_cast<const Floats8*>(&buf[i]);
-        s1 += *reinterpret_cast<const Floats8*>(&buf[i + 8]);
-        s2 += *reinterpret_cast<const Floats8*>(&buf[i + 16]);
-        s3 += *reinterpret_cast<const Floats8*>(&buf[i + 24]);
-      }
+    for (const size_t first : order) sink += SumRange(buf.data() + first, len);
     const double dt = Now() - t0;
-    const Floats8 sum = (s0 + s1) + (s2 + s3);
-    if (sum[0] == -1.0f) std::puts("");
-    const double g = n * sizeof(float) / dt / 1e9;
-    if (g > best) best = g;
+    if (sink == -1.0f) std::puts("");
+    best = std::max(best, n * sizeof(float) / dt / 1e9);
+  }
+  return best;
+}
+
+// The CPUs this process may run on (its affinity mask; elsewhere every CPU).
+int UsableCpus() {
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// GB/s of `threads` threads reading `bytes` in order, each its own contiguous part, all
+// started together. Best of five.
+double ReadBandwidthThreads(size_t bytes, int threads) {
+  const size_t part = bytes / sizeof(float) / static_cast<size_t>(threads) / 32 * 32;
+  std::vector<float> buf(part * static_cast<size_t>(threads), 1.0f);
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<float> sinks(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        sinks[static_cast<size_t>(t)] = SumRange(buf.data() + static_cast<size_t>(t) * part, part);
+      });
+    while (ready.load() < threads) {
+    }
+    const double t0 = Now();
+    go.store(true, std::memory_order_release);
+    for (std::thread& th : pool) th.join();
+    const double dt = Now() - t0;
+    for (float x : sinks)
+      if (x == -1.0f) std::puts("");
+    best = std::max(best, buf.size() * sizeof(float) / dt / 1e9);
   }
   return best;
 }
@@ -191,6 +243,9 @@ Limits MeasureLimits(bool full, bool quick) {
   if (full) {
     l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, 0);
     l.read_blocks_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, kReadBlock);
+    l.threads = UsableCpus();
+    l.read_threads_gbps =
+        ReadBandwidthThreads(quick ? size_t{1} << 20 : size_t{256} << 20, l.threads);
     l.sgemm = Sgemm(quick ? 64 : 2048);
   }
   return l;

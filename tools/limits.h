@@ -14,6 +14,8 @@ struct Limits {
   // The same reads through 64 KiB blocks in shuffled order: the reads of a paged KV cache
   // of 16-row blocks with 4 KiB rows (Hkv 8, D 128, f32), whose blocks lie anywhere.
   double read_blocks_gbps = 0;
+  int threads = 0;               // the CPUs this process may use
+  double read_threads_gbps = 0;  // that many threads reading at once, in order
 };
 constexpr size_t kReadBlock = size_t{64} << 10;
 
