@@ -500,7 +500,7 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // rows spread over the sets, the copy costs more than it saves (AMD Zen 5, one thread,
 // 16 sequences of 256..7936 keys: 4 KiB apart +12%; 3.5 KiB and 2 KiB apart -12%, -6%).
 // Measured on 4 KiB pages; on transparent huge pages, where the rows' pages cost no
-// table walks, the copy costs 3% (contiguous) to 8% (paged, blocks of 16).
+// table walks, the copy costs 3% (contiguous) to 11% (paged, blocks of 16).
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
 constexpr int64_t kStageAhead = 4;
