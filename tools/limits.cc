@@ -209,12 +209,10 @@ double ReadBandwidthThreads(size_t bytes, int threads) {
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
         ready.fetch_add(1);
-        while (!go.load(std::memory_order_acquire)) {
-        }
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
         sinks[static_cast<size_t>(t)] = SumRange(buf.data() + static_cast<size_t>(t) * part, part);
       });
-    while (ready.load() < threads) {
-    }
+    while (ready.load() < threads) std::this_thread::yield();
     const double t0 = Now();
     go.store(true, std::memory_order_release);
     for (std::thread& th : pool) th.join();

@@ -501,12 +501,12 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // 16 sequences of 256..7936 keys: 4 KiB apart +12%; 3.5 KiB and 2 KiB apart -12%, -6%).
 // Measured on 4 KiB pages; on transparent huge pages, where the rows' pages cost no
 // table walks, the copy costs 3% (contiguous) to 11% (paged, blocks of 16).
-// Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
-// batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
-constexpr int64_t kStageAhead = 4;
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes) {
   return row >= 2 * dim && (row * bytes) % 4096 == 0;
 }
+// Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
+// batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
+constexpr int64_t kStageAhead = 4;
 
 // Where a direct tile's rows are, and the order they are read in: the stream of its key
 // rows, then its value rows, then the next tile's key rows.
