@@ -206,6 +206,8 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
   });
 }
 
+}  // extern "C"
+
 namespace {
 
 api::Check Softmax(octattn_context* ctx, octattn_tensor* scores, const float* sinks,
@@ -238,6 +240,8 @@ api::Check Softmax(octattn_context* ctx, octattn_tensor* scores, const float* si
 }
 
 }  // namespace
+
+extern "C" {
 
 octattn_status octattn_softmax(octattn_context* ctx, octattn_tensor* scores, octattn_tensor* lse) {
   return api::Guard(ctx, [&]() { return Softmax(ctx, scores, nullptr, lse); });
