@@ -492,17 +492,19 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 
 // Whether a direct tile copies each kv head's group of kDirectKeys rows (`dim` elements
 // of `bytes`, `row` elements apart) into scratch before reading it: where the rows lie a
-// multiple of 4 KiB apart ([T, H, D] layouts and vLLM's pools with H * D * bytes a
-// multiple of 4096: f32 with 8 kv heads of 128) they all fall in the same few L1 sets,
+// multiple of 4 KiB apart ([T, H, D] layouts with H * D * bytes a multiple of 4096: f32
+// with 8 kv heads of 128) they all fall in the same few L1 sets,
 // so that the transposes, reading each row's lines in pieces, find them evicted by the
 // group's other rows and by the rows fetched ahead. The copy reads each line once,
 // whole; the transposes read a contiguous block. Same values, same bytes. Where the
 // rows spread over the sets, the copy costs more than it saves (AMD Zen 5, one thread,
 // 16 sequences of 256..7936 keys: 4 KiB apart +12%; 3.5 KiB and 2 KiB apart -12%, -6%).
 // Measured on 4 KiB pages; on transparent huge pages, where the rows' pages cost no
-// table walks, the copy costs 3% (contiguous) to 11% (paged, blocks of 16).
-static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes) {
-  return row >= 2 * dim && (row * bytes) % 4096 == 0;
+// table walks, the copy costs 3%. Paged rows (vLLM's pools, blocks of 16) are read in
+// place: there the copy gained 0-8% on one thread and 4 KiB pages and cost 6-17% on two
+// threads or huge pages.
+static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
+  return !paging && row >= 2 * dim && (row * bytes) % 4096 == 0;
 }
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
@@ -1058,8 +1060,8 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     }
   };
   const Operands& op0 = ts[0].op;
-  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T));
-  const bool stage_v = StageRows(op0.v_row, op0.value_dim, DtypeBytes(T));
+  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging);
+  const bool stage_v = StageRows(op0.v_row, op0.value_dim, DtypeBytes(T), op0.paging);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
