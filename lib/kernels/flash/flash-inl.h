@@ -501,8 +501,8 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // 16 sequences of 256..7936 keys: 4 KiB apart +12%; 3.5 KiB and 2 KiB apart -12%, -6%).
 // Measured on 4 KiB pages; on transparent huge pages, where the rows' pages cost no
 // table walks, the copy costs 3%. Paged rows (vLLM's pools, blocks of 16) are read in
-// place: there the copy gained 0-8% on one thread and 4 KiB pages and cost 6-17% on two
-// threads or huge pages.
+// place: there the copy gained 8% on one thread and 4 KiB pages and cost 8-15% on two
+// threads or huge pages (means of three rounds).
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
   return !paging && row >= 2 * dim && (row * bytes) % 4096 == 0;
 }
