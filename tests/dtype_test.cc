@@ -506,9 +506,9 @@ TEST_CASE("a paged 16-bit cache gives the bytes of contiguous 16-bit keys", "[dt
     }
 }
 
-// Key and value rows a multiple of 4 KiB apart (16 kv heads of 128 in [T, H, D] and in
-// a vLLM pool) are copied a group at a time before the in-place tiles read them: the
-// same bytes as the [H, T, D] layout's tiles, which read them where they are.
+// Key and value rows a multiple of 4 KiB apart (16 kv heads of 128 in [T, H, D]) are
+// copied a group at a time before the in-place tiles read them; the same rows in a vLLM
+// pool are read where they are, as are the [H, T, D] layout's: all three the same bytes.
 TEST_CASE("rows 4 KiB apart, [T, H, D] and paged, give the bytes of [H, T, D], every target",
           "[dtype][invariants][dispatch]") {
   const int64_t hq = 32, hkv = 16, d = 128, n = Emulated() ? 300 : 600;
