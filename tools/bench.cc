@@ -807,19 +807,20 @@ int RunBench(int argc, char** argv) {
           "{\"limits\":true,\"fma_peak_gflops\":%.4g,\"fma_peak_avx2_gflops\":%.4g,"
           "\"muladd_sse_gflops\":%.4g,\"sgemm_gflops\":%.4g,\"read_gbps\":%.4g,"
           "\"fma_peak_neon_gflops\":%.4g,\"read_blocks_gbps\":%.4g,\"threads\":%d,"
-          "\"read_threads_gbps\":%.4g}\n",
+          "\"read_threads_gbps\":%.4g,\"read_slices_gbps\":%.4g}\n",
           l.fma512 > 0   ? l.fma512
           : l.fma256 > 0 ? l.fma256
                          : l.fma128,
           l.fma256, l.muladd128, l.sgemm, l.read_gbps, l.fma128, l.read_blocks_gbps, l.threads,
-          l.read_threads_gbps);
+          l.read_threads_gbps, l.read_slices_gbps);
     else
       std::printf(
           "one core: FMA peak %.1f GFLOP/s (zmm), %.1f (ymm), SSE mul+add %.1f, "
           "NEON FMA %.1f; OpenBLAS sgemm %.1f GFLOP/s; read %.1f GB/s (64 KiB blocks in "
-          "shuffled order: %.1f); %d cores reading: %.1f GB/s\n",
+          "shuffled order: %.1f; 512 B slices of 4 KiB rows, 32 rows a pass: %.1f); %d cores "
+          "reading: %.1f GB/s\n",
           l.fma512, l.fma256, l.muladd128, l.fma128, l.sgemm, l.read_gbps, l.read_blocks_gbps,
-          l.threads, l.read_threads_gbps);
+          l.read_slices_gbps, l.threads, l.read_threads_gbps);
     return 0;
   }
   const Limits limits = MeasureLimits(false);

@@ -1,7 +1,7 @@
 // Machine limits measured in-process for `octattn bench --limits`: FMA peak of one core
 // (independent chains per register width), OpenBLAS sgemm, read bandwidth (in order, and
-// through blocks of kReadBlock bytes in shuffled order: a paged cache's reads; and of
-// every core at once).
+// through blocks of kReadBlock bytes in shuffled order: a paged cache's reads; in slices
+// of rows, a [T, H, D] cache's; and of every core at once).
 #include "limits.h"
 
 #include <dlfcn.h>
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -144,21 +145,23 @@ double Sgemm(int n) {
 // function is cloned per instruction set and the loader picks the one this CPU runs.
 typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
 
-// The sum of n floats (a multiple of 32), four independent chains.
+// The sum of `runs` runs of n floats (a multiple of 32) each, `stride` floats apart, four
+// independent chains.
 #if OCTATTN_X86
 __attribute__((target_clones("avx2", "default"), noinline))
 #else
 __attribute__((noinline))
 #endif
 float
-SumRange(const float* p, size_t n) {
+SumRange(const float* p, size_t n, size_t runs = 1, size_t stride = 0) {
   Floats8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
-  for (size_t i = 0; i < n; i += 32) {
-    s0 += *reinterpret_cast<const Floats8*>(p + i);
-    s1 += *reinterpret_cast<const Floats8*>(p + i + 8);
-    s2 += *reinterpret_cast<const Floats8*>(p + i + 16);
-    s3 += *reinterpret_cast<const Floats8*>(p + i + 24);
-  }
+  for (size_t r = 0; r < runs; ++r, p += stride)
+    for (size_t i = 0; i < n; i += 32) {
+      s0 += *reinterpret_cast<const Floats8*>(p + i);
+      s1 += *reinterpret_cast<const Floats8*>(p + i + 8);
+      s2 += *reinterpret_cast<const Floats8*>(p + i + 16);
+      s3 += *reinterpret_cast<const Floats8*>(p + i + 24);
+    }
   const Floats8 sum = (s0 + s1) + (s2 + s3);
   return sum[0];
 }
@@ -181,6 +184,31 @@ double ReadBandwidth(size_t bytes, size_t block_bytes) {
     const double dt = Now() - t0;
     if (sink == -1.0f) std::puts("");
     best = std::max(best, n * sizeof(float) / dt / 1e9);
+  }
+  return best;
+}
+
+// GB/s of one thread reading `bytes` as rows of kSliceRow bytes in groups of kSliceGroup
+// rows: each group in kSliceRow / kSlice passes, pass x reading slice x (kSlice bytes at
+// x * kSlice) of every row of the group. Best of five.
+double ReadSlices(size_t bytes) {
+  constexpr size_t row = kSliceRow / sizeof(float), slice = kSlice / sizeof(float);
+  const size_t rows = std::max<size_t>(1, bytes / kSliceRow / kSliceGroup) * kSliceGroup;
+  // Rows on 4 KiB boundaries, as a tensor allocator's alignment puts them.
+  std::vector<float> store(rows * row + row, 1.0f);
+  float* rows0 =
+      store.data() +
+      (row - reinterpret_cast<uintptr_t>(store.data()) % kSliceRow / sizeof(float)) % row;
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    float sink = 0;
+    const double t0 = Now();
+    for (size_t g = 0; g < rows; g += kSliceGroup)
+      for (size_t x = 0; x < row; x += slice)
+        sink += SumRange(rows0 + g * row + x, slice, kSliceGroup, row);
+    const double dt = Now() - t0;
+    if (sink == -1.0f) std::puts("");
+    best = std::max(best, rows * kSliceRow / dt / 1e9);
   }
   return best;
 }
@@ -241,6 +269,7 @@ Limits MeasureLimits(bool full, bool quick) {
   if (full) {
     l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, 0);
     l.read_blocks_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, kReadBlock);
+    l.read_slices_gbps = ReadSlices(quick ? size_t{1} << 20 : size_t{256} << 20);
     l.threads = UsableCpus();
     l.read_threads_gbps =
         ReadBandwidthThreads(quick ? size_t{1} << 20 : size_t{256} << 20, l.threads);

@@ -16,8 +16,13 @@ struct Limits {
   double read_blocks_gbps = 0;
   int threads = 0;               // the CPUs this process may use
   double read_threads_gbps = 0;  // that many threads reading at once, in order
+  // Reads of kSlice bytes of rows kSliceRow bytes apart, kSliceGroup rows a pass, every
+  // slice of a group's rows in turn: the reads of decode from a [T, H, D] cache (f32, 8
+  // kv heads of 128) whose kv heads share each group of key rows.
+  double read_slices_gbps = 0;
 };
 constexpr size_t kReadBlock = size_t{64} << 10;
+constexpr size_t kSliceRow = 4096, kSlice = 512, kSliceGroup = 32;
 
 // The FMA peaks (of the instruction sets this CPU has) always; sgemm and read bandwidth
 // only when `full`. `quick`: a thousandth of the work, for tests (not a measurement).
