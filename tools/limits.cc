@@ -267,12 +267,12 @@ Limits MeasureLimits(bool full, bool quick) {
   l.fma128 = Best(FmaNeon, iters);
 #endif
   if (full) {
-    l.read_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, 0);
-    l.read_blocks_gbps = ReadBandwidth(quick ? size_t{1} << 20 : size_t{256} << 20, kReadBlock);
-    l.read_slices_gbps = ReadSlices(quick ? size_t{1} << 20 : size_t{256} << 20);
+    const size_t bytes = quick ? size_t{1} << 20 : size_t{256} << 20;
+    l.read_gbps = ReadBandwidth(bytes, 0);
+    l.read_blocks_gbps = ReadBandwidth(bytes, kReadBlock);
+    l.read_slices_gbps = ReadSlices(bytes);
     l.threads = UsableCpus();
-    l.read_threads_gbps =
-        ReadBandwidthThreads(quick ? size_t{1} << 20 : size_t{256} << 20, l.threads);
+    l.read_threads_gbps = ReadBandwidthThreads(bytes, l.threads);
     l.sgemm = Sgemm(quick ? 64 : 2048);
   }
   return l;
