@@ -464,9 +464,9 @@ static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const
 // So a row's bits are those of FlashBlock on the packed tile, with no copy of K or V,
 // and K and V each stream through the core once, in order, each step prefetching the
 // rows of the next.
-// Key vectors per Q K^T step: two, so that 2R chains hide the FMA latency (on 16-register
-// targets some transposed keys spill to L1, still faster than one: AVX2 on Zen 5, 18.5
-// against 21 GB/s).
+// Key vectors per Q K^T step (but see OneKeyVec): two, so that 2R chains hide the FMA
+// latency (on 16-register targets some transposed keys spill to L1, still faster than
+// one: AVX2 on Zen 5, 18.5 against 21 GB/s).
 constexpr int kDirectVecs = 2;
 constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
 // f32 rows fetched ahead of the row being read: far enough for memory's latency at its
@@ -505,6 +505,18 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // threads or huge pages (means of three rounds).
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
   return !paging && row >= 2 * dim && (row * bytes) % 4096 == 0;
+}
+// Whether Q K^T steps take one key vector (kLanes keys) at a time, not kDirectVecs:
+// where paged key rows, read in place, lie a multiple of 4 KiB apart (vLLM's pools of f32
+// rows of 8 kv heads of 128), so that each step's rows share a few L1 sets. With half the
+// rows a step, fewer of a line's first-half readers evict it before its second half is
+// read. Same chains, same bytes. (AMD Zen 5, one thread, Hq 32 / Hkv 8, D 128, blocks of
+// 16: one sequence of 512 keys from L3 18.1-18.6 -> 22.9-23.7 GB/s; 16 sequences of
+// 256..7936 keys from memory 11.3-11.8 -> 11.2-14.2 on one thread, 15.0-20.2 -> 23.0-23.7
+// on two. Contiguous rows so far apart are staged instead; where rows 3.5 KiB apart
+// are read in place one vector cost 7%.)
+static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
+  return paging && (row * bytes) % 4096 == 0;
 }
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
@@ -591,20 +603,20 @@ struct DirectTile {
 };
 
 // Scaled scores of R rows for the keys of the tile (elements of type T) into
-// s[r][0, t1 - t0).
-template <int R, Dtype T>
+// s[r][0, t1 - t0), Vecs key vectors a step (kDirectVecs, or one: OneKeyVec).
+template <int R, Dtype T, int Vecs>
 static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const float* const* q,
                                 float* const* s, int64_t j_begin, int64_t j_end) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
   const int64_t hd = t.op.head_dim, q_dim = t.op.q_dim;
-  const int64_t per = (kDirectKeys + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
+  const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
   const typename S::V vs = S::Set(t.op.scale);
-  for (int64_t j = j_begin; j < j_end; j += kDirectKeys) {
+  for (int64_t j = j_begin; j < j_end; j += KP) {
     // Each key vector's rows, a row stride apart: in place, or (paged keys across a block
     // boundary) copied into scratch.
-    const float* rows[kDirectVecs];
-    int64_t row[kDirectVecs];
-    for (int g = 0; g < kDirectVecs; ++g) {
+    const float* rows[Vecs];
+    int64_t row[Vecs];
+    for (int g = 0; g < Vecs; ++g) {
       const int64_t j0 = j + g * L;
       rows[g] = dt.K(j0);
       row[g] = dt.KStride();
@@ -620,9 +632,9 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
     for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
     for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
       const int64_t d1 = plan::MinI(hd, d0 + kDotBlock);
-      typename S::V acc[R][kDirectVecs];
+      typename S::V acc[R][Vecs];
       for (int r = 0; r < R; ++r)
-        for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::Zero();
+        for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
       int64_t d = d0;
       if constexpr (T == kBf16 && S::kBf16Pairs) {
         // Sixteen bf16 dimensions a step, transposed as eight pairs. With bf16 pairs
@@ -631,32 +643,31 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         // chains in the same order as f32, a third of the shuffles.
         auto steps = [&](auto pairs) {
           for (; d + 16 <= d1; d += 16) {
-            for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, kDirectKeys); ++e)
+            for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, KP); ++e)
               dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
-            typename S::V kp[kDirectVecs][8];
-            for (int g = 0; g < kDirectVecs; ++g)
+            typename S::V kp[Vecs][8];
+            for (int g = 0; g < Vecs; ++g)
               S::TransposeBf16Pairs(ElemAt(rows[g], d, T), row[g], kp[g]);
             for (int i = 0; i < 8; ++i) {
               if constexpr (decltype(pairs)::value) {
                 for (int r = 0; r < R; ++r) {
                   const typename S::V qb = S::Set(q[r][d / 2 + i]);
-                  for (int g = 0; g < kDirectVecs; ++g)
-                    acc[r][g] = S::DotBf16(qb, kp[g][i], acc[r][g]);
+                  for (int g = 0; g < Vecs; ++g) acc[r][g] = S::DotBf16(qb, kp[g][i], acc[r][g]);
                 }
                 continue;
               }
-              typename S::V ev[kDirectVecs], od[kDirectVecs];
-              for (int g = 0; g < kDirectVecs; ++g) {
+              typename S::V ev[Vecs], od[Vecs];
+              for (int g = 0; g < Vecs; ++g) {
                 ev[g] = S::Bf16Even(kp[g][i]);
                 od[g] = S::Bf16Odd(kp[g][i]);
               }
               for (int r = 0; r < R; ++r) {
                 const typename S::V qb = S::Set(q[r][(d + 2 * i) * q_dim]);
-                for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, ev[g], acc[r][g]);
+                for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, ev[g], acc[r][g]);
               }
               for (int r = 0; r < R; ++r) {
                 const typename S::V qb = S::Set(q[r][(d + 2 * i + 1) * q_dim]);
-                for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, od[g], acc[r][g]);
+                for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, od[g], acc[r][g]);
               }
             }
           }
@@ -669,18 +680,18 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       }
       for (; d < d1; d += 8) {
         // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
-        for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, kDirectKeys); ++e)
+        for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, KP); ++e)
           dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
-        typename S::V kv[kDirectVecs][8];
-        for (int g = 0; g < kDirectVecs; ++g)
+        typename S::V kv[Vecs][8];
+        for (int g = 0; g < Vecs; ++g)
           S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
         for (int i = 0; i < 8; ++i)
           for (int r = 0; r < R; ++r) {
             const typename S::V qb = S::Set(q[r][(d + i) * q_dim]);
-            for (int g = 0; g < kDirectVecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
+            for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
           }
       }
-      StoreDotBlock<R, kDirectVecs>(acc, out, d0 > 0, d1 == hd, vs);
+      StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
     }
   }
 }
@@ -1062,6 +1073,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   const Operands& op0 = ts[0].op;
   const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging);
   const bool stage_v = StageRows(op0.v_row, op0.value_dim, DtypeBytes(T), op0.paging);
+  const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
@@ -1074,9 +1086,15 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           q[r] = fs[x].rows[i + r].q;
           s[r] = fs[x].s_buf + (i + r) * kTileKeys;
         }
-        if (h == 4) DirectScores<4, T>(ts[x], dt, q, s, j, j1);
-        if (h == 2) DirectScores<2, T>(ts[x], dt, q, s, j, j1);
-        if (h == 1) DirectScores<1, T>(ts[x], dt, q, s, j, j1);
+        if (one_vec) {
+          if (h == 4) DirectScores<4, T, 1>(ts[x], dt, q, s, j, j1);
+          if (h == 2) DirectScores<2, T, 1>(ts[x], dt, q, s, j, j1);
+          if (h == 1) DirectScores<1, T, 1>(ts[x], dt, q, s, j, j1);
+          return;
+        }
+        if (h == 4) DirectScores<4, T, kDirectVecs>(ts[x], dt, q, s, j, j1);
+        if (h == 2) DirectScores<2, T, kDirectVecs>(ts[x], dt, q, s, j, j1);
+        if (h == 1) DirectScores<1, T, kDirectVecs>(ts[x], dt, q, s, j, j1);
       });
     }
   bool read[kMaxTaskKvHeads][kPackValueRows];
