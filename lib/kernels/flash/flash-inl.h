@@ -506,17 +506,18 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
   return !paging && row >= 2 * dim && (row * bytes) % 4096 == 0;
 }
-// Whether Q K^T steps take one key vector (kLanes keys) at a time, not kDirectVecs:
+// Whether Q K^T steps take one key vector (sixteen keys) at a time, not kDirectVecs:
 // where paged key rows, read in place, lie a multiple of 4 KiB apart (vLLM's pools of f32
-// rows of 8 kv heads of 128), so that each step's rows share a few L1 sets. With half the
-// rows a step, fewer of a line's first-half readers evict it before its second half is
-// read. Same chains, same bytes. (AMD Zen 5, one thread, Hq 32 / Hkv 8, D 128, blocks of
-// 16: one sequence of 512 keys from L3 18.1-18.6 -> 22.9-23.7 GB/s; 16 sequences of
-// 256..7936 keys from memory 11.3-11.8 -> 11.2-14.2 on one thread, 15.0-20.2 -> 23.0-23.7
-// on two. Contiguous rows so far apart are staged instead; where rows 3.5 KiB apart
-// are read in place one vector cost 7%.)
+// rows of 8 kv heads of 128), so that each step's rows share a few L1 sets. With sixteen
+// rows a step rather than 32, fewer of a line's first-half readers evict it before its
+// second half is read. Same chains, same bytes. Eight-lane targets already take sixteen
+// rows a step. (AMD Zen 5, Hq 32 / Hkv 8, D 128, blocks of 16: one sequence of 512 keys
+// from L3, one thread, 18.1-18.6 -> 22.9-23.7 GB/s; 16 sequences of 256..7936 keys from
+// memory, means of three rounds, 12.2 -> 13.1 on one thread, 21.8 -> 24.5 on two.
+// Contiguous rows so far apart are staged instead; where rows 3.5 KiB apart are read in
+// place one vector cost 7%.)
 static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
-  return paging && (row * bytes) % 4096 == 0;
+  return S::kLanes >= 16 && paging && (row * bytes) % 4096 == 0;
 }
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
