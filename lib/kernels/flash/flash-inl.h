@@ -490,6 +490,10 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
+// Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
+// share a few L1 sets (4 KiB an L1 way on the x86 cores measured here).
+static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * bytes) % 4096 == 0; }
+
 // Whether a direct tile copies each kv head's group of kDirectKeys rows (`dim` elements
 // of `bytes`, `row` elements apart) into scratch before reading it: where the rows lie a
 // multiple of 4 KiB apart ([T, H, D] layouts with H * D * bytes a multiple of 4096: f32
@@ -504,7 +508,7 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // place: there the copy gained 8% on one thread and 4 KiB pages and cost 8-15% on two
 // threads or huge pages (means of three rounds).
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
-  return !paging && row >= 2 * dim && (row * bytes) % 4096 == 0;
+  return !paging && row >= 2 * dim && RowsShareSets(row, bytes);
 }
 // Whether Q K^T steps take one key vector (sixteen keys) at a time, not kDirectVecs:
 // where paged key rows, read in place, lie a multiple of 4 KiB apart (vLLM's pools of f32
@@ -517,7 +521,7 @@ static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Pagi
 // Contiguous rows so far apart are staged instead; where rows 3.5 KiB apart are read in
 // place one vector cost 7%.)
 static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
-  return S::kLanes >= 16 && paging && (row * bytes) % 4096 == 0;
+  return S::kLanes >= 16 && paging && RowsShareSets(row, bytes);
 }
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
