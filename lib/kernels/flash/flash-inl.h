@@ -527,8 +527,8 @@ static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
 // (DirectTile::share): all nh where head x's key and value rows start x rows of head_dim
 // (value_dim) elements after head 0's, so that a key's rows of all heads are one block
 // ([T, H, D] and vLLM's paged pools), and nh divides kDirectKeys; else 1. (AMD Zen 5, Hq
-// 32 / Hkv 8, D 128, 16 sequences of 256..7936 keys, medians of six alternating rounds:
-// [T, H, D] one thread +11%, two +8%; paged blocks of 16, one thread +8%.)
+// 32 / Hkv 8, D 128, 16 sequences of 256..7936 keys, medians of alternating rounds: ragged
+// [T, H, D] +9% on one thread, +10% on two; paged, blocks of 16, +10% and +7%.)
 static inline int64_t KeyMajorHeads(const FlashTask* ts, int64_t nh) {
   if (nh < 2 || kDirectKeys % nh != 0) return 1;
   const Operands& a = ts[0].op;
