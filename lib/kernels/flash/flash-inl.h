@@ -526,12 +526,16 @@ static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
 // The kv heads of a shared-rows task that fetch their direct tiles' rows key-major
 // (DirectTile::share): all nh where head x's key and value rows start x rows of head_dim
 // (value_dim) elements after head 0's, so that a key's rows of all heads are one block
-// ([T, H, D] and vLLM's paged pools), and nh divides kDirectKeys; else 1. (AMD Zen 5, Hq
-// 32 / Hkv 8, D 128, 16 sequences of 256..7936 keys, medians of alternating rounds: ragged
-// [T, H, D] +9% on one thread, +10% on two; paged, blocks of 16, +10% and +7%.)
+// ([T, H, D] and vLLM's paged pools), nh divides kDirectKeys, and keys and values are
+// f32; else 1. (AMD Zen 5, Hq 32 / Hkv 8, D 128, 16 sequences of 256..7936 keys, medians
+// of four alternating rounds: ragged [T, H, D] +13% on one thread, +2% on two, +20% and
+// +10% on huge pages; paged, blocks of 16, +2% and +6%, +8% and +12% on huge pages;
+// Hq 64 / Hkv 16 +18% on one thread. bf16 rows, Hkv 8 and 16, ran 25-30% slower
+// key-major at their distance of two groups, and no faster at one: they stay head by head.)
 static inline int64_t KeyMajorHeads(const FlashTask* ts, int64_t nh) {
   if (nh < 2 || kDirectKeys % nh != 0) return 1;
   const Operands& a = ts[0].op;
+  if (a.k_type != kF32 || a.v_type != kF32) return 1;
   for (int64_t x = 1; x < nh; ++x) {
     const Operands& b = ts[x].op;
     if (b.k != ElemAt(a.k, x * a.head_dim, a.k_type) ||
