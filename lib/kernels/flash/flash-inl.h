@@ -523,29 +523,6 @@ static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Pagi
 static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
   return S::kLanes >= 16 && paging && RowsShareSets(row, bytes);
 }
-// The kv heads of a shared-rows task that fetch their direct tiles' rows key-major
-// (DirectTile::share): all nh where head x's key and value rows start x rows of head_dim
-// (value_dim) elements after head 0's, so that a key's rows of all heads are one block
-// ([T, H, D] and vLLM's paged pools), nh divides kDirectKeys, and keys and values are
-// f32; else 1. (AMD Zen 5, Hq 32 / Hkv 8, D 128, 16 sequences of 256..7936 keys, medians
-// of four alternating rounds: ragged [T, H, D] +13% on one thread, +2% on two, +20% and
-// +10% on huge pages; paged, blocks of 16, +2% and +6%, +8% and +12% on huge pages;
-// Hq 64 / Hkv 16 +18% on one thread. bf16 rows, Hkv 8 and 16, ran 25-30% slower
-// key-major at their distance of two groups, and no faster at one: they stay head by head.)
-static inline int64_t KeyMajorHeads(const FlashTask* ts, int64_t nh) {
-  if (nh < 2 || kDirectKeys % nh != 0) return 1;
-  const Operands& a = ts[0].op;
-  if (a.k_type != kF32 || a.v_type != kF32) return 1;
-  for (int64_t x = 1; x < nh; ++x) {
-    const Operands& b = ts[x].op;
-    if (b.k != ElemAt(a.k, x * a.head_dim, a.k_type) ||
-        b.v != ElemAt(a.v, x * a.value_dim, a.v_type) || !b.paging != !a.paging ||
-        (a.paging && (b.paging->blocks != a.paging->blocks || b.paging->first != a.paging->first)))
-      return 1;
-  }
-  return nh;
-}
-
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
 constexpr int64_t kStageAhead = 4;
@@ -563,12 +540,6 @@ struct DirectTile {
   const float* ks = nullptr;
   const float* vs = nullptr;
   int64_t s0 = 0;
-  // Key-major fetches (KeyMajorHeads): the `share` kv heads of the task (this one is
-  // `head`) keep their rows of a key side by side ([T, H, D], paged pools), and fetch
-  // each group of G = kDirectKeys keys together, key by key: head x's fetches of a group
-  // are the rows of all heads of its keys [x G / share, (x + 1) G / share), so that
-  // memory is asked for in address order rather than one head's row of each key.
-  int64_t share = 1, head = 0;
 
   const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
   const float* SrcV(int64_t g) const { return ValueRow(*op, first + g); }
@@ -605,32 +576,19 @@ struct DirectTile {
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
     return plan::MinI(end, g + size - r % size);
   }
-  // The e-th fetch of a stream section of keys [a, end), key rows or value rows: row
-  // a + e of this head, or key-major (share > 1) the row of a key of its group held by
-  // another head (a partial group: this head's own rows).
-  const float* SectionRow(bool values, int64_t a, int64_t e, int64_t end) const {
-    const int64_t group = e - e % kDirectKeys;
-    if (share > 1 && a + group + kDirectKeys <= end) {
-      const int64_t m = head * kDirectKeys + e % kDirectKeys;
-      const int64_t key = a + group + m / share, h = m % share - head;
-      return values ? ElemAt(SrcV(key), h * op->value_dim, op->v_type)
-                    : ElemAt(SrcK(key), h * op->head_dim, op->k_type);
-    }
-    return values ? SrcV(a + e) : SrcK(a + e);
-  }
   // Row i of the stream and its bytes (none past the stream: null).
   const char* Row(int64_t i, int64_t* bytes) const {
     const int64_t n = t1 - t0;
     const float* row;
     if (i < n) {
       *bytes = op->head_dim * DtypeBytes(op->k_type);
-      row = SectionRow(false, t0, i, t1);
+      row = SrcK(t0 + i);
     } else if (i < 2 * n) {
       *bytes = op->value_dim * DtypeBytes(op->v_type);
-      row = SectionRow(true, t0, i - n, t1);
+      row = SrcV(t0 + i - n);
     } else if (i - 2 * n < next1 - next0) {
       *bytes = op->head_dim * DtypeBytes(op->k_type);
-      row = SectionRow(false, next0, i - 2 * n, next1);
+      row = SrcK(next0 + i - 2 * n);
     } else {
       return nullptr;
     }
@@ -1291,12 +1249,9 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
       const int64_t t_next = next_tile(t1);
-      const int64_t share = KeyMajorHeads(ts, nh);
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
-        dts[x].share = share;
-        dts[x].head = x;
       }
       t0 = t_next;
       if (t.op.k_type == kBf16) {
