@@ -1091,15 +1091,17 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           q[r] = fs[x].rows[i + r].q;
           s[r] = fs[x].s_buf + (i + r) * kTileKeys;
         }
+        auto scores = [&](auto vecs) {
+          constexpr int V = decltype(vecs)::value;
+          if (h == 4) DirectScores<4, T, V>(ts[x], dt, q, s, j, j1);
+          if (h == 2) DirectScores<2, T, V>(ts[x], dt, q, s, j, j1);
+          if (h == 1) DirectScores<1, T, V>(ts[x], dt, q, s, j, j1);
+        };
         if (one_vec) {
-          if (h == 4) DirectScores<4, T, 1>(ts[x], dt, q, s, j, j1);
-          if (h == 2) DirectScores<2, T, 1>(ts[x], dt, q, s, j, j1);
-          if (h == 1) DirectScores<1, T, 1>(ts[x], dt, q, s, j, j1);
-          return;
+          scores(std::integral_constant<int, 1>());
+        } else {
+          scores(std::integral_constant<int, kDirectVecs>());
         }
-        if (h == 4) DirectScores<4, T, kDirectVecs>(ts[x], dt, q, s, j, j1);
-        if (h == 2) DirectScores<2, T, kDirectVecs>(ts[x], dt, q, s, j, j1);
-        if (h == 1) DirectScores<1, T, kDirectVecs>(ts[x], dt, q, s, j, j1);
       });
     }
   bool read[kMaxTaskKvHeads][kPackValueRows];
