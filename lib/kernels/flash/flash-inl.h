@@ -494,10 +494,10 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // share a few L1 sets (4 KiB an L1 way on the x86 cores measured here).
 static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * bytes) % 4096 == 0; }
 
-// Whether a direct tile copies each kv head's group of kDirectKeys rows (`dim` elements
-// of `bytes`, `row` elements apart) into scratch before reading it: where the rows lie a
-// multiple of 4 KiB apart ([T, H, D] layouts with H * D * bytes a multiple of 4096: f32
-// with 8 kv heads of 128) they all fall in the same few L1 sets,
+// Whether a direct tile copies each kv head's group of kDirectKeys key rows (`dim`
+// elements of `bytes`, `row` elements apart) into scratch before reading it: where the
+// rows lie a multiple of 4 KiB apart ([T, H, D] layouts with H * D * bytes a multiple of
+// 4096: f32 with 8 kv heads of 128) they all fall in the same few L1 sets,
 // so that the transposes, reading each row's lines in pieces, find them evicted by the
 // group's other rows and by the rows fetched ahead. The copy reads each line once,
 // whole; the transposes read a contiguous block. Same values, same bytes. Where the
@@ -507,6 +507,11 @@ static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * byt
 // table walks, the copy costs 3%. Paged rows (vLLM's pools, blocks of 16) are read in
 // place: there the copy gained 8% on one thread and 4 KiB pages and cost 8-15% on two
 // threads or huge pages (means of three rounds).
+// Value rows are never copied: the weighted sums read each line of a value row at one
+// key's step, whole, so the shared sets evict nothing still to be read. (Copying them
+// too, the batch above read in one process, the two builds' calls alternating, medians
+// of 40 paired ratios: f32, Hq 32 / Hkv 8, 0.92 and 0.95 of reading them in place on one
+// and two threads; bf16, Hq 64 / Hkv 16, 0.87 and 0.91.)
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
   return !paging && row >= 2 * dim && RowsShareSets(row, bytes);
 }
@@ -535,10 +540,9 @@ struct DirectTile {
   int64_t t0, t1;
   int64_t next0, next1;  // the next tile's keys (none: next0 == next1)
   float* scratch;        // kDirectKeys * head_dim floats
-  // Staged keys (values): with ks (vs) set, the rows of keys [s0, s0 + kDirectKeys) are
-  // read from there, head_dim (value_dim) elements apart (StageRows).
+  // Staged keys: with ks set, the key rows of keys [s0, s0 + kDirectKeys) are read from
+  // there, head_dim elements apart (StageRows). Value rows are always read in place.
   const float* ks = nullptr;
-  const float* vs = nullptr;
   int64_t s0 = 0;
 
   const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
@@ -546,33 +550,29 @@ struct DirectTile {
   const float* K(int64_t g) const {
     return ks ? ElemAt(ks, (g - s0) * op->head_dim, op->k_type) : SrcK(g);
   }
-  const float* V(int64_t g) const {
-    return vs ? ElemAt(vs, (g - s0) * op->value_dim, op->v_type) : SrcV(g);
-  }
-  // Copies the key (values: value) rows of [a, b) (at most kDirectKeys) into dst and
-  // reads them from there.
-  void Stage(bool values, int64_t a, int64_t b, float* dst) {
-    const int64_t dim = values ? op->value_dim : op->head_dim;
-    const Dtype t = values ? op->v_type : op->k_type;
-    const size_t bytes = static_cast<size_t>(dim * DtypeBytes(t));
+  const float* V(int64_t g) const { return SrcV(g); }
+  // Copies the key rows of [a, b) (at most kDirectKeys) into dst and reads them from
+  // there.
+  void Stage(int64_t a, int64_t b, float* dst) {
+    const Dtype t = op->k_type;
+    const size_t bytes = static_cast<size_t>(op->head_dim * DtypeBytes(t));
     for (int64_t g = a; g < b; ++g) {
       // The row kStageAhead on, into L1 (the rows fetched a group ahead are in L2 by
       // now, no longer in L1's few sets that such rows share).
       if (g + kStageAhead < b) {
-        const char* r =
-            reinterpret_cast<const char*>(values ? SrcV(g + kStageAhead) : SrcK(g + kStageAhead));
+        const char* r = reinterpret_cast<const char*>(SrcK(g + kStageAhead));
         for (size_t e = 0; e < bytes; e += 64) __builtin_prefetch(r + e, 0, 3);
       }
-      memcpy(ElemAt(dst, (g - a) * dim, t), values ? SrcV(g) : SrcK(g), bytes);
+      memcpy(ElemAt(dst, (g - a) * op->head_dim, t), SrcK(g), bytes);
     }
-    (values ? vs : ks) = dst;
+    ks = dst;
     s0 = a;
   }
   int64_t KStride() const { return ks ? op->head_dim : op->k_row; }
-  int64_t VStride() const { return vs ? op->value_dim : op->v_row; }
+  int64_t VStride() const { return op->v_row; }
   // One past the last key from g (< end) whose row is a row stride after g's.
   int64_t Run(int64_t g, int64_t end) const {
-    if (!op->paging || ks || vs) return end;
+    if (!op->paging || ks) return end;
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
     return plan::MinI(end, g + size - r % size);
   }
@@ -1077,13 +1077,12 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   };
   const Operands& op0 = ts[0].op;
   const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging);
-  const bool stage_v = StageRows(op0.v_row, op0.value_dim, DtypeBytes(T), op0.paging);
   const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
       DirectTile dt = dts[x];
-      if (stage_k) dt.Stage(false, j, j1, fs[0].kt);
+      if (stage_k) dt.Stage(j, j1, fs[0].kt);
       blocks([&](int64_t i, int64_t h) {
         const float* q[4];
         float* s[4];
@@ -1122,8 +1121,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   for (int64_t g = t0; g < t1; g += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t g1 = plan::MinI(g + kDirectKeys, t1);
-      DirectTile dt = dts[x];
-      if (stage_v) dt.Stage(true, g, g1, fs[0].vpack);
+      const DirectTile& dt = dts[x];
       blocks([&](int64_t i, int64_t h) {
         const float* p[4];
         float* st[4];
