@@ -1,6 +1,7 @@
 // `octattn bench`: timings of attention calls in GFLOP/s of useful work (only allowed
 // score entries count), as ratios to the machine's measured FMA peak, with the peak
 // RSS growth of one call measured in a fresh process. Uses only octattn.h.
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <new>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "limits.h"
@@ -122,6 +124,7 @@ struct Args {
   std::string seq_layout;  // bhtd or bthd (default: bhtd padded, else bthd)
   bool prefill = false;    // each sequence's queries are all its keys (a prompt)
   int64_t block_size = 0;  // > 0: the ragged batch's keys in a paged cache
+  std::string against;     // another build of the library, timed call by call with this one
 };
 
 const char* kHelp =
@@ -154,6 +157,11 @@ const char* kHelp =
     "               left padding, as tokenizers pad; q_len is reported as -1).\n"
     "               --block-size N: the keys in a paged cache of N-row blocks, their\n"
     "               order shuffled (with the ragged call)\n"
+    "  --against LIB  also time the same calls through LIB, another build of the library\n"
+    "               (a liboctattn.so; its own context, the same options), alternating\n"
+    "               with this one call by call: the host's drifts then fall on both.\n"
+    "               Adds against_seconds_median and speedup (the median and quartiles\n"
+    "               of the per-pair ratios: LIB's seconds / this build's)\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
     "avx512 and avx512_bf16, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA "
@@ -212,6 +220,8 @@ bool Parse(int argc, char** argv, Args* a) {
     };
     if (f == "--batch")
       a->base.batch = i64(next());
+    else if (f == "--against")
+      a->against = next();
     else if (f == "--q-heads")
       a->base.q_heads = i64(next());
     else if (f == "--kv-heads")
@@ -305,6 +315,92 @@ std::vector<double> TimeRepeats(int repeat, Fn&& fn) {
   }
   std::sort(times.begin(), times.end());
   return times;
+}
+
+// The entry points the timed calls go through: this build's, or another build's
+// (--against), loaded by dlopen into a namespace of its own.
+struct Api {
+  decltype(&octattn_context_create) context_create = octattn_context_create;
+  decltype(&octattn_context_set_threads) set_threads = octattn_context_set_threads;
+  decltype(&octattn_context_set_target) set_target = octattn_context_set_target;
+  decltype(&octattn_context_destroy) context_destroy = octattn_context_destroy;
+  decltype(&octattn_context_last_error) last_error = octattn_context_last_error;
+  decltype(&octattn_attention) attention = octattn_attention;
+  decltype(&octattn_attention_backward) attention_backward = octattn_attention_backward;
+};
+const Api kThisBuild;
+Api g_against;  // valid where Args::against is set
+
+// The library at `path` (exits with a message where it cannot be loaded).
+Api LoadApi(const std::string& path) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::fprintf(stderr, "--against: %s\n", dlerror());
+    std::exit(2);
+  }
+  Api api;
+  auto sym = [&](auto* fn, const char* name) {
+    void* p = dlsym(lib, name);
+    if (!p) {
+      std::fprintf(stderr, "--against %s: no symbol %s\n", path.c_str(), name);
+      std::exit(2);
+    }
+    *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
+  };
+  sym(&api.context_create, "octattn_context_create");
+  sym(&api.set_threads, "octattn_context_set_threads");
+  sym(&api.set_target, "octattn_context_set_target");
+  sym(&api.context_destroy, "octattn_context_destroy");
+  sym(&api.last_error, "octattn_context_last_error");
+  sym(&api.attention, "octattn_attention");
+  sym(&api.attention_backward, "octattn_attention_backward");
+  return api;
+}
+
+// `repeat` pairs of calls, this build's and the other's, which of them goes first
+// alternating: each one's seconds, sorted, and the sorted ratios of the other's seconds
+// to this build's in each pair.
+struct Paired {
+  std::vector<double> mine, theirs, ratio;
+};
+template <class Fn, class Gn>
+Paired TimePaired(int repeat, Fn&& mine, Gn&& theirs) {
+  Paired p;
+  for (int r = 0; r < repeat; ++r) {
+    double t[2];
+    for (int k = 0; k < 2; ++k) {
+      const bool me = (k == 0) == (r % 2 == 0);
+      const double t0 = Now();
+      if (me) {
+        mine();
+      } else {
+        theirs();
+      }
+      t[me ? 0 : 1] = Now() - t0;
+    }
+    p.mine.push_back(t[0]);
+    p.theirs.push_back(t[1]);
+    p.ratio.push_back(t[1] / t[0]);
+  }
+  for (auto* v : {&p.mine, &p.theirs, &p.ratio}) std::sort(v->begin(), v->end());
+  return p;
+}
+
+// The JSON fields (or the text) that --against adds to a case's line.
+std::string AgainstFields(const Paired& p, bool json) {
+  if (p.ratio.empty()) return "";
+  const size_t n = p.ratio.size();
+  char buf[256];
+  if (json) {
+    std::snprintf(buf, sizeof buf,
+                  ",\"against_seconds_median\":%.6g,\"speedup\":%.4f,\"speedup_q1\":%.4f,"
+                  "\"speedup_q3\":%.4f",
+                  p.theirs[n / 2], p.ratio[n / 2], p.ratio[n / 4], p.ratio[3 * n / 4]);
+  } else {
+    std::snprintf(buf, sizeof buf, "  against %.4f ms: speedup %.3f (quartiles %.3f, %.3f)",
+                  p.theirs[n / 2] * 1e3, p.ratio[n / 2], p.ratio[n / 4], p.ratio[3 * n / 4]);
+  }
+  return buf;
 }
 
 // The keys row i may read by the header's formula (default alignment, k_start 0): the
@@ -411,13 +507,13 @@ struct Buffers {
   }
 };
 
-octattn_context* MakeContext(const Case& c, std::string* error) {
+octattn_context* MakeContext(const Case& c, std::string* error, const Api& api = kThisBuild) {
   octattn_context* ctx = nullptr;
-  if (octattn_context_create(&ctx) != OCTATTN_OK) return nullptr;
-  if (octattn_context_set_threads(ctx, c.threads) != OCTATTN_OK ||
-      octattn_context_set_target(ctx, c.backend, c.target) != OCTATTN_OK) {
-    *error = octattn_context_last_error(ctx);
-    octattn_context_destroy(ctx);
+  if (api.context_create(&ctx) != OCTATTN_OK) return nullptr;
+  if (api.set_threads(ctx, c.threads) != OCTATTN_OK ||
+      api.set_target(ctx, c.backend, c.target) != OCTATTN_OK) {
+    *error = api.last_error(ctx);
+    api.context_destroy(ctx);
     return nullptr;
   }
   return ctx;
@@ -425,18 +521,35 @@ octattn_context* MakeContext(const Case& c, std::string* error) {
 
 // The forward (with lse for a later backward), or the backward of its outputs.
 octattn_status Forward(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b,
-                       const Case& c) {
-  return octattn_attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, c.backward ? &b.tlse : nullptr,
-                           nullptr, nullptr, 0);
+                       const Case& c, const Api& api = kThisBuild) {
+  return api.attention(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, c.backward ? &b.tlse : nullptr,
+                       nullptr, nullptr, 0);
 }
-octattn_status Backward(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b) {
-  return octattn_attention_backward(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, &b.tlse, &b.tdout,
-                                    nullptr, &b.tdq, &b.tdk, &b.tdv, nullptr, nullptr, nullptr, 0);
+octattn_status Backward(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b,
+                        const Api& api = kThisBuild) {
+  return api.attention_backward(ctx, &opt, &b.tq, &b.tk, &b.tv, &b.to, &b.tlse, &b.tdout, nullptr,
+                                &b.tdq, &b.tdk, &b.tdv, nullptr, nullptr, nullptr, 0);
 }
 // The timed call of a case: the forward, or the backward after one forward.
 octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt, Buffers& b,
-                     const Case& c) {
-  return c.backward ? Backward(ctx, opt, b) : Forward(ctx, opt, b, c);
+                     const Case& c, const Api& api = kThisBuild) {
+  return c.backward ? Backward(ctx, opt, b, api) : Forward(ctx, opt, b, c, api);
+}
+
+// The other build's context for a case (--against), warmed up by `warm` (its first
+// call, which also checks that the build takes these arguments); null without
+// --against. Exits with its message where it fails.
+template <class Warm>
+octattn_context* AgainstContext(const Case& c, const Args& a, Warm&& warm) {
+  if (a.against.empty()) return nullptr;
+  std::string err;
+  octattn_context* ctx = MakeContext(c, &err, g_against);
+  if (ctx && warm(ctx) != OCTATTN_OK) err = g_against.last_error(ctx);
+  if (!ctx || !err.empty()) {
+    std::fprintf(stderr, "--against %s: %s\n", a.against.c_str(), err.c_str());
+    std::exit(2);
+  }
+  return ctx;
 }
 
 // The options of a case's flags that need no buffers: mask, algorithm, softcap.
@@ -540,8 +653,23 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
-  const std::vector<double> times = TimeRepeats(a.repeat, [&] { Timed(ctx, opt, b, c); });
+  octattn_context* other = AgainstContext(c, a, [&](octattn_context* x) {
+    octattn_status s = Forward(x, opt, b, c, g_against);
+    if (s == OCTATTN_OK && c.backward) s = Backward(x, opt, b, g_against);
+    return s;
+  });
+  Paired paired;
+  std::vector<double> times;
+  if (other) {
+    paired = TimePaired(
+        a.repeat, [&] { Timed(ctx, opt, b, c); }, [&] { Timed(other, opt, b, c, g_against); });
+    times = paired.mine;
+    g_against.context_destroy(other);
+  } else {
+    times = TimeRepeats(a.repeat, [&] { Timed(ctx, opt, b, c); });
+  }
   const double median = times[times.size() / 2];
+  const std::string against = AgainstFields(paired, a.json);
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
@@ -572,23 +700,23 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\",\"dtype\":\"%s\","
         "\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,\"seconds_min\":%.6g,"
         "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
-        "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f}\n",
+        "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f%s}\n",
         c.backward ? "backward" : "forward", octattn_algorithm_name(info.algorithm), backend,
         target, info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, c.causal,
         (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
         DtypeName(c.KvType()), median, times.front(), times.back(), gflops, peak,
-        gflops / (peak * info.threads), kv_gbps, rss);
+        gflops / (peak * info.threads), kv_gbps, rss, against.c_str());
   } else {
     std::printf(
         "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s "
-        "%s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB\n",
+        "%s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB%s\n",
         c.backward ? "backward " : "", octattn_algorithm_name(info.algorithm), backend, target,
         info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim,
         c.causal ? "causal" : "full", (long long)c.window, (long long)c.stride, ModsOf(c).c_str(),
         DtypeName(c.dtype), DtypeName(c.KvType()), median * 1e3, gflops,
-        100 * gflops / (peak * info.threads), kv_gbps, rss);
+        100 * gflops / (peak * info.threads), kv_gbps, rss, against.c_str());
   }
   std::fflush(stdout);
 }
@@ -724,18 +852,18 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
       views.push_back(SequenceBatch::Rows(sb.to, sb.cu_q[s], sb.q_lens[s]));
     }
   }
-  auto step = [&]() -> octattn_status {
+  // The batch through a context of this build or (--against) of the other.
+  auto call = [&](octattn_context* x, const Api& api) -> octattn_status {
     if (!separate)
-      return octattn_attention(ctx, &opt, &sb.tq, &sb.tk, &sb.tv, &sb.to, nullptr, nullptr, nullptr,
-                               0);
+      return api.attention(x, &opt, &sb.tq, &sb.tk, &sb.tv, &sb.to, nullptr, nullptr, nullptr, 0);
     for (size_t s = 0; s < views.size(); s += 4) {
-      const octattn_status st =
-          octattn_attention(ctx, &opt, &views[s], &views[s + 1], &views[s + 2], &views[s + 3],
-                            nullptr, nullptr, nullptr, 0);
+      const octattn_status st = api.attention(x, &opt, &views[s], &views[s + 1], &views[s + 2],
+                                              &views[s + 3], nullptr, nullptr, nullptr, 0);
       if (st != OCTATTN_OK) return st;
     }
     return OCTATTN_OK;
   };
+  auto step = [&] { return call(ctx, kThisBuild); };
   const octattn_status st = ctx ? step() : OCTATTN_ERROR_UNSUPPORTED;
   if (st != OCTATTN_OK) {
     if (ctx) err = octattn_context_last_error(ctx);
@@ -743,8 +871,19 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
-  const std::vector<double> times = TimeRepeats(a.repeat, step);
+  octattn_context* other =
+      AgainstContext(c, a, [&](octattn_context* x) { return call(x, g_against); });
+  Paired paired;
+  std::vector<double> times;
+  if (other) {
+    paired = TimePaired(a.repeat, step, [&] { call(other, g_against); });
+    times = paired.mine;
+    g_against.context_destroy(other);
+  } else {
+    times = TimeRepeats(a.repeat, step);
+  }
   const double median = times[times.size() / 2];
+  const std::string against = AgainstFields(paired, a.json);
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
@@ -773,24 +912,24 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"seq_kv_lens\":[%s],"
         "\"head_dim\":%lld,\"dtype\":\"%s\",\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,"
         "\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
-        "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g}\n",
+        "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g%s}\n",
         mode.c_str(), (long long)(paged ? a.block_size : 0), layout_name,
         octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
         octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
         (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
         (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()), median, times.front(),
-        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps);
+        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, against.c_str());
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
-        "%lld) D%lld %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv\n",
+        "%lld) D%lld %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv%s\n",
         mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
         (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
         (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()),
-        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps);
+        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, against.c_str());
   }
   std::fflush(stdout);
 }
@@ -823,6 +962,7 @@ int RunBench(int argc, char** argv) {
           l.read_slices_gbps, l.threads, l.read_threads_gbps);
     return 0;
   }
+  if (!a.against.empty()) g_against = LoadApi(a.against);
   const Limits limits = MeasureLimits(false);
   if (a.q_lens.empty()) a.q_lens.push_back(a.base.q_len);
   if (a.head_dims.empty()) a.head_dims.push_back(a.base.head_dim);
