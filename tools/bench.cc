@@ -542,10 +542,11 @@ octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt,
 template <class Warm>
 octattn_context* AgainstContext(const Case& c, const Args& a, Warm&& warm) {
   if (a.against.empty()) return nullptr;
-  std::string err;
+  std::string err = "no context";
   octattn_context* ctx = MakeContext(c, &err, g_against);
-  if (ctx && warm(ctx) != OCTATTN_OK) err = g_against.last_error(ctx);
-  if (!ctx || !err.empty()) {
+  const bool ok = ctx && warm(ctx) == OCTATTN_OK;
+  if (ctx && !ok) err = g_against.last_error(ctx);
+  if (!ok) {
     std::fprintf(stderr, "--against %s: %s\n", a.against.c_str(), err.c_str());
     std::exit(2);
   }
