@@ -509,8 +509,8 @@ TEST_CASE("a paged 16-bit cache gives the bytes of contiguous 16-bit keys", "[dt
 // Key rows a multiple of 4 KiB apart (16 kv heads of 128 in [T, H, D]) are copied a
 // group at a time before the in-place tiles read them (their value rows are read in
 // place); the same rows in a vLLM pool are read where they are (on AVX-512 one key
-// vector a step), as are the [H, T, D] layout's: all three the same bytes. Groups of 7 query heads:
-// blocks of 4, 2 and 1 rows.
+// vector a step), as are the [H, T, D] layout's: all three the same bytes. Groups of 7
+// query heads: blocks of 4, 2 and 1 rows.
 TEST_CASE("rows 4 KiB apart, [T, H, D] and paged, give the bytes of [H, T, D], every target",
           "[dtype][invariants][dispatch]") {
   const int64_t hq = 112, hkv = 16, d = 128, n = Emulated() ? 300 : 600;

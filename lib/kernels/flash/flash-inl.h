@@ -471,7 +471,7 @@ constexpr int kDirectVecs = 2;
 constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
 // f32 rows fetched ahead of the row being read: far enough for memory's latency at its
 // bandwidth, near enough that the fetched rows stay in L1 (AMD Zen 5, one thread: 16 to
-// 128 tried, 32 best; 20 and 48 cost 2-12% on the 16-sequence decode batch, [T, H, D]
+// 128 tried, 32 best; 20 and 48 cost 1-12% on the 16-sequence decode batch, [T, H, D]
 // and [H, T, D]). bf16 rows as many rows ahead; f16 rows (widened by F16C) as many bytes
 // (twice the rows). (bf16 at 32 rows against 64, the batch in one process, 30 paired
 // calls: 1.01-1.08 over five layouts and head counts on one and two threads; f16 at 32
