@@ -536,21 +536,27 @@ octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt,
   return c.backward ? Backward(ctx, opt, b, api) : Forward(ctx, opt, b, c, api);
 }
 
-// The other build's context for a case (--against), warmed up by `warm` (its first
-// call, which also checks that the build takes these arguments); null without
-// --against. Exits with its message where it fails.
-template <class Warm>
-octattn_context* AgainstContext(const Case& c, const Args& a, Warm&& warm) {
-  if (a.against.empty()) return nullptr;
+// `repeat` timed calls run(ctx, kThisBuild), sorted seconds; with --against, the same
+// calls through the other build (its own context, first warmed up by warm(x, api), which
+// also checks that it takes these arguments; a failure ends the run with its message)
+// alternate with them, and *against gets the fields (or text) they add to the line.
+template <class Warm, class Run>
+std::vector<double> TimeCalls(const Case& c, const Args& a, octattn_context* ctx, Warm&& warm,
+                              Run&& run, std::string* against) {
+  auto mine = [&] { run(ctx, kThisBuild); };
+  if (a.against.empty()) return TimeRepeats(a.repeat, mine);
   std::string err = "no context";
-  octattn_context* ctx = MakeContext(c, &err, g_against);
-  const bool ok = ctx && warm(ctx) == OCTATTN_OK;
-  if (ctx && !ok) err = g_against.last_error(ctx);
+  octattn_context* other = MakeContext(c, &err, g_against);
+  const bool ok = other && warm(other, g_against) == OCTATTN_OK;
+  if (other && !ok) err = g_against.last_error(other);
   if (!ok) {
     std::fprintf(stderr, "--against %s: %s\n", a.against.c_str(), err.c_str());
     std::exit(2);
   }
-  return ctx;
+  const Paired p = TimePaired(a.repeat, mine, [&] { run(other, g_against); });
+  g_against.context_destroy(other);
+  *against = AgainstFields(p, a.json);
+  return p.mine;
 }
 
 // The options of a case's flags that need no buffers: mask, algorithm, softcap.
@@ -654,23 +660,16 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
-  octattn_context* other = AgainstContext(c, a, [&](octattn_context* x) {
-    octattn_status s = Forward(x, opt, b, c, g_against);
-    if (s == OCTATTN_OK && c.backward) s = Backward(x, opt, b, g_against);
-    return s;
-  });
-  Paired paired;
-  std::vector<double> times;
-  if (other) {
-    paired = TimePaired(
-        a.repeat, [&] { Timed(ctx, opt, b, c); }, [&] { Timed(other, opt, b, c, g_against); });
-    times = paired.mine;
-    g_against.context_destroy(other);
-  } else {
-    times = TimeRepeats(a.repeat, [&] { Timed(ctx, opt, b, c); });
-  }
+  std::string against;
+  const std::vector<double> times = TimeCalls(
+      c, a, ctx,
+      [&](octattn_context* x, const Api& api) {
+        octattn_status s = Forward(x, opt, b, c, api);
+        if (s == OCTATTN_OK && c.backward) s = Backward(x, opt, b, api);
+        return s;
+      },
+      [&](octattn_context* x, const Api& api) { return Timed(x, opt, b, c, api); }, &against);
   const double median = times[times.size() / 2];
-  const std::string against = AgainstFields(paired, a.json);
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
@@ -864,27 +863,16 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     }
     return OCTATTN_OK;
   };
-  auto step = [&] { return call(ctx, kThisBuild); };
-  const octattn_status st = ctx ? step() : OCTATTN_ERROR_UNSUPPORTED;
+  const octattn_status st = ctx ? call(ctx, kThisBuild) : OCTATTN_ERROR_UNSUPPORTED;
   if (st != OCTATTN_OK) {
     if (ctx) err = octattn_context_last_error(ctx);
     std::printf(a.json ? "{\"error\":\"%s\"}\n" : "error: %s\n", err.c_str());
     octattn_context_destroy(ctx);
     return;
   }
-  octattn_context* other =
-      AgainstContext(c, a, [&](octattn_context* x) { return call(x, g_against); });
-  Paired paired;
-  std::vector<double> times;
-  if (other) {
-    paired = TimePaired(a.repeat, step, [&] { call(other, g_against); });
-    times = paired.mine;
-    g_against.context_destroy(other);
-  } else {
-    times = TimeRepeats(a.repeat, step);
-  }
+  std::string against;
+  const std::vector<double> times = TimeCalls(c, a, ctx, call, call, &against);
   const double median = times[times.size() / 2];
-  const std::string against = AgainstFields(paired, a.json);
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
