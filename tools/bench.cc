@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <new>
 #include <random>
 #include <string>
@@ -121,10 +122,12 @@ struct Args {
   // passed: one ragged call, one padded call, or one call per sequence.
   std::vector<int64_t> seq_kv_lens;
   std::string seq_mode = "ragged";
-  std::string seq_layout;  // bhtd or bthd (default: bhtd padded, else bthd)
-  bool prefill = false;    // each sequence's queries are all its keys (a prompt)
-  int64_t block_size = 0;  // > 0: the ragged batch's keys in a paged cache
-  std::string against;     // another build of the library, timed call by call with this one
+  std::string seq_layout;   // bhtd or bthd (default: bhtd padded, else bthd)
+  bool prefill = false;     // each sequence's queries are all its keys (a prompt)
+  int64_t block_size = 0;   // > 0: the ragged batch's keys in a paged cache
+  std::string against;      // another build of the library, timed call by call with this one
+  bool vs_read = false;     // each call paired with a read of its K and V bytes
+  bool contiguous = false;  // each paged batch paired with the batch in a contiguous cache
 };
 
 const char* kHelp =
@@ -162,6 +165,18 @@ const char* kHelp =
     "               with this one call by call: the host's drifts then fall on both.\n"
     "               Adds against_seconds_median and speedup (the median and quartiles\n"
     "               of the per-pair ratios: LIB's seconds / this build's)\n"
+    "  --vs-read    also time, after each call (before it, every other pair), one read of\n"
+    "               as many bytes as the call's K and V by as many threads as the call's,\n"
+    "               from a buffer of its own (at most 256 MiB): adds read_seconds_median,\n"
+    "               read_gbps and read_fraction (the median and quartiles of the per-pair\n"
+    "               ratios of kv_gbps to the read's rate), so that the two rates come\n"
+    "               from the same moments of a shared host. The reads evict the caches:\n"
+    "               meant for K and V larger than the last-level cache.\n"
+    "  --contiguous with --block-size: also time the same batch on a contiguous\n"
+    "               [total, H, D] cache (its own context), alternating call by call:\n"
+    "               adds contiguous_seconds_median and paged_fraction (per pair: the\n"
+    "               contiguous call's seconds / the paged one's). --against, --vs-read\n"
+    "               and --contiguous each pair the calls with one other: take one.\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
     "avx512 and avx512_bf16, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA "
@@ -222,6 +237,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->base.batch = i64(next());
     else if (f == "--against")
       a->against = next();
+    else if (f == "--vs-read")
+      a->vs_read = true;
+    else if (f == "--contiguous")
+      a->contiguous = true;
     else if (f == "--q-heads")
       a->base.q_heads = i64(next());
     else if (f == "--kv-heads")
@@ -297,6 +316,18 @@ bool Parse(int argc, char** argv, Args* a) {
       std::exit(f == "--help" || f == "-h" ? 0 : 2);
     }
   }
+  if (!a->against.empty() + a->vs_read + a->contiguous > 1) {
+    std::fprintf(stderr,
+                 "--against, --vs-read and --contiguous each pair the calls with one "
+                 "other: take one\n");
+    std::exit(2);
+  }
+  if (a->contiguous && (a->block_size <= 0 || a->seq_kv_lens.empty() || a->seq_mode != "ragged")) {
+    std::fprintf(stderr,
+                 "--contiguous compares a paged batch: it needs --seq-kv-lens and "
+                 "--block-size (and neither --padded nor --separate)\n");
+    std::exit(2);
+  }
   return true;
 }
 
@@ -357,48 +388,57 @@ Api LoadApi(const std::string& path) {
   return api;
 }
 
-// `repeat` pairs of calls, this build's and the other's, which of them goes first
-// alternating: each one's seconds, sorted, and the sorted ratios of the other's seconds
-// to this build's in each pair.
+// Seconds of one fn().
+template <class Fn>
+double Seconds(Fn&& fn) {
+  const double t0 = Now();
+  fn();
+  return Now() - t0;
+}
+
+// `repeat` pairs of timed runs, mine() and theirs() (each returns its seconds), which of
+// them goes first alternating: each one's seconds, sorted, and the sorted ratios of
+// theirs to mine in each pair, times `scale`.
 struct Paired {
   std::vector<double> mine, theirs, ratio;
 };
 template <class Fn, class Gn>
-Paired TimePaired(int repeat, Fn&& mine, Gn&& theirs) {
+Paired TimePaired(int repeat, Fn&& mine, Gn&& theirs, double scale = 1) {
   Paired p;
   for (int r = 0; r < repeat; ++r) {
     double t[2];
     for (int k = 0; k < 2; ++k) {
       const bool me = (k == 0) == (r % 2 == 0);
-      const double t0 = Now();
-      if (me) {
-        mine();
-      } else {
-        theirs();
-      }
-      t[me ? 0 : 1] = Now() - t0;
+      t[me ? 0 : 1] = me ? mine() : theirs();
     }
     p.mine.push_back(t[0]);
     p.theirs.push_back(t[1]);
-    p.ratio.push_back(t[1] / t[0]);
+    p.ratio.push_back(scale * t[1] / t[0]);
   }
   for (auto* v : {&p.mine, &p.theirs, &p.ratio}) std::sort(v->begin(), v->end());
   return p;
 }
 
-// The JSON fields (or the text) that --against adds to a case's line.
-std::string AgainstFields(const Paired& p, bool json) {
-  if (p.ratio.empty()) return "";
+// The JSON fields (or the text) that a pairing adds to a case's line: the partner's
+// median seconds (`name`_seconds_median), its rate where it read `bytes` (> 0:
+// `name`_gbps), and the median and quartiles of the per-pair ratios (`ratio`).
+std::string PairFields(const Paired& p, bool json, const char* name, const char* ratio,
+                       double bytes = 0) {
   const size_t n = p.ratio.size();
-  char buf[256];
+  const double median = p.theirs[n / 2];
+  char rate[64] = "";
+  char buf[320];
   if (json) {
+    if (bytes > 0)
+      std::snprintf(rate, sizeof rate, ",\"%s_gbps\":%.4g", name, bytes / median / 1e9);
     std::snprintf(buf, sizeof buf,
-                  ",\"against_seconds_median\":%.6g,\"speedup\":%.4f,\"speedup_q1\":%.4f,"
-                  "\"speedup_q3\":%.4f",
-                  p.theirs[n / 2], p.ratio[n / 2], p.ratio[n / 4], p.ratio[3 * n / 4]);
+                  ",\"%s_seconds_median\":%.6g%s,\"%s\":%.4f,\"%s_q1\":%.4f,\"%s_q3\":%.4f", name,
+                  median, rate, ratio, p.ratio[n / 2], ratio, p.ratio[n / 4], ratio,
+                  p.ratio[3 * n / 4]);
   } else {
-    std::snprintf(buf, sizeof buf, "  against %.4f ms: speedup %.3f (quartiles %.3f, %.3f)",
-                  p.theirs[n / 2] * 1e3, p.ratio[n / 2], p.ratio[n / 4], p.ratio[3 * n / 4]);
+    if (bytes > 0) std::snprintf(rate, sizeof rate, " (%.2f GB/s)", bytes / median / 1e9);
+    std::snprintf(buf, sizeof buf, "  %s %.4f ms%s: %s %.3f (quartiles %.3f, %.3f)", name,
+                  median * 1e3, rate, ratio, p.ratio[n / 2], p.ratio[n / 4], p.ratio[3 * n / 4]);
   }
   return buf;
 }
@@ -536,14 +576,36 @@ octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt,
   return c.backward ? Backward(ctx, opt, b, api) : Forward(ctx, opt, b, c, api);
 }
 
-// `repeat` timed calls run(ctx, kThisBuild), sorted seconds; with --against, the same
-// calls through the other build (its own context, first warmed up by warm(x, api), which
-// also checks that it takes these arguments; a failure ends the run with its message)
-// alternate with them, and *against gets the fields (or text) they add to the line.
+// `repeat` timed calls run(ctx, kThisBuild) (after a warm-up call), sorted seconds; with
+// a pairing, each alternates with its partner's run and *fields gets what the pairing
+// adds to the line: --against, the same call through the other build (its own context,
+// first warmed up by warm(x, api), which also checks that it takes these arguments; a
+// failure ends the run with its message); --vs-read, a ReadPass of the call's `kv_bytes`
+// by the call's threads; --contiguous, `contiguous` (seconds of the batch on a
+// contiguous cache).
 template <class Warm, class Run>
 std::vector<double> TimeCalls(const Case& c, const Args& a, octattn_context* ctx, Warm&& warm,
-                              Run&& run, std::string* against) {
+                              Run&& run, double kv_bytes, std::string* fields,
+                              const std::function<double()>& contiguous = {}) {
   auto mine = [&] { run(ctx, kThisBuild); };
+  if (a.vs_read) {
+    octattn_run_info info{};
+    info.struct_size = sizeof(info);
+    octattn_context_last_run(ctx, &info);
+    ReadPass read(static_cast<size_t>(kv_bytes), info.threads);
+    read.Seconds();  // its pages touched, as the call's are by its warm-up
+    const double bytes = static_cast<double>(read.Bytes());
+    const Paired p = TimePaired(
+        a.repeat, [&] { return Seconds(mine); }, [&] { return read.Seconds(); }, kv_bytes / bytes);
+    *fields = PairFields(p, a.json, "read", "read_fraction", bytes);
+    return p.mine;
+  }
+  if (a.contiguous) {
+    const Paired p = TimePaired(
+        a.repeat, [&] { return Seconds(mine); }, contiguous);
+    *fields = PairFields(p, a.json, "contiguous", "paged_fraction");
+    return p.mine;
+  }
   if (a.against.empty()) return TimeRepeats(a.repeat, mine);
   std::string err = "no context";
   octattn_context* other = MakeContext(c, &err, g_against);
@@ -553,9 +615,11 @@ std::vector<double> TimeCalls(const Case& c, const Args& a, octattn_context* ctx
     std::fprintf(stderr, "--against %s: %s\n", a.against.c_str(), err.c_str());
     std::exit(2);
   }
-  const Paired p = TimePaired(a.repeat, mine, [&] { run(other, g_against); });
+  const Paired p = TimePaired(
+      a.repeat, [&] { return Seconds(mine); },
+      [&] { return Seconds([&] { run(other, g_against); }); });
   g_against.context_destroy(other);
-  *against = AgainstFields(p, a.json);
+  *fields = PairFields(p, a.json, "against", "speedup");
   return p.mine;
 }
 
@@ -661,6 +725,8 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     return;
   }
   std::string against;
+  const double kv_bytes =
+      2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * DtypeBytes(c.KvType());
   const std::vector<double> times = TimeCalls(
       c, a, ctx,
       [&](octattn_context* x, const Api& api) {
@@ -668,7 +734,8 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         if (s == OCTATTN_OK && c.backward) s = Backward(x, opt, b, api);
         return s;
       },
-      [&](octattn_context* x, const Api& api) { return Timed(x, opt, b, c, api); }, &against);
+      [&](octattn_context* x, const Api& api) { return Timed(x, opt, b, c, api); }, kv_bytes,
+      &against);
   const double median = times[times.size() / 2];
   octattn_run_info info{};
   info.struct_size = sizeof(info);
@@ -685,8 +752,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
                                              : limits.fma128 > 0 ? OCTATTN_TARGET_NEON
                                                                  : OCTATTN_TARGET_AVX2)
                                           : info.target);
-  const double kv_gbps =
-      2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * DtypeBytes(c.KvType()) / median / 1e9;
+  const double kv_gbps = kv_bytes / median / 1e9;
   const double rss = a.rss ? ExtraRssMib(c) : -1;
   const char* target =
       info.algorithm == OCTATTN_ALGORITHM_REFERENCE ? "scalar" : octattn_target_name(info.target);
@@ -840,6 +906,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     }
   }
   sb.Retype(c);
+  const octattn_tensor flat_k = sb.tk, flat_v = sb.tv;  // the contiguous cache
   if (opt.block_table) {
     sb.tk = sb.tkp;
     sb.tv = sb.tvp;
@@ -870,8 +937,31 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
+  // --contiguous: the batch on the contiguous cache, through a context of its own.
+  octattn_attention_options flat = opt;
+  flat.cu_seqlens_k = sb.cu_k.data();
+  flat.kv_lens = nullptr;
+  flat.block_table = nullptr;
+  flat.block_table_cols = 0;
+  octattn_context* flat_ctx = nullptr;
+  auto flat_call = [&] {
+    return octattn_attention(flat_ctx, &flat, &sb.tq, &flat_k, &flat_v, &sb.to, nullptr, nullptr,
+                             nullptr, 0);
+  };
+  if (a.contiguous) {  // its warm-up, which also checks the call
+    flat_ctx = MakeContext(c, &err);
+    if (flat_ctx && flat_call() != OCTATTN_OK) err = octattn_context_last_error(flat_ctx);
+    if (!flat_ctx || !err.empty()) {
+      std::fprintf(stderr, "--contiguous: %s\n", err.c_str());
+      std::exit(2);
+    }
+  }
+  auto contiguous = [&] { return Seconds(flat_call); };
   std::string against;
-  const std::vector<double> times = TimeCalls(c, a, ctx, call, call, &against);
+  const double kv_bytes = 2.0 * c.kv_heads * sb.total_k * c.head_dim * DtypeBytes(c.KvType());
+  const std::vector<double> times =
+      TimeCalls(c, a, ctx, call, call, kv_bytes, &against, contiguous);
+  octattn_context_destroy(flat_ctx);
   const double median = times[times.size() / 2];
   octattn_run_info info{};
   info.struct_size = sizeof(info);
@@ -886,8 +976,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   }
   const double gflops = 2.0 * (2 * c.head_dim) * pairs * c.q_heads / median / 1e9;
   const double peak = PeakFor(limits, info.target);
-  const double kv_gbps =
-      2.0 * c.kv_heads * sb.total_k * c.head_dim * DtypeBytes(c.KvType()) / median / 1e9;
+  const double kv_gbps = kv_bytes / median / 1e9;
   std::string lens;
   for (int64_t kv : sb.kv_lens) lens += (lens.empty() ? "" : ",") + std::to_string(kv);
   const char* layout_name = layout == OCTATTN_LAYOUT_BHTD ? "bhtd" : "bthd";

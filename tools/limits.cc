@@ -223,36 +223,66 @@ int UsableCpus() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// GB/s of `threads` threads reading `bytes` in order, each its own contiguous part, all
-// started together. Best of five.
-double ReadBandwidthThreads(size_t bytes, int threads) {
-  const size_t part = bytes / sizeof(float) / static_cast<size_t>(threads) / 32 * 32;
-  std::vector<float> buf(part * static_cast<size_t>(threads), 1.0f);
-  double best = 0;
-  for (int r = 0; r < 5; ++r) {
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::vector<float> sinks(static_cast<size_t>(threads));
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        ready.fetch_add(1);
-        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        sinks[static_cast<size_t>(t)] = SumRange(buf.data() + static_cast<size_t>(t) * part, part);
-      });
-    while (ready.load() < threads) std::this_thread::yield();
-    const double t0 = Now();
-    go.store(true, std::memory_order_release);
-    for (std::thread& th : pool) th.join();
-    const double dt = Now() - t0;
-    for (float x : sinks)
-      if (x == -1.0f) std::puts("");
-    best = std::max(best, buf.size() * sizeof(float) / dt / 1e9);
+// Reads `share` floats from part [p, p + part) (multiples of 32 floats), wrapping.
+float SumShare(const float* p, size_t part, size_t share) {
+  float sink = 0;
+  for (size_t done = 0; done < share;) {
+    const size_t n = std::min(part, share - done);
+    sink += SumRange(p, n);
+    done += n;
   }
-  return best;
+  return sink;
 }
 
 }  // namespace
+
+ReadPass::ReadPass(size_t bytes, int threads) : threads_(std::max(1, threads)) {
+  const size_t t = static_cast<size_t>(threads_);
+  share_ = std::max<size_t>(1, bytes / sizeof(float) / t / 32) * 32;
+  part_ = std::min(share_, kReadPassMax / sizeof(float) / t / 32 * 32);
+  buf_ = new float[part_ * t];
+  std::fill(buf_, buf_ + part_ * t, 1.0f);
+}
+ReadPass::~ReadPass() { delete[] buf_; }
+size_t ReadPass::Bytes() const { return share_ * static_cast<size_t>(threads_) * sizeof(float); }
+
+double ReadPass::Seconds() {
+  std::vector<float> sinks(static_cast<size_t>(threads_));
+  double dt;
+  if (threads_ == 1) {
+    const double t0 = Now();
+    sinks[0] = SumShare(buf_, part_, share_);
+    dt = Now() - t0;
+  } else {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads_; ++t)
+      pool.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        sinks[static_cast<size_t>(t)] =
+            SumShare(buf_ + static_cast<size_t>(t) * part_, part_, share_);
+      });
+    while (ready.load() < threads_) std::this_thread::yield();
+    const double t0 = Now();
+    go.store(true, std::memory_order_release);
+    for (std::thread& th : pool) th.join();
+    dt = Now() - t0;
+  }
+  for (float x : sinks)
+    if (x == -1.0f) std::puts("");
+  return dt;
+}
+
+// GB/s of `threads` threads reading `bytes` in order, each its own contiguous part, all
+// started together (a ReadPass). Best of five.
+static double ReadBandwidthThreads(size_t bytes, int threads) {
+  ReadPass read(bytes, threads);
+  double best = 0;
+  for (int r = 0; r < 5; ++r) best = std::max(best, read.Bytes() / read.Seconds() / 1e9);
+  return best;
+}
 
 Limits MeasureLimits(bool full, bool quick) {
   Limits l;

@@ -24,6 +24,26 @@ struct Limits {
 constexpr size_t kReadBlock = size_t{64} << 10;
 constexpr size_t kSliceRow = 4096, kSlice = 512, kSliceGroup = 32;
 
+// `bytes` read by `threads` threads at once, each its own part of a buffer of at most
+// kReadPassMax bytes (allocated once), in order, as often as the bytes take: bench
+// --vs-read times one pass beside each timed call, so that the call's rate and the
+// read's are taken in the same state of a shared host.
+constexpr size_t kReadPassMax = size_t{256} << 20;
+class ReadPass {
+ public:
+  ReadPass(size_t bytes, int threads);
+  ~ReadPass();
+  ReadPass(const ReadPass&) = delete;
+  ReadPass& operator=(const ReadPass&) = delete;
+  size_t Bytes() const;  // read each pass: `bytes` in whole 128-byte runs per thread
+  double Seconds();      // one pass: seconds from all threads' start to the last one's end
+
+ private:
+  float* buf_ = nullptr;
+  size_t part_ = 0, share_ = 0;  // floats: each thread's part of buf_, and how many it reads
+  int threads_ = 1;
+};
+
 // The FMA peaks (of the instruction sets this CPU has) always; sgemm and read bandwidth
 // only when `full`. `quick`: a thousandth of the work, for tests (not a measurement).
 Limits MeasureLimits(bool full, bool quick = false);
