@@ -724,7 +724,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     octattn_context_destroy(ctx);
     return;
   }
-  std::string against;
+  std::string paired;  // what a pairing adds to the line
   const double kv_bytes =
       2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * DtypeBytes(c.KvType());
   const std::vector<double> times = TimeCalls(
@@ -735,7 +735,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         return s;
       },
       [&](octattn_context* x, const Api& api) { return Timed(x, opt, b, c, api); }, kv_bytes,
-      &against);
+      &paired);
   const double median = times[times.size() / 2];
   octattn_run_info info{};
   info.struct_size = sizeof(info);
@@ -772,7 +772,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, c.causal,
         (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
         DtypeName(c.KvType()), median, times.front(), times.back(), gflops, peak,
-        gflops / (peak * info.threads), kv_gbps, rss, against.c_str());
+        gflops / (peak * info.threads), kv_gbps, rss, paired.c_str());
   } else {
     std::printf(
         "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s "
@@ -782,7 +782,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim,
         c.causal ? "causal" : "full", (long long)c.window, (long long)c.stride, ModsOf(c).c_str(),
         DtypeName(c.dtype), DtypeName(c.KvType()), median * 1e3, gflops,
-        100 * gflops / (peak * info.threads), kv_gbps, rss, against.c_str());
+        100 * gflops / (peak * info.threads), kv_gbps, rss, paired.c_str());
   }
   std::fflush(stdout);
 }
@@ -957,10 +957,9 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     }
   }
   auto contiguous = [&] { return Seconds(flat_call); };
-  std::string against;
+  std::string paired;  // what a pairing adds to the line
   const double kv_bytes = 2.0 * c.kv_heads * sb.total_k * c.head_dim * DtypeBytes(c.KvType());
-  const std::vector<double> times =
-      TimeCalls(c, a, ctx, call, call, kv_bytes, &against, contiguous);
+  const std::vector<double> times = TimeCalls(c, a, ctx, call, call, kv_bytes, &paired, contiguous);
   octattn_context_destroy(flat_ctx);
   const double median = times[times.size() / 2];
   octattn_run_info info{};
@@ -996,7 +995,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
         (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
         (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()), median, times.front(),
-        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, against.c_str());
+        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, paired.c_str());
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
@@ -1007,7 +1006,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
         (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()),
-        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, against.c_str());
+        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, paired.c_str());
   }
   std::fflush(stdout);
 }

@@ -240,10 +240,8 @@ ReadPass::ReadPass(size_t bytes, int threads) : threads_(std::max(1, threads)) {
   const size_t t = static_cast<size_t>(threads_);
   share_ = std::max<size_t>(1, bytes / sizeof(float) / t / 32) * 32;
   part_ = std::min(share_, kReadPassMax / sizeof(float) / t / 32 * 32);
-  buf_ = new float[part_ * t];
-  std::fill(buf_, buf_ + part_ * t, 1.0f);
+  buf_.assign(part_ * t, 1.0f);
 }
-ReadPass::~ReadPass() { delete[] buf_; }
 size_t ReadPass::Bytes() const { return share_ * static_cast<size_t>(threads_) * sizeof(float); }
 
 double ReadPass::Seconds() {
@@ -251,7 +249,7 @@ double ReadPass::Seconds() {
   double dt;
   if (threads_ == 1) {
     const double t0 = Now();
-    sinks[0] = SumShare(buf_, part_, share_);
+    sinks[0] = SumShare(buf_.data(), part_, share_);
     dt = Now() - t0;
   } else {
     std::atomic<int> ready{0};
@@ -262,7 +260,7 @@ double ReadPass::Seconds() {
         ready.fetch_add(1);
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
         sinks[static_cast<size_t>(t)] =
-            SumShare(buf_ + static_cast<size_t>(t) * part_, part_, share_);
+            SumShare(buf_.data() + static_cast<size_t>(t) * part_, part_, share_);
       });
     while (ready.load() < threads_) std::this_thread::yield();
     const double t0 = Now();

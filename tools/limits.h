@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include <vector>
+
 struct Limits {
   double fma512 = 0;     // GFLOP/s, one core, zmm FMA (0: not supported)
   double fma256 = 0;     // ymm FMA
@@ -32,14 +34,11 @@ constexpr size_t kReadPassMax = size_t{256} << 20;
 class ReadPass {
  public:
   ReadPass(size_t bytes, int threads);
-  ~ReadPass();
-  ReadPass(const ReadPass&) = delete;
-  ReadPass& operator=(const ReadPass&) = delete;
   size_t Bytes() const;  // read each pass: `bytes` in whole 128-byte runs per thread
   double Seconds();      // one pass: seconds from all threads' start to the last one's end
 
  private:
-  float* buf_ = nullptr;
+  std::vector<float> buf_;
   size_t part_ = 0, share_ = 0;  // floats: each thread's part of buf_, and how many it reads
   int threads_ = 1;
 };
