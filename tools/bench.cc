@@ -335,15 +335,19 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Seconds of one fn().
+template <class Fn>
+double Seconds(Fn&& fn) {
+  const double t0 = Now();
+  fn();
+  return Now() - t0;
+}
+
 // Seconds of `repeat` calls of fn, sorted.
 template <class Fn>
 std::vector<double> TimeRepeats(int repeat, Fn&& fn) {
   std::vector<double> times;
-  for (int r = 0; r < repeat; ++r) {
-    const double t0 = Now();
-    fn();
-    times.push_back(Now() - t0);
-  }
+  for (int r = 0; r < repeat; ++r) times.push_back(Seconds(fn));
   std::sort(times.begin(), times.end());
   return times;
 }
@@ -386,14 +390,6 @@ Api LoadApi(const std::string& path) {
   sym(&api.attention, "octattn_attention");
   sym(&api.attention_backward, "octattn_attention_backward");
   return api;
-}
-
-// Seconds of one fn().
-template <class Fn>
-double Seconds(Fn&& fn) {
-  const double t0 = Now();
-  fn();
-  return Now() - t0;
 }
 
 // `repeat` pairs of timed runs, mine() and theirs() (each returns its seconds), which of

@@ -550,11 +550,10 @@ struct DirectTile {
   int64_t s0 = 0;
 
   const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
-  const float* SrcV(int64_t g) const { return ValueRow(*op, first + g); }
   const float* K(int64_t g) const {
     return ks ? ElemAt(ks, (g - s0) * op->head_dim, op->k_type) : SrcK(g);
   }
-  const float* V(int64_t g) const { return SrcV(g); }
+  const float* V(int64_t g) const { return ValueRow(*op, first + g); }
   // Copies the key rows of [a, b) (at most kDirectKeys) into dst and reads them from
   // there.
   void Stage(int64_t a, int64_t b, float* dst) {
@@ -576,7 +575,7 @@ struct DirectTile {
   int64_t VStride() const { return op->v_row; }
   // One past the last key from g (< end) whose row is a row stride after g's.
   int64_t Run(int64_t g, int64_t end) const {
-    if (!op->paging || ks) return end;
+    if (!op->paging) return end;  // (staged keys are never paged: StageRows)
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
     return plan::MinI(end, g + size - r % size);
   }
@@ -589,7 +588,7 @@ struct DirectTile {
       row = SrcK(t0 + i);
     } else if (i < 2 * n) {
       *bytes = op->value_dim * DtypeBytes(op->v_type);
-      row = SrcV(t0 + i - n);
+      row = V(t0 + i - n);
     } else if (i - 2 * n < next1 - next0) {
       *bytes = op->head_dim * DtypeBytes(op->k_type);
       row = SrcK(next0 + i - 2 * n);
