@@ -577,8 +577,8 @@ octattn_status Timed(octattn_context* ctx, const octattn_attention_options& opt,
 // adds to the line: --against, the same call through the other build (its own context,
 // first warmed up by warm(x, api), which also checks that it takes these arguments; a
 // failure ends the run with its message); --vs-read, a ReadPass of the call's `kv_bytes`
-// by the call's threads; --contiguous, `contiguous` (seconds of the batch on a
-// contiguous cache).
+// by the call's threads (on huge pages with --huge-pages); --contiguous, `contiguous`
+// (seconds of the batch on a contiguous cache).
 template <class Warm, class Run>
 std::vector<double> TimeCalls(const Case& c, const Args& a, octattn_context* ctx, Warm&& warm,
                               Run&& run, double kv_bytes, std::string* fields,
@@ -588,7 +588,7 @@ std::vector<double> TimeCalls(const Case& c, const Args& a, octattn_context* ctx
     octattn_run_info info{};
     info.struct_size = sizeof(info);
     octattn_context_last_run(ctx, &info);
-    ReadPass read(static_cast<size_t>(kv_bytes), info.threads);
+    ReadPass read(static_cast<size_t>(kv_bytes), info.threads, g_huge_pages);
     read.Seconds();  // its pages touched, as the call's are by its warm-up
     const double bytes = static_cast<double>(read.Bytes());
     const Paired p = TimePaired(

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #ifdef __linux__
 #include <sched.h>
+#include <sys/mman.h>
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <random>
 #include <thread>
 #include <vector>
@@ -236,11 +238,25 @@ float SumShare(const float* p, size_t part, size_t share) {
 
 }  // namespace
 
-ReadPass::ReadPass(size_t bytes, int threads) : threads_(std::max(1, threads)) {
+ReadPass::ReadPass(size_t bytes, int threads, bool huge_pages) : threads_(std::max(1, threads)) {
   const size_t t = static_cast<size_t>(threads_);
   share_ = std::max<size_t>(1, bytes / sizeof(float) / t / 32) * 32;
   part_ = std::min(share_, kReadPassMax / sizeof(float) / t / 32 * 32);
-  buf_.assign(part_ * t, 1.0f);
+  const size_t n = part_ * t, huge = size_t{2} << 20;
+  size_t size = n * sizeof(float);
+  void* p = nullptr;
+  if (huge_pages && size >= huge) {
+    size = (size + huge - 1) / huge * huge;
+    p = std::aligned_alloc(huge, size);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, size, MADV_HUGEPAGE);
+#endif
+  } else {
+    p = std::malloc(size);
+  }
+  if (!p) throw std::bad_alloc();
+  buf_.reset(static_cast<float*>(p));
+  std::fill_n(buf_.get(), n, 1.0f);
 }
 size_t ReadPass::Bytes() const { return share_ * static_cast<size_t>(threads_) * sizeof(float); }
 
@@ -249,7 +265,7 @@ double ReadPass::Seconds() {
   double dt;
   if (threads_ == 1) {
     const double t0 = Now();
-    sinks[0] = SumShare(buf_.data(), part_, share_);
+    sinks[0] = SumShare(buf_.get(), part_, share_);
     dt = Now() - t0;
   } else {
     std::atomic<int> ready{0};
@@ -260,7 +276,7 @@ double ReadPass::Seconds() {
         ready.fetch_add(1);
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
         sinks[static_cast<size_t>(t)] =
-            SumShare(buf_.data() + static_cast<size_t>(t) * part_, part_, share_);
+            SumShare(buf_.get() + static_cast<size_t>(t) * part_, part_, share_);
       });
     while (ready.load() < threads_) std::this_thread::yield();
     const double t0 = Now();

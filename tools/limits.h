@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 struct Limits {
@@ -29,16 +31,21 @@ constexpr size_t kSliceRow = 4096, kSlice = 512, kSliceGroup = 32;
 // `bytes` read by `threads` threads at once, each its own part of a buffer of at most
 // kReadPassMax bytes (allocated once), in order, as often as the bytes take: bench
 // --vs-read times one pass beside each timed call, so that the call's rate and the
-// read's are taken in the same state of a shared host.
+// read's are taken in the same state of a shared host. `huge_pages`: a buffer of 2 MiB or
+// more is 2 MiB aligned and advised as transparent huge pages before its first touch (as
+// bench --huge-pages places the tensors), so that both sides of a pair read such pages.
 constexpr size_t kReadPassMax = size_t{256} << 20;
 class ReadPass {
  public:
-  ReadPass(size_t bytes, int threads);
+  ReadPass(size_t bytes, int threads, bool huge_pages = false);
   size_t Bytes() const;  // read each pass: `bytes` in whole 128-byte runs per thread
   double Seconds();      // one pass: seconds from all threads' start to the last one's end
 
  private:
-  std::vector<float> buf_;
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> buf_;
   size_t part_ = 0, share_ = 0;  // floats: each thread's part of buf_, and how many it reads
   int threads_ = 1;
 };
