@@ -2,7 +2,6 @@
 // score entries count), as ratios to the machine's measured FMA peak, with the peak
 // RSS growth of one call measured in a fresh process. Uses only octattn.h.
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +14,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <new>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -57,18 +55,7 @@ struct BenchAlloc {
   BenchAlloc() = default;
   template <class U>
   BenchAlloc(const BenchAlloc<U>&) {}
-  T* allocate(size_t n) {
-    const size_t bytes = n * sizeof(T), huge = size_t{2} << 20;
-    void* p = nullptr;
-    if (g_huge_pages && bytes >= huge) {
-      p = std::aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
-      if (p) madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
-    } else {
-      p = std::malloc(bytes);
-    }
-    if (!p) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
+  T* allocate(size_t n) { return static_cast<T*>(AllocBytes(n * sizeof(T), g_huge_pages)); }
   void deallocate(T* p, size_t) { std::free(p); }
   bool operator==(const BenchAlloc&) const { return true; }
   bool operator!=(const BenchAlloc&) const { return false; }

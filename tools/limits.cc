@@ -238,25 +238,28 @@ float SumShare(const float* p, size_t part, size_t share) {
 
 }  // namespace
 
-ReadPass::ReadPass(size_t bytes, int threads, bool huge_pages) : threads_(std::max(1, threads)) {
-  const size_t t = static_cast<size_t>(threads_);
-  share_ = std::max<size_t>(1, bytes / sizeof(float) / t / 32) * 32;
-  part_ = std::min(share_, kReadPassMax / sizeof(float) / t / 32 * 32);
-  const size_t n = part_ * t, huge = size_t{2} << 20;
-  size_t size = n * sizeof(float);
+void* AllocBytes(size_t bytes, bool huge_pages) {
+  const size_t huge = size_t{2} << 20;
   void* p = nullptr;
-  if (huge_pages && size >= huge) {
-    size = (size + huge - 1) / huge * huge;
+  if (huge_pages && bytes >= huge) {
+    const size_t size = (bytes + huge - 1) / huge * huge;
     p = std::aligned_alloc(huge, size);
 #ifdef MADV_HUGEPAGE
     if (p) madvise(p, size, MADV_HUGEPAGE);
 #endif
   } else {
-    p = std::malloc(size);
+    p = std::malloc(bytes);
   }
   if (!p) throw std::bad_alloc();
-  buf_.reset(static_cast<float*>(p));
-  std::fill_n(buf_.get(), n, 1.0f);
+  return p;
+}
+
+ReadPass::ReadPass(size_t bytes, int threads, bool huge_pages) : threads_(std::max(1, threads)) {
+  const size_t t = static_cast<size_t>(threads_);
+  share_ = std::max<size_t>(1, bytes / sizeof(float) / t / 32) * 32;
+  part_ = std::min(share_, kReadPassMax / sizeof(float) / t / 32 * 32);
+  buf_.reset(static_cast<float*>(AllocBytes(part_ * t * sizeof(float), huge_pages)));
+  std::fill_n(buf_.get(), part_ * t, 1.0f);
 }
 size_t ReadPass::Bytes() const { return share_ * static_cast<size_t>(threads_) * sizeof(float); }
 

@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <memory>
-#include <vector>
 
 struct Limits {
   double fma512 = 0;     // GFLOP/s, one core, zmm FMA (0: not supported)
@@ -28,12 +27,16 @@ struct Limits {
 constexpr size_t kReadBlock = size_t{64} << 10;
 constexpr size_t kSliceRow = 4096, kSlice = 512, kSliceGroup = 32;
 
+// `bytes` of memory from malloc, or with `huge_pages` and 2 MiB or more, 2 MiB aligned and
+// advised as transparent huge pages before their first touch (bench --huge-pages: the
+// tensors, and the reads beside them). Free with std::free; throws std::bad_alloc.
+void* AllocBytes(size_t bytes, bool huge_pages);
+
 // `bytes` read by `threads` threads at once, each its own part of a buffer of at most
-// kReadPassMax bytes (allocated once), in order, as often as the bytes take: bench
-// --vs-read times one pass beside each timed call, so that the call's rate and the
-// read's are taken in the same state of a shared host. `huge_pages`: a buffer of 2 MiB or
-// more is 2 MiB aligned and advised as transparent huge pages before its first touch (as
-// bench --huge-pages places the tensors), so that both sides of a pair read such pages.
+// kReadPassMax bytes (allocated once, by AllocBytes), in order, as often as the bytes
+// take: bench --vs-read times one pass beside each timed call, so that the call's rate
+// and the read's are taken in the same state of a shared host, from the same kind of
+// pages as the call's tensors.
 constexpr size_t kReadPassMax = size_t{256} << 20;
 class ReadPass {
  public:
