@@ -273,7 +273,7 @@ OCTATTN_INLINE void Columns(const FlashTile& tile, float* const* st, int64_t dvp
                             const float* const* p, Av&& av) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   int64_t c0 = 0, v_row = 0;
-  auto block = [&](auto vecs) {
+  auto block = [&](auto vecs) OCTATTN_LAMBDA_INLINE {
     constexpr int C = decltype(vecs)::value;
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
@@ -403,7 +403,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
               S::NarrowPairs(S::Load(s[r] + x), x + L < b[r] ? S::Load(s[r] + x + L) : S::Zero()),
               w + x / 2);
       }
-      Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) {
+      Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
         AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, keys, acc);
       });
       return;
@@ -418,7 +418,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     any_holey |= holey[r];
     block_keys[r] = holey[r] ? plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
   }
-  Columns<R>(tile, st, dvp, p, [&](const KeyData& kd, auto& acc) {
+  Columns<R>(tile, st, dvp, p, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
     constexpr int C = AccVecs<decltype(acc)>();
     AvRows<R, C>(kd, block_keys, acc);
     if (any_holey) FlashHoleRows<R, C>(kd, keys, holey, holes, acc);
