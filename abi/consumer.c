@@ -83,8 +83,9 @@ static void call_every_function(void) {
              strcmp(octattn_target_name(OCTATTN_TARGET_SVE_256), "sve_256") == 0,
          "octattn_target_name (ARM64)");
   expect(strcmp(octattn_target_name(OCTATTN_TARGET_AVX512_BF16), "avx512_bf16") == 0 &&
-             strcmp(octattn_target_name(OCTATTN_TARGET_AVX512_BF16 + 1), "unknown") == 0,
-         "octattn_target_name (avx512_bf16)");
+             strcmp(octattn_target_name(OCTATTN_TARGET_AMX_BF16), "amx_bf16") == 0 &&
+             strcmp(octattn_target_name(OCTATTN_TARGET_AMX_BF16 + 1), "unknown") == 0,
+         "octattn_target_name (avx512_bf16, amx_bf16)");
   expect(strcmp(octattn_algorithm_name(OCTATTN_ALGORITHM_FUSED), "fused") == 0,
          "octattn_algorithm_name");
   expect(octattn_tensor_init(NULL, NULL, shape, OCTATTN_LAYOUT_BHTD) == null,

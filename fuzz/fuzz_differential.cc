@@ -109,7 +109,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   double s_max, c_max;
   ScoreRange(p, t, &s_max, &c_max);
   s_max = std::max(1.0, p.ModifiedScoreBound(s_max));
-  // avx512_bf16 with bf16 q, k (and v): the header's term for weights rounded to bf16.
+  // avx512_bf16 or amx_bf16 with bf16 q, k (and v): the header's term for weights
+  // rounded to bf16.
   const double bound = max_v * (5e-7 * s_max + 1e-8 * c_max + (dot_bf16 ? 0x1p-8 : 0.0));
   // lse and weights within the tests' bounds (tests/README.md).
   for (int64_t b = 0; b < p.batch; ++b)

@@ -398,14 +398,16 @@ class Context {
   octattn_context* ctx_ = nullptr;
 };
 
-// Whether the last call on ctx ran bf16 q.k on vdpbf16ps (the header's avx512_bf16
-// rule): its bytes are its own, not those of the f32 call on the widened values.
+// Whether the last call on ctx ran bf16 q.k on vdpbf16ps or AMX tiles (the header's
+// avx512_bf16 and amx_bf16 rule): its bytes are its own, not those of the f32 call on
+// the widened values.
 inline bool RanDotBf16(octattn_context* ctx, const Problem& p) {
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   FUZZ_CHECK(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
-  return info.target == OCTATTN_TARGET_AVX512_BF16 && info.algorithm == OCTATTN_ALGORITHM_FUSED &&
-         p.types.q == OCTATTN_DTYPE_BF16 && p.types.kv == OCTATTN_DTYPE_BF16 && p.head_dim % 2 == 0;
+  return (info.target == OCTATTN_TARGET_AVX512_BF16 || info.target == OCTATTN_TARGET_AMX_BF16) &&
+         info.algorithm == OCTATTN_ALGORITHM_FUSED && p.types.q == OCTATTN_DTYPE_BF16 &&
+         p.types.kv == OCTATTN_DTYPE_BF16 && p.head_dim % 2 == 0;
 }
 
 inline octattn_status Attend(octattn_context* ctx, const octattn_attention_options& opt,

@@ -178,8 +178,8 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 8
-#define OCTATTN_VERSION_PATCH 3
+#define OCTATTN_VERSION_MINOR 9
+#define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
   (OCTATTN_VERSION_MAJOR * 10000 + OCTATTN_VERSION_MINOR * 100 + OCTATTN_VERSION_PATCH)
@@ -292,6 +292,19 @@ typedef int32_t octattn_backend;
  * max|v| * 2^-8 to the bound. Decode still equals prefill, and every other invariant holds.
  * Everything else it runs is avx512's code, the same bytes; a caller who wants the
  * widened-f32 bytes selects avx512.
+ * amx_bf16 (since 0.9) is avx512_bf16 on CPUs with AMX-TILE and AMX-BF16 (Intel
+ * Sapphire Rapids and later) where Linux grants the process the tile state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; refused: the target is not available).
+ * AUTO never picks it: a caller asks for it (octattn_context_set_target or
+ * OCTATTN_TARGET=amx_bf16). Where the fused algorithm's q.k runs on vdpbf16ps on
+ * avx512_bf16 and head_dim is a multiple of 32, it runs on AMX tiles instead: each block
+ * of 64 dimensions (32 at the end) is tdpbf16ps's sum of its 32-dimension steps from
+ * zero (the instruction's own sum of 32 products, not a chain of FMAs; bf16 subnormals
+ * read as zero and subnormal results flushed, as vdpbf16ps does), the blocks added in
+ * order, then scaled; the accuracy bound is avx512_bf16's. Decode then reads packed
+ * tiles as prefill does, so decode still equals prefill (byte for byte) and every other
+ * invariant holds; its decode is slower than avx512_bf16's in-place tiles. Every other
+ * call is avx512_bf16's code, the same bytes (other head_dims too).
  * The SVE targets have the vector length in their name: a CPU runs sve_256 when its SVE
  * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
  * ARM64 CPU (no SVE, or SVE of another length) runs neon. */
@@ -307,6 +320,7 @@ typedef int32_t octattn_target;
 #define OCTATTN_TARGET_SVE2_128 8     /* ARM64 SVE2, 128-bit vectors */
 #define OCTATTN_TARGET_SVE_256 9      /* ARM64 SVE, 256-bit vectors */
 #define OCTATTN_TARGET_AVX512_BF16 10 /* avx512 + AVX512_BF16 (since 0.8) */
+#define OCTATTN_TARGET_AMX_BF16 11    /* avx512_bf16 + AMX-BF16 tiles (since 0.9) */
 
 typedef int32_t octattn_layout;
 #define OCTATTN_LAYOUT_BHTD 0 /* [batch, heads, tokens, dim], dim fastest */
@@ -341,7 +355,7 @@ typedef struct octattn_context octattn_context;
 /* Creates a context: thread cap = all hardware threads, backend and target auto, no
  * memory limit. The environment variables OCTATTN_BACKEND (highway|xsimd) and
  * OCTATTN_TARGET (a target name: scalar, sse2, ..., avx512, neon, sve2_128, sve_256,
- * avx512_bf16) set the initial choice; a value this machine cannot run is ignored.
+ * avx512_bf16, amx_bf16) set the initial choice; a value this machine cannot run is ignored.
  * OCTATTN_THREADS (a decimal integer >= 0, as octattn_context_set_threads takes; since
  * 0.4) sets the initial thread cap; any other value is ignored.
  * @return OCTATTN_OK, NULL_POINTER (out), OUT_OF_MEMORY. */
@@ -391,7 +405,8 @@ typedef struct octattn_run_info {
 OCTATTN_API octattn_status octattn_context_last_run(const octattn_context* ctx,
                                                     octattn_run_info* info);
 
-/* Lists the targets compiled into `backend` that this CPU supports, best first.
+/* Lists the targets compiled into `backend` that this CPU supports, best first (the one
+ * AUTO picks), then amx_bf16, which AUTO never picks.
  * @return OCTATTN_OK, NULL_POINTER (count), INVALID_OPTION (backend).
  * *count = the number of such targets; at most `capacity` are written to `targets`
  * (which may be NULL when capacity is 0). */

@@ -3,10 +3,11 @@
 isa LIB:      objdump the library; every function of a per-target namespace must use
               that target's registers: AVX-512 copies use zmm FMAs, AVX2 copies ymm FMAs
               and no zmm, SSE and scalar copies no VEX/EVEX instruction at all; the
-              avx512_bf16 unit has vdpbf16ps and no other function does.
+              avx512_bf16 and amx_bf16 units have vdpbf16ps and no other function does;
+              the amx_bf16 unit has tdpbf16ps (AMX tiles) and no other function does.
 weak OBJS:    nm the xsimd per-arch objects; no weak symbol may be defined by two of
               them (the linker would keep one copy, possibly AVX-512, for all), and none
-              of the avx512_bf16 unit's by any other object.
+              of the avx512_bf16 or amx_bf16 units' by any other object.
 isa-arm64 OBJDUMP LIB:
               the ARM64 library: the NEON copies (Highway's and xsimd's) use NEON FMAs
               (fmla on v registers), the SVE copies SVE FMAs (z registers), and no
@@ -23,6 +24,7 @@ import sys
 
 GROUPS = {
     # group: (needs FMA on this register, forbidden pattern); more specific groups first
+    "amx::N_AVX3::": ("zmm", None),
     "bf16::N_AVX3::": ("zmm", None),
     "N_AVX3::": ("zmm", None),
     "xsimd_avx512::": ("zmm", None),
@@ -38,6 +40,7 @@ GROUPS = {
 # Functions of a group: the library's own per-target namespace, and, for xsimd, its
 # instantiations for that arch (which builds without full inlining keep out of line).
 MARKERS = {
+    "amx::N_AVX3::": ("octattn::kernels::amx::N_AVX3::",),
     "bf16::N_AVX3::": ("octattn::kernels::bf16::N_AVX3::",),
     "xsimd_avx512::": ("xsimd_avx512::", "xsimd::avx512bw>"),
     "xsimd_avx2::": ("xsimd_avx2::", "xsimd::fma3<xsimd::avx2> >", "xsimd::fma3<xsimd::avx2>>"),
@@ -61,7 +64,8 @@ def check_isa(lib):
                          capture_output=True, text=True).stdout
     insns = collections.defaultdict(list)
     current, name = None, None
-    dot_elsewhere = collections.defaultdict(int)  # vdpbf16ps outside the avx512_bf16 unit
+    dot_elsewhere = collections.defaultdict(int)  # vdpbf16ps outside the bf16 and amx units
+    tile_elsewhere = collections.defaultdict(int)  # AMX tile instructions outside the amx unit
     for line in out.splitlines():
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
         if m:
@@ -72,8 +76,11 @@ def check_isa(lib):
         if len(parts) < 2 or not parts[-1].strip():
             continue
         insn = parts[-1].strip()
-        if insn.startswith("vdpbf16ps") and current != "bf16::N_AVX3::":
+        if insn.startswith("vdpbf16ps") and current not in ("bf16::N_AVX3::", "amx::N_AVX3::"):
             dot_elsewhere[name] += 1
+        if re.match(r"t(dp|ile|ilestored|ileloadd|ilezero)\w*\b|ldtilecfg", insn) and \
+                current != "amx::N_AVX3::":
+            tile_elsewhere[name] += 1
         if current is not None:
             insns[current].append(insn)
     failures = []
@@ -82,7 +89,15 @@ def check_isa(lib):
     if dots == 0:
         failures.append("bf16::N_AVX3::: no vdpbf16ps on zmm")
     for fn, n in list(dot_elsewhere.items())[:20]:
-        failures.append(f"vdpbf16ps outside the avx512_bf16 unit ({n}x): {fn}")
+        failures.append(f"vdpbf16ps outside the avx512_bf16 and amx_bf16 units ({n}x): {fn}")
+    amx = insns.get("amx::N_AVX3::", [])
+    tiles = sum(1 for i in amx if re.match(r"tdpbf16ps\b", i))
+    print(f"{tiles} tdpbf16ps in the amx_bf16 unit, {sum(tile_elsewhere.values())} tile "
+          "instructions elsewhere")
+    if tiles == 0:
+        failures.append("amx::N_AVX3::: no tdpbf16ps")
+    for fn, n in list(tile_elsewhere.items())[:20]:
+        failures.append(f"AMX tile instruction outside the amx_bf16 unit ({n}x): {fn}")
     for group, (fma_reg, forbidden) in GROUPS.items():
         code = insns.get(group)
         if not code:
@@ -105,9 +120,10 @@ def check_weak(objs):
     if len(per_arch) != 4:
         return [f"expected 4 xsimd per-arch objects, got {per_arch}"]
     bf16 = [o for o in objs if o.endswith("highway_avx512_bf16.cc.o")]
-    if len(bf16) != 1:
-        return [f"expected the avx512_bf16 object, got {bf16}"]
-    failures = check_weak_unit(bf16[0], objs)
+    amx = [o for o in objs if o.endswith("highway_amx_bf16.cc.o")]
+    if len(bf16) != 1 or len(amx) != 1:
+        return [f"expected the avx512_bf16 and amx_bf16 objects, got {bf16} and {amx}"]
+    failures = check_weak_unit(bf16[0], objs) + check_weak_unit(amx[0], objs)
     owners = collections.defaultdict(set)
     for obj in per_arch:
         out = subprocess.run(["nm", "-C", "--defined-only", obj], check=True, capture_output=True,

@@ -2,10 +2,14 @@
 // against the f32 call on the widened values, paged 16-bit caches, causality with
 // 16-bit NaN and Inf patterns, and the statuses of bad 16-bit input.
 #include <catch2/catch.hpp>
+#if defined(__x86_64__)
+#include <immintrin.h>  // the AMX oracle
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 
@@ -125,11 +129,12 @@ const Types kTypes[] = {{OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_B
                         {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16, OCTATTN_DTYPE_BF16},
                         {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}};
 
-// Whether a call runs q.k on vdpbf16ps (the header's avx512_bf16 rule): its own bytes.
+// Whether a call runs q.k on vdpbf16ps or AMX tiles (the header's avx512_bf16 and
+// amx_bf16 rule): its own bytes.
 bool DotBf16(octattn_target target, octattn_algorithm algo, const Types& ty, int64_t head_dim) {
-  return target == OCTATTN_TARGET_AVX512_BF16 && algo != OCTATTN_ALGORITHM_REFERENCE &&
-         algo != OCTATTN_ALGORITHM_NAIVE && ty.q == OCTATTN_DTYPE_BF16 &&
-         ty.k == OCTATTN_DTYPE_BF16 && head_dim % 2 == 0;
+  return (target == OCTATTN_TARGET_AVX512_BF16 || target == OCTATTN_TARGET_AMX_BF16) &&
+         algo != OCTATTN_ALGORITHM_REFERENCE && algo != OCTATTN_ALGORITHM_NAIVE &&
+         ty.q == OCTATTN_DTYPE_BF16 && ty.k == OCTATTN_DTYPE_BF16 && head_dim % 2 == 0;
 }
 // The header's term for such a call whose v is bf16 too (weights rounded to bf16; the
 // weighted sums on vdpbf16ps where the call has no modifier and no strided columns).
@@ -297,16 +302,18 @@ bool HasTarget(octattn_target target) {
 
 }  // namespace
 
-// With one key, lse is the scaled score itself: the scores of bf16 q and k on
-// avx512_bf16 against the oracle of the instruction, bit for bit, over patterns that
-// reach its edges (subnormals, cancellation, overflow, Inf, NaN).
-TEST_CASE("avx512_bf16: bf16 scores are vdpbf16ps's chains, bit for bit", "[dtype]") {
-  if (!HasTarget(OCTATTN_TARGET_AVX512_BF16)) {
-    SUCCEED("this CPU has no AVX512_BF16");
-    return;
-  }
+namespace {
+
+using ScoreOracle = float (*)(const uint16_t* q, int64_t q_dim, const uint16_t* k, int64_t k_dim,
+                              int64_t d);
+
+// With one key, lse is the scaled score itself: the scores of bf16 q and k on `target`
+// against `oracle`, bit for bit, over patterns that reach the instruction's edges
+// (subnormals, cancellation, overflow, Inf, NaN).
+void CheckScoresBitForBit(octattn_target target, std::initializer_list<int64_t> dims,
+                          ScoreOracle oracle) {
   std::mt19937 rng(17);
-  for (int64_t d : {2, 16, 64, 72, 128, 256}) {
+  for (int64_t d : dims) {
     for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim}) {
       INFO("D " << d);
       const int64_t heads = 64;
@@ -343,14 +350,14 @@ TEST_CASE("avx512_bf16: bf16 scores are vdpbf16ps's chains, bit for bit", "[dtyp
               q.buf[static_cast<size_t>(h * q.t.stride[1] + (e ^ 1) * q.t.stride[3])] ^ 0x8000);
       Tensor16 v(p.v, OCTATTN_DTYPE_BF16);
       Tensor o = p.Out(), lse = p.Lse();
-      Context ctx(Target{OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AVX512_BF16}, 1);
+      Context ctx(Target{OCTATTN_BACKEND_HIGHWAY, target}, 1);
       auto opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
       opt.scale = 1.0f;
       REQUIRE(octattn_attention(ctx, &opt, &q.t, &k.t, &v.t, o.ptr(), lse.ptr(), nullptr, nullptr,
                                 0) == OCTATTN_OK);
       for (int64_t h = 0; h < heads; ++h) {
-        const float want = DotBf16Oracle(q.buf.data() + h * q.t.stride[1], q.t.stride[3],
-                                         k.buf.data() + h * k.t.stride[1], k.t.stride[3], d);
+        const float want = oracle(q.buf.data() + h * q.t.stride[1], q.t.stride[3],
+                                  k.buf.data() + h * k.t.stride[1], k.t.stride[3], d);
         const float got = lse.at(0, h, 0, 0);
         INFO("head " << h << " want " << want << " got " << got);
         if (std::isnan(want) || want == INFINITY) {
@@ -367,6 +374,66 @@ TEST_CASE("avx512_bf16: bf16 scores are vdpbf16ps's chains, bit for bit", "[dtyp
     }
   }
 }
+
+}  // namespace
+
+TEST_CASE("avx512_bf16: bf16 scores are vdpbf16ps's chains, bit for bit", "[dtype]") {
+  if (!HasTarget(OCTATTN_TARGET_AVX512_BF16)) {
+    SUCCEED("this CPU has no AVX512_BF16");
+    return;
+  }
+  CheckScoresBitForBit(OCTATTN_TARGET_AVX512_BF16, {2, 16, 64, 72, 128, 256}, DotBf16Oracle);
+}
+
+#if defined(__x86_64__)
+namespace {
+
+// AMX's sums as the header states them: each block of 64 dimensions the sum of its two
+// 32-dimension tdpbf16ps steps from zero, the blocks added in order; here each score on a
+// tile of one row and one column (the kernel's tiles hold up to 16 rows and 16 keys: an
+// element's sum depends on its row and column alone).
+__attribute__((target("amx-tile,amx-bf16"))) float AmxOracle(const uint16_t* q, int64_t q_dim,
+                                                             const uint16_t* k, int64_t k_dim,
+                                                             int64_t d) {
+  alignas(64) uint8_t cfg[64] = {};
+  cfg[0] = 1;
+  cfg[16] = 4, cfg[48] = 1;   // tile 0: the sum, 1 x 1
+  cfg[18] = 64, cfg[49] = 1;  // tile 1: q's 16 pairs, 1 row
+  cfg[20] = 4, cfg[50] = 16;  // tile 2: k's 16 pairs, a column
+  _tile_loadconfig(cfg);
+  alignas(64) uint16_t a[32], b[16][2];
+  float total = 0.0f;
+  for (int64_t b0 = 0; b0 < d; b0 += 64) {
+    _tile_zero(0);
+    for (int64_t e0 = b0; e0 < std::min(d, b0 + 64); e0 += 32) {
+      for (int64_t e = 0; e < 32; ++e) {
+        a[e] = q[(e0 + e) * q_dim];
+        b[e / 2][e % 2] = k[(e0 + e) * k_dim];
+      }
+      _tile_loadd(1, a, 64);
+      _tile_loadd(2, b, 4);
+      _tile_dpbf16ps(0, 1, 2);
+    }
+    alignas(64) float acc[16];
+    _tile_stored(0, acc, 4);
+    total = b0 == 0 ? acc[0] : total + acc[0];
+  }
+  _tile_release();
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("amx_bf16: bf16 scores are AMX's sums, bit for bit", "[dtype]") {
+  if (!HasTarget(OCTATTN_TARGET_AMX_BF16)) {
+    SUCCEED("this CPU has no AMX-BF16 (or Linux did not grant its tiles)");
+    return;
+  }
+  // head_dim a multiple of 32 on AMX tiles; 72 (other head_dims) on vdpbf16ps's chains.
+  CheckScoresBitForBit(OCTATTN_TARGET_AMX_BF16, {32, 64, 96, 128, 256}, AmxOracle);
+  CheckScoresBitForBit(OCTATTN_TARGET_AMX_BF16, {2, 72}, DotBf16Oracle);
+}
+#endif
 
 // With every key the same, every weight is 1 (rounded to bf16: 1): o is the plain sum of
 // the value rows, in vdpbf16ps's pair order, over kv_len. Packed tiles (kv 4, 300) and

@@ -191,9 +191,11 @@ TEST_CASE("PyTorch golden outputs in bf16 and f16", "[golden][dtype][dispatch]")
       for (size_t i = 0; i < o16.size(); ++i) {
         const double got = type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(o16[i])
                                                       : octattn::kernels::F16ToF32(o16[i]);
-        // avx512_bf16's fused bf16 weighted sums: weights rounded to bf16 (the header)
+        // avx512_bf16's and amx_bf16's fused bf16 weighted sums: weights rounded to bf16
+        // (the header)
         const double pairs = type == OCTATTN_DTYPE_BF16 && path.first == OCTATTN_ALGORITHM_FUSED &&
-                                     path.second.target == OCTATTN_TARGET_AVX512_BF16
+                                     (path.second.target == OCTATTN_TARGET_AVX512_BF16 ||
+                                      path.second.target == OCTATTN_TARGET_AMX_BF16)
                                  ? 0x1p-8 * max_v
                                  : 0.0;
         const double allowed =

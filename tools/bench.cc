@@ -129,8 +129,8 @@ const char* kHelp =
     "  --mask-tensor (a broadcast bool mask equal to the mask of the other flags, passed\n"
     "                 instead of them) --bias-tensor (a broadcast f32 bias)\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
-    "  --target LIST (auto,avx512_bf16,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,sve_256,\n"
-    "                 scalar)\n"
+    "  --target LIST (auto,amx_bf16,avx512_bf16,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,\n"
+    "                 sve_256,scalar)\n"
     "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --huge-pages  tensors of 2 MiB or more in transparent huge pages (madvise)\n"
@@ -167,10 +167,10 @@ const char* kHelp =
     "               and --contiguous each pair the calls with one other: take one.\n"
     "gflops counts 2*(head_dim+value_dim) flops per allowed (query, key) pair;\n"
     "fma_peak_gflops is one core's measured peak for the target that ran (zmm FMA for\n"
-    "avx512 and avx512_bf16, ymm FMA for avx2, xmm mul+add for the other x86 targets, NEON FMA "
-    "for\n"
-    "the ARM64 ones) and peak_fraction is\n"
-    "gflops / (fma_peak_gflops * threads); kv_gbps is K and V bytes / median seconds;\n"
+    "avx512, avx512_bf16 and amx_bf16 (AMX tiles can run past it), ymm FMA for avx2,\n"
+    "xmm mul+add for the other x86 targets, NEON FMA for the ARM64 ones) and\n"
+    "peak_fraction is gflops / (fma_peak_gflops * threads); kv_gbps is K and V bytes /\n"
+    "median seconds;\n"
     "extra_rss_mib is the peak RSS growth of one call in a fresh process.\n";
 
 template <class T, class Parse>
@@ -297,7 +297,7 @@ bool Parse(int argc, char** argv, Args* a) {
           next(), [](const std::string& s) { return ByName(s, 0, 2, octattn_backend_name); });
     else if (f == "--target")
       a->targets = List<octattn_target>(next(), [](const std::string& s) {
-        return ByName(s, 0, OCTATTN_TARGET_AVX512_BF16, octattn_target_name);
+        return ByName(s, 0, OCTATTN_TARGET_AMX_BF16, octattn_target_name);
       });
     else {
       std::fputs(kHelp, f == "--help" || f == "-h" ? stdout : stderr);
@@ -682,7 +682,8 @@ double ExtraRssMib(const Case& c) {
 }
 
 double PeakFor(const Limits& l, octattn_target t) {
-  if (t == OCTATTN_TARGET_AVX512 || t == OCTATTN_TARGET_AVX512_BF16) return l.fma512;
+  if (t == OCTATTN_TARGET_AVX512 || t == OCTATTN_TARGET_AVX512_BF16 || t == OCTATTN_TARGET_AMX_BF16)
+    return l.fma512;
   if (t == OCTATTN_TARGET_AVX2) return l.fma256;
   // ARM64: the NEON FMA peak for NEON and both SVE targets (the SVE cores these serve,
   // Neoverse V1 at 256 bits and N2/V2 at 128, issue as many flops per cycle through SVE

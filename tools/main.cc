@@ -54,6 +54,10 @@ int RunInfo(int, char**) {
   if (info.target == OCTATTN_TARGET_AVX512_BF16)
     std::printf(
         "bf16 q and k (and v) on the fused path: vdpbf16ps, with the header's bound for it\n");
+  if (info.target == OCTATTN_TARGET_AMX_BF16)
+    std::printf(
+        "bf16 q and k on the fused path: q.k on AMX tiles (head_dim a multiple of 32, else\n"
+        "vdpbf16ps), the weighted sums (bf16 v) on vdpbf16ps, with the header's bound\n");
   octattn_context_destroy(ctx);
   return 0;
 }

@@ -77,6 +77,8 @@ const (
 	TargetSVE256   Target = 9
 	// x86-64: avx512 with AVX512_BF16 (library 0.8 on)
 	TargetAVX512BF16 Target = 10
+	// x86-64: avx512_bf16 with AMX-BF16 tiles (library 0.9 on)
+	TargetAMXBF16 Target = 11
 
 	AlgorithmAuto      Algorithm = 0
 	AlgorithmReference Algorithm = 1

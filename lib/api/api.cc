@@ -587,6 +587,8 @@ const char* octattn_target_name(octattn_target target) {
       return "sve_256";
     case OCTATTN_TARGET_AVX512_BF16:
       return "avx512_bf16";
+    case OCTATTN_TARGET_AMX_BF16:
+      return "amx_bf16";
     default:
       return "unknown";
   }
@@ -733,12 +735,16 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
     if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
       return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
     size_t n = 0;
-    for (octattn_target t = octattn::kernels::kLastTarget; t >= OCTATTN_TARGET_SCALAR; --t) {
+    // Best first, then the targets auto never picks (amx_bf16).
+    auto add = [&](octattn_target t) {
       const kernels::Table* table;
-      if (octattn::api::ResolveTarget(backend, t, &table).failed()) continue;
+      if (octattn::api::ResolveTarget(backend, t, &table).failed()) return;
       if (n < capacity) targets[n] = t;
       ++n;
-    }
+    };
+    for (octattn_target t = octattn::kernels::kLastTarget; t >= OCTATTN_TARGET_SCALAR; --t)
+      if (t != OCTATTN_TARGET_AMX_BF16) add(t);
+    add(OCTATTN_TARGET_AMX_BF16);
     *count = n;
     return api::Check();
   });

@@ -34,8 +34,9 @@ enum Target : int32_t {
   kSve2_128 = 8,
   kSve256 = 9,
   kAvx512Bf16 = 10,
+  kAmxBf16 = 11,
 };
-constexpr Target kLastTarget = kAvx512Bf16;
+constexpr Target kLastTarget = kAmxBf16;
 
 // The score modifiers of one attention call seen from one (batch, query head), applied
 // in this order to s = scale * q.k: softcap (s = cap * tanh(s / cap)), ALiBi

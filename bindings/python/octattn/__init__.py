@@ -34,7 +34,7 @@ _ALGORITHMS = {"auto": 0, "reference": 1, "naive": 2, "fused": 3}
 _BACKENDS = {"auto": 0, "highway": 1, "xsimd": 2}
 _TARGETS = {"auto": 0, "scalar": 1, "sse2": 2, "ssse3": 3, "sse4": 4, "avx2": 5, "avx512": 6,
             "neon": 7, "sve2_128": 8, "sve_256": 9,
-            "avx512_bf16": 10}
+            "avx512_bf16": 10, "amx_bf16": 11}
 
 
 class Error(RuntimeError):

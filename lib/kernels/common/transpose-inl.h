@@ -52,4 +52,9 @@ static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
 static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
 static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
 static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
+// AMX-BF16 tiles (transpose_avx-inl.h): the amx_bf16 unit only.
+static constexpr bool kAmx = false;
+static OCTATTN_INLINE void AmxConfigure(int) {}
+static OCTATTN_INLINE void AmxRelease() {}
+static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, float*) {}
 #endif

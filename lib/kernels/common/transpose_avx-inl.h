@@ -206,6 +206,62 @@ static OCTATTN_INLINE V Bf16Low(W pair) {
   return FromRaw(_mm512_castsi512_ps(
       _mm512_and_si512(_mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(0xFFFF))));
 }
+// AMX-BF16 tiles (the amx_bf16 unit only, which defines OCTATTN_AMX_BF16 as well): a
+// block of R <= 16 query rows against 64 packed keys, 32 dimensions (16 pairs) a
+// tdpbf16ps. Tiles 0-3 hold the four 16-key column blocks of the R x 64 sums, tile 4 the
+// rows' pairs, tiles 5-7 the keys' pairs (16 pair rows of 16 keys, 64 bytes each).
+// A score's sum is then AMX's own: tdpbf16ps adds each tile step's 32 products to the
+// sum with roundings of its own (not those of a chain of FMAs; AmxDot64's note), and
+// each element of a tile depends on its row of A and column of B alone (whatever the
+// rows and the orientation: measured on the CPU the tests run on).
+#if defined(OCTATTN_AMX_BF16)
+static constexpr bool kAmx = true;
+// The tile configuration for R rows (ldtilecfg's 64-byte layout: palette 1, then the
+// bytes per row of tiles 0-15 as 16-bit words at byte 16, their rows at byte 48).
+static OCTATTN_INLINE void AmxConfigure(int rows) {
+  alignas(64) uint8_t cfg[64] = {};
+  cfg[0] = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg[16 + 2 * t] = 64;
+    cfg[48 + t] = static_cast<uint8_t>(t < 5 ? rows : 16);
+  }
+  _tile_loadconfig(cfg);
+}
+static OCTATTN_INLINE void AmxRelease() { _tile_release(); }
+// c[r][0, 64) = the sums over `halves` (1 or 2) steps of 16 pairs of row r of a (its
+// pairs from a + 64 bytes a step on, rows a_stride bytes apart) with keys 0 .. 63 of b
+// (pair row p of a step at b + p * b_stride bytes, its 64 keys' pairs in 256 bytes), from
+// zero; rows of c 256 bytes apart. The tiles must be configured (AmxConfigure).
+static OCTATTN_INLINE void AmxDot64(const void* a, int64_t a_stride, const void* b,
+                                    int64_t b_stride, int halves, float* c) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int h = 0; h < halves; ++h) {
+    const char* ah = static_cast<const char*>(a) + 64 * h;
+    const char* bh = static_cast<const char*>(b) + 16 * h * b_stride;
+    _tile_loadd(4, ah, a_stride);
+    _tile_loadd(5, bh, b_stride);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, bh + 64, b_stride);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, bh + 128, b_stride);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, bh + 192, b_stride);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, c, 256);
+  _tile_stored(1, c + 16, 256);
+  _tile_stored(2, c + 32, 256);
+  _tile_stored(3, c + 48, 256);
+}
+#else
+static constexpr bool kAmx = false;
+static OCTATTN_INLINE void AmxConfigure(int) {}
+static OCTATTN_INLINE void AmxRelease() {}
+static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, float*) {}
+#endif  // OCTATTN_AMX_BF16
 #endif  // OCTATTN_DOT_BF16 (else transpose-inl.h's stubs)
 
 // The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back

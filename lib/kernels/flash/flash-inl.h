@@ -55,6 +55,14 @@ static inline bool FlashPairsV(const Operands& op) {
          !(op.mask.causal && op.mask.window > 0 && op.mask.stride > 0);
 }
 
+// Whether its Q K^T runs on AMX tiles (S::kAmx, the amx_bf16 target): FlashPairs with a
+// head_dim of whole 16-pair tile steps. Its scores are AMX's sums (AmxQkStore), on
+// packed tiles only: decode reads such tiles packed too (FlashDirect), so that its
+// scores are prefill's.
+static inline bool FlashAmx(const Operands& op) {
+  return S::kAmx && FlashPairs(op) && op.head_dim % 32 == 0;
+}
+
 // n 16-bit elements of a row (dim apart) into dst, contiguous, unchanged.
 static inline void CopyElems(const float* src, int64_t dim, int64_t n, float* dst) {
   if (dim == 1) {
@@ -365,7 +373,13 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
     pf->Step();
     if constexpr (S::kDotBf16) {
-      if (t.op.q_type == kBf16) {  // bf16 pairs (FlashPairs): head_dim counts pairs
+      if (t.op.q_type == kBf16) {                  // bf16 pairs (FlashPairs): head_dim counts pairs
+        if (S::kAmx && t.op.head_dim % 16 == 0) {  // FlashAmx
+          QkTile<R, kFlashQkVecs, true, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                                              t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                                              sp.mask, qpos, t.op.scale, s, full || modded);
+          continue;
+        }
         QkTile<R, kFlashQkVecs, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
                                       j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
                                       full || modded);
@@ -491,7 +505,7 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
          t.op.k_type == t.op.v_type && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
          (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
-         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
+         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores() && !FlashAmx(t.op);
 }
 
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
@@ -1440,8 +1454,10 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
           MergeState(fs[x].run + r * stride, fs[x].cur + r * stride, dvp);
     first = false;
   };
+  if (FlashAmx(task.op)) amx_rows = 0;  // whatever tiles the thread had are not ours
   if (task.gathered && has_strided) unit(-1);
   for (int64_t c = task.chunk_begin; c < task.chunk_end; ++c) unit(c);
+  if (FlashAmx(task.op)) AmxTaskEnd();
   for (int64_t x = 0; x < nh; ++x) {
     if (first) ResetState(fs[x].run, rows, stride, dvp);
     FinishRows(ts[x], fs[x]);

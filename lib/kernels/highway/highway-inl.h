@@ -8,7 +8,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // This target in the library's numbering; a target this file does not know is a build
 // error, never a silent scalar.
-#if defined(OCTATTN_DOT_BF16) && HWY_TARGET == HWY_AVX3 && defined(__AVX512BF16__)
+#if defined(OCTATTN_AMX_BF16) && defined(OCTATTN_DOT_BF16) && HWY_TARGET == HWY_AVX3 && \
+    defined(__AVX512BF16__) && (defined(__AMX_BF16__) || defined(__AMXBF16__))
+constexpr Target kThisTarget = kAmxBf16;  // the unit highway_amx_bf16.cc
+#elif defined(OCTATTN_AMX_BF16)
+#error "octattn: OCTATTN_AMX_BF16 is for AVX3 code compiled with -mavx512bf16 -mamx-tile -mamx-bf16"
+#elif defined(OCTATTN_DOT_BF16) && HWY_TARGET == HWY_AVX3 && defined(__AVX512BF16__)
 constexpr Target kThisTarget = kAvx512Bf16;  // the unit highway_avx512_bf16.cc
 #elif defined(OCTATTN_DOT_BF16)
 #error "octattn: OCTATTN_DOT_BF16 is for AVX3 code compiled with -mavx512bf16"
@@ -56,14 +61,14 @@ struct S {
 #endif
   // Vector registers: 32 on AVX-512 and on ARM64 (NEON and SVE), 16 on the others.
   static constexpr int kRegs = kThisTarget == kAvx512 || kThisTarget == kAvx512Bf16 ||
-                                       kThisTarget == kNeon || kThisTarget == kSve2_128 ||
-                                       kThisTarget == kSve256
+                                       kThisTarget == kAmxBf16 || kThisTarget == kNeon ||
+                                       kThisTarget == kSve2_128 || kThisTarget == kSve256
                                    ? 32
                                    : 16;
   // Whether Transpose8x8 is a fast block operation here (else the families' plain loops
   // are as good): the x86 AVX targets.
-  static constexpr bool kBlockTranspose =
-      kThisTarget == kAvx2 || kThisTarget == kAvx512 || kThisTarget == kAvx512Bf16;
+  static constexpr bool kBlockTranspose = kThisTarget == kAvx2 || kThisTarget == kAvx512 ||
+                                          kThisTarget == kAvx512Bf16 || kThisTarget == kAmxBf16;
   static HWY_INLINE HV H(V v) { return v; }
   // A vector from the target's own register type (the x86 block transposes).
   template <class R>

@@ -1,10 +1,11 @@
 // The Highway backend: the kernel families (highway-inl.h) compiled once per Highway
 // target of this unit (foreach_target: the x86 targets, or NEON and the scalar one on
 // ARM64), each copy with its own target attributes, and the dispatch over them, the
-// x86 unit highway_avx512_bf16.cc (OCTATTN_HWY_AVX512_BF16) and, on ARM64, the SVE
+// x86 units highway_avx512_bf16.cc (OCTATTN_HWY_AVX512_BF16) and highway_amx_bf16.cc
+// (OCTATTN_HWY_AMX_BF16) and, on ARM64, the SVE
 // units (highway_sve_256.cc, highway_sve2_128.cc, each compiled for one vector length;
 // OCTATTN_HWY_SVE): Highway's CPU detection, best first, as HWY_DYNAMIC_DISPATCH would
-// (AVX512_BF16, which Highway does not know, from CPUID).
+// (AVX512_BF16 and AMX, which Highway does not know, from CPUID).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "lib/kernels/highway/highway.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -29,6 +30,11 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <hwy/targets.h>
+#if OCTATTN_HWY_AMX_BF16
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace octattn {
 namespace kernels {
@@ -39,6 +45,13 @@ namespace N_AVX3 {
 const Table* GetTable();
 }
 }  // namespace bf16
+#endif
+#if OCTATTN_HWY_AMX_BF16
+namespace amx {
+namespace N_AVX3 {
+const Table* GetTable();
+}
+}  // namespace amx
 #endif
 #if OCTATTN_HWY_SVE
 namespace N_SVE_256 {
@@ -61,6 +74,11 @@ struct Unit {
   int64_t hwy_bits;  // the Highway targets whose CPUs run it
   const Table* (*table)();
   bool (*extra)();  // what else the CPU needs (null: nothing)
+  // Whether auto may pick it. amx_bf16 runs only when asked for: its decode reads
+  // packed tiles, so that its scores are prefill's (FlashAmx), 2.3x slower than
+  // avx512_bf16's in-place tiles (Intel host with AMX, one thread, 16 sequences of
+  // 256..7936 keys, Hq 32 / Hkv 8, D 128).
+  bool automatic = true;
 };
 
 #if OCTATTN_HWY_AVX512_BF16
@@ -69,10 +87,33 @@ bool HasAvx512Bf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 #endif
+#if OCTATTN_HWY_AMX_BF16
+// AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), the tile state enabled by
+// the OS (XCR0 bits 17 and 18), and Linux's grant of the tile data to this process
+// (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18; refused: not this target).
+// Asked once; the grant is the process's.
+bool HasAmxBf16() {
+  static const bool ok = [] {
+    if (!HasAvx512Bf16()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return ok;
+}
+#endif
 
 // Best first. Highway reports SVE_256 for SVE with 256-bit vectors and SVE2_128 for SVE2
 // with 128-bit ones; any other ARM64 CPU runs NEON.
 constexpr Unit kUnits[] = {
+#if OCTATTN_HWY_AMX_BF16
+    {kAmxBf16, HWY_AVX3, &amx::N_AVX3::GetTable, &HasAmxBf16, false},
+#endif
 #if OCTATTN_HWY_AVX512_BF16
     {kAvx512Bf16, HWY_AVX3, &bf16::N_AVX3::GetTable, &HasAvx512Bf16},
 #endif
@@ -109,7 +150,7 @@ bool Runs(const Unit& u, int64_t supported) {
 const Table* HighwayBest() {
   const int64_t supported = hwy::SupportedTargets();
   for (const Unit& u : kUnits)
-    if (Runs(u, supported)) return u.table();
+    if (u.automatic && Runs(u, supported)) return u.table();
   return nullptr;  // not reached: the scalar unit runs everywhere
 }
 

@@ -117,13 +117,59 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
   }
 }
 
+// S::kAmx: the scores of R rows for the 64 keys of a packed bf16 pair panel (C * lanes
+// == 64; kt its pair rows kt_stride floats apart, `pairs` of them, a multiple of 16), on
+// AMX tiles: each block of kDotBlock dimensions is AMX's sum of its two 16-pair steps
+// from zero (S::AmxDot64), the blocks added and scaled as QkStore adds and scales its
+// chains (StoreDotBlock's operations). The rows' pairs are read pairs * 4 bytes apart
+// from q[0] (a task's rows, PrepareRows), else from a copy.
+// The rows of the AMX tile configuration this thread loaded last (0: none, or unknown:
+// other code on the thread may load its own between calls, so each task that runs on
+// tiles sets 0 first, and releases the tiles at its end: AmxTaskEnd).
+static thread_local int amx_rows = 0;
+static inline void AmxTaskEnd() {
+  if (amx_rows) S::AmxRelease();
+  amx_rows = 0;
+}
+template <int R, int C>
+OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t kt_stride,
+                               int64_t pairs, float scale, float* const* out) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  static_assert(C * L == 64 || !S::kAmx, "AMX panels of 64 keys");
+  static_assert(R <= 16, "a tile holds 16 rows");
+  bool even = true;
+  for (int r = 1; r < R; ++r) even &= q[r] == q[0] + r * pairs;
+  if (amx_rows != R) {
+    S::AmxConfigure(R);
+    amx_rows = R;
+  }
+  alignas(64) float c[R][64];
+  alignas(64) float a[R][32];
+  const typename S::V vs = S::Set(scale);
+  for (int64_t d0 = 0; d0 < pairs; d0 += kDotBlock / 2) {
+    const int halves = d0 + kDotBlock / 2 <= pairs ? 2 : 1;
+    const float* ap = q[0] + d0;
+    int64_t a_stride = pairs * 4;
+    if (!even) {
+      for (int r = 0; r < R; ++r) memcpy(a[r], q[r] + d0, static_cast<size_t>(halves) * 64);
+      ap = a[0];
+      a_stride = 128;
+    }
+    S::AmxDot64(ap, a_stride, kt + d0 * kt_stride, kt_stride * 4, halves, c[0]);
+    typename S::V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int x = 0; x < C; ++x) acc[r][x] = S::Load(c[r] + x * L);
+    StoreDotBlock<R, C>(acc, out, d0 > 0, d0 + kDotBlock / 2 >= pairs, vs);
+  }
+}
+
 // Scores of R rows at positions qpos[r] for packed key vectors starting at pack column
 // j0, scaled and masked. `kt` points at pack column j0 (rows kt_stride apart); `dst[r]`
 // points at row r's score for pack column 0; pack column c holds key key_base + c; keys
 // at or past `key_end` are masked. `all_allowed`: the caller has classified the block as
 // full (every row reads every key up to key_end, and key_end is past the block).
-// P: bf16 pairs (QkStore).
-template <int R, int C, bool P = false>
+// P: bf16 pairs (QkStore); A: on AMX tiles (AmxQkStore; P too).
+template <int R, int C, bool P = false, bool A = false>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const plan::Mask& mask, const int64_t* qpos, float scale,
@@ -147,7 +193,11 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
       for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
     return;
   }
-  QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
+  if constexpr (A) {
+    AmxQkStore<R, C>(q, kt, kt_stride, head_dim, scale, out);
+  } else {
+    QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
+  }
   if (kind == plan::kTilePartial || a1 < a0 + C * L) {
     // Each row's keys as ranges (the mask's own description of a row): a dense run and
     // the strided columns below it, stepped to without a division per key.

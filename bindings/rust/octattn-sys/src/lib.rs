@@ -51,6 +51,7 @@ pub const OCTATTN_TARGET_NEON: octattn_target = 7;
 pub const OCTATTN_TARGET_SVE2_128: octattn_target = 8;
 pub const OCTATTN_TARGET_SVE_256: octattn_target = 9;
 pub const OCTATTN_TARGET_AVX512_BF16: octattn_target = 10;
+pub const OCTATTN_TARGET_AMX_BF16: octattn_target = 11;
 
 pub const OCTATTN_LAYOUT_BHTD: octattn_layout = 0;
 pub const OCTATTN_LAYOUT_BTHD: octattn_layout = 1;

@@ -95,6 +95,8 @@ pub enum Target {
     Sve256 = 9,
     /// avx512 with AVX512_BF16 (library 0.8 on): bf16 q.k on vdpbf16ps.
     Avx512Bf16 = 10,
+    /// avx512_bf16 with AMX-BF16 (library 0.9 on): bf16 q.k of the fused path on AMX tiles.
+    AmxBf16 = 11,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -860,9 +862,11 @@ mod tests {
             } else {
                 2f32.powi(-11)
             };
-            // On avx512_bf16 the bf16 weighted sums round the weights to bf16: the header
-            // adds max|v| * 2^-8 to the bound there.
-            let pairs = if kind == Half::Bf16 && ctx.last_run().unwrap().target == "avx512_bf16" {
+            // On avx512_bf16 and amx_bf16 the bf16 weighted sums round the weights to bf16:
+            // the header adds max|v| * 2^-8 to the bound there.
+            let target = ctx.last_run().unwrap().target;
+            let pairs = if kind == Half::Bf16 && matches!(target.as_str(), "avx512_bf16" | "amx_bf16")
+            {
                 vw.iter().fold(0.0f32, |m, x| m.max(x.abs())) * 2f32.powi(-8)
             } else {
                 0.0
