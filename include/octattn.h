@@ -301,10 +301,16 @@ typedef int32_t octattn_backend;
  * of 64 dimensions (32 at the end) is tdpbf16ps's sum of its 32-dimension steps from
  * zero (the instruction's own sum of 32 products, not a chain of FMAs; bf16 subnormals
  * read as zero and subnormal results flushed, as vdpbf16ps does), the blocks added in
- * order, then scaled; the accuracy bound is avx512_bf16's. Decode then reads packed
- * tiles as prefill does, so decode still equals prefill (byte for byte) and every other
- * invariant holds; its decode is slower than avx512_bf16's in-place tiles. Every other
- * call is avx512_bf16's code, the same bytes (other head_dims too).
+ * order, then scaled. Where avx512_bf16's weighted sums run on vdpbf16ps (bf16 v, no
+ * score modifier, no strided columns) and q.k runs on AMX, each row's keys of a key
+ * tile (256 keys) in whole groups of 32 from the tile's first key are summed on AMX
+ * tiles, a tdpbf16ps step a group (the instruction's own sum of the group's 32 weighted
+ * values added to the row's sum), and its keys before and after those groups on
+ * vdpbf16ps's pairs, before and after them. The accuracy bound is avx512_bf16's (its
+ * 2^-8 term included). Decode reads packed tiles as prefill does, so decode still
+ * equals prefill (byte for byte) and every other invariant holds; its decode is slower
+ * than avx512_bf16's in-place tiles. Every other call is avx512_bf16's code, the same
+ * bytes (other head_dims too).
  * The SVE targets have the vector length in their name: a CPU runs sve_256 when its SVE
  * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
  * ARM64 CPU (no SVE, or SVE of another length) runs neon. */

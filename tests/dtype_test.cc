@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <random>
@@ -438,12 +439,30 @@ TEST_CASE("amx_bf16: bf16 scores are AMX's sums, bit for bit", "[dtype]") {
 // With every key the same, every weight is 1 (rounded to bf16: 1): o is the plain sum of
 // the value rows, in vdpbf16ps's pair order, over kv_len. Packed tiles (kv 4, 300) and
 // tiles read in place (a decode over 512 keys) against that chain, bit for bit.
-TEST_CASE("avx512_bf16: bf16 weighted sums are vdpbf16ps's pair chains, bit for bit", "[dtype]") {
-  if (!HasTarget(OCTATTN_TARGET_AVX512_BF16)) {
-    SUCCEED("this CPU has no AVX512_BF16");
-    return;
+namespace {
+
+// A column's values (val(j), bf16 subnormals read as zero) summed with weights of 1 over
+// kv keys: the bytes a target's weighted sums give.
+using SumOracle = float (*)(const std::function<float(int64_t)>& val, int64_t kv);
+
+// vdpbf16ps's pair chain: key 2m + 1, then 2m; an odd last key alone.
+float PairChain(const std::function<float(int64_t)>& val, int64_t j0, int64_t j1, float acc) {
+  for (int64_t j = j0; j + 1 < j1; j += 2) {
+    acc = FlushSubnormal(std::fma(1.0f, val(j + 1), acc));
+    acc = FlushSubnormal(std::fma(1.0f, val(j), acc));
   }
-  for (int64_t n : {4, 7, 300, 512}) {
+  if ((j1 - j0) % 2) acc = FlushSubnormal(std::fma(1.0f, val(j1 - 1), acc));
+  return acc;
+}
+float PairChainOracle(const std::function<float(int64_t)>& val, int64_t kv) {
+  return PairChain(val, 0, kv, 0.0f);
+}
+
+// With every key the same, every weight is 1 (rounded to bf16: 1): o is the plain sum of
+// the value rows, in the target's order (`oracle`), over kv_len. Packed tiles (kv 4, 300)
+// and tiles read in place (a decode over 512 keys) against that order, bit for bit.
+void CheckSumsBitForBit(octattn_target target, SumOracle oracle) {
+  for (int64_t n : {4, 7, 40, 300, 512}) {
     INFO("kv " << n);
     const int64_t d = 64, heads = 4;
     Problem p(1, heads, heads, 1, n, d, d, 8, 1.0f);
@@ -452,30 +471,83 @@ TEST_CASE("avx512_bf16: bf16 weighted sums are vdpbf16ps's pair chains, bit for 
         for (int64_t e = 0; e < d; ++e) p.k.at(0, h, j, e) = p.k.at(0, h, 0, e);
     Tensor16 q(p.q, OCTATTN_DTYPE_BF16), k(p.k, OCTATTN_DTYPE_BF16), v(p.v, OCTATTN_DTYPE_BF16);
     Tensor o = p.Out();
-    Context ctx(Target{OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AVX512_BF16}, 1);
+    Context ctx(Target{OCTATTN_BACKEND_HIGHWAY, target}, 1);
     const auto opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
     REQUIRE(octattn_attention(ctx, &opt, &q.t, &k.t, &v.t, o.ptr(), nullptr, nullptr, nullptr, 0) ==
             OCTATTN_OK);
     bool same = true;
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t e = 0; e < d; ++e) {
-        auto val = [&](int64_t j) {
+        const std::function<float(int64_t)> val = [&](int64_t j) {
           return FlushSubnormal(static_cast<float>(WidenOracle(
               v.buf[static_cast<size_t>(h * v.t.stride[1] + j * v.t.stride[2] + e * v.t.stride[3])],
               OCTATTN_DTYPE_BF16)));
         };
-        float acc = 0.0f;
-        for (int64_t j = 0; j + 1 < n; j += 2) {
-          acc = FlushSubnormal(std::fma(1.0f, val(j + 1), acc));
-          acc = FlushSubnormal(std::fma(1.0f, val(j), acc));
-        }
-        if (n % 2) acc = FlushSubnormal(std::fma(1.0f, val(n - 1), acc));
-        const float want = acc * (1.0f / static_cast<float>(n)), got = o.at(0, h, 0, e);
+        const float want = oracle(val, n) * (1.0f / static_cast<float>(n)), got = o.at(0, h, 0, e);
         same &= std::memcmp(&want, &got, sizeof(float)) == 0;
       }
     CHECK(same);
   }
 }
+
+}  // namespace
+
+TEST_CASE("avx512_bf16: bf16 weighted sums are vdpbf16ps's pair chains, bit for bit", "[dtype]") {
+  if (!HasTarget(OCTATTN_TARGET_AVX512_BF16)) {
+    SUCCEED("this CPU has no AVX512_BF16");
+    return;
+  }
+  CheckSumsBitForBit(OCTATTN_TARGET_AVX512_BF16, PairChainOracle);
+}
+
+#if defined(__x86_64__)
+namespace {
+
+// amx_bf16's sums: per tile of 256 keys, each whole group of 32 keys one tdpbf16ps step
+// (here on a tile of one row and one column) continuing the sum, the keys after the
+// last whole group on vdpbf16ps's pair chain.
+__attribute__((target("amx-tile,amx-bf16"))) float AmxSumOracle(
+    const std::function<float(int64_t)>& val, int64_t kv) {
+  alignas(64) uint8_t cfg[64] = {};
+  cfg[0] = 1;
+  cfg[16] = 4, cfg[48] = 1;   // tile 0: the sum, 1 x 1
+  cfg[18] = 64, cfg[49] = 1;  // tile 1: 16 weight pairs of 1, 1 row
+  cfg[20] = 4, cfg[50] = 16;  // tile 2: 16 value pairs, a column
+  _tile_loadconfig(cfg);
+  alignas(64) uint16_t ones[32], b[16][2];
+  for (uint16_t& x : ones) x = 0x3F80;
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof(u));
+    return static_cast<uint16_t>(u >> 16);  // exact: x is a widened bf16
+  };
+  alignas(64) float acc[16] = {};
+  for (int64_t t0 = 0; t0 < kv; t0 += 256) {
+    const int64_t t1 = std::min(kv, t0 + 256), g1 = t0 + (t1 - t0) / 32 * 32;
+    for (int64_t g = t0; g < g1; g += 32) {
+      for (int64_t e = 0; e < 32; ++e) b[e / 2][e % 2] = bits(val(g + e));
+      _tile_loadd(0, acc, 4);
+      _tile_loadd(1, ones, 64);
+      _tile_loadd(2, b, 4);
+      _tile_dpbf16ps(0, 1, 2);
+      _tile_stored(0, acc, 4);
+    }
+    acc[0] = PairChain(val, g1, t1, acc[0]);
+  }
+  _tile_release();
+  return acc[0];
+}
+
+}  // namespace
+
+TEST_CASE("amx_bf16: bf16 weighted sums are AMX's steps and pair chains, bit for bit", "[dtype]") {
+  if (!HasTarget(OCTATTN_TARGET_AMX_BF16)) {
+    SUCCEED("this CPU has no AMX-BF16 (or Linux did not grant its tiles)");
+    return;
+  }
+  CheckSumsBitForBit(OCTATTN_TARGET_AMX_BF16, AmxSumOracle);
+}
+#endif
 
 namespace {
 

@@ -56,8 +56,8 @@ int RunInfo(int, char**) {
         "bf16 q and k (and v) on the fused path: vdpbf16ps, with the header's bound for it\n");
   if (info.target == OCTATTN_TARGET_AMX_BF16)
     std::printf(
-        "bf16 q and k on the fused path: q.k on AMX tiles (head_dim a multiple of 32, else\n"
-        "vdpbf16ps), the weighted sums (bf16 v) on vdpbf16ps, with the header's bound\n");
+        "bf16 q and k on the fused path: q.k and the weighted sums (bf16 v) on AMX tiles\n"
+        "where head_dim is a multiple of 32 (else vdpbf16ps), with the header's bound\n");
   octattn_context_destroy(ctx);
   return 0;
 }

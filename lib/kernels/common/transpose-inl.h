@@ -57,4 +57,7 @@ static constexpr bool kAmx = false;
 static OCTATTN_INLINE void AmxConfigure(int) {}
 static OCTATTN_INLINE void AmxRelease() {}
 static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, float*) {}
+static OCTATTN_INLINE void AmxLoadSums(const float*, int) {}
+static OCTATTN_INLINE void AmxStoreSums(float*, int) {}
+static OCTATTN_INLINE void AmxStep(const void*, int64_t, const void*, int64_t, int) {}
 #endif

@@ -256,11 +256,50 @@ static OCTATTN_INLINE void AmxDot64(const void* a, int64_t a_stride, const void*
   _tile_stored(2, c + 32, 256);
   _tile_stored(3, c + 48, 256);
 }
+// Sums in tiles 0 .. nc - 1 (nc of 1 .. 4): loaded from and stored to c (R rows of 16
+// * nc floats, rows 256 bytes apart, block j at c + 16 j).
+static OCTATTN_INLINE void AmxLoadSums(const float* c, int nc) {
+  _tile_loadd(0, c, 256);
+  if (nc > 1) _tile_loadd(1, c + 16, 256);
+  if (nc > 2) _tile_loadd(2, c + 32, 256);
+  if (nc > 3) _tile_loadd(3, c + 48, 256);
+}
+static OCTATTN_INLINE void AmxStoreSums(float* c, int nc) {
+  _tile_stored(0, c, 256);
+  if (nc > 1) _tile_stored(1, c + 16, 256);
+  if (nc > 2) _tile_stored(2, c + 32, 256);
+  if (nc > 3) _tile_stored(3, c + 48, 256);
+}
+// One tdpbf16ps step of the sums in tiles 0 .. nc - 1: R rows of 16 pairs at a
+// (a_stride bytes apart) by 16 pair rows at b (b_stride bytes apart), block j of 16
+// columns at b + 64 j bytes.
+static OCTATTN_INLINE void AmxStep(const void* a, int64_t a_stride, const void* b, int64_t b_stride,
+                                   int nc) {
+  const char* bc = static_cast<const char*>(b);
+  _tile_loadd(4, a, a_stride);
+  _tile_loadd(5, bc, b_stride);
+  _tile_dpbf16ps(0, 4, 5);
+  if (nc > 1) {
+    _tile_loadd(6, bc + 64, b_stride);
+    _tile_dpbf16ps(1, 4, 6);
+  }
+  if (nc > 2) {
+    _tile_loadd(7, bc + 128, b_stride);
+    _tile_dpbf16ps(2, 4, 7);
+  }
+  if (nc > 3) {
+    _tile_loadd(5, bc + 192, b_stride);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+}
 #else
 static constexpr bool kAmx = false;
 static OCTATTN_INLINE void AmxConfigure(int) {}
 static OCTATTN_INLINE void AmxRelease() {}
 static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, float*) {}
+static OCTATTN_INLINE void AmxLoadSums(const float*, int) {}
+static OCTATTN_INLINE void AmxStoreSums(float*, int) {}
+static OCTATTN_INLINE void AmxStep(const void*, int64_t, const void*, int64_t, int) {}
 #endif  // OCTATTN_AMX_BF16
 #endif  // OCTATTN_DOT_BF16 (else transpose-inl.h's stubs)
 

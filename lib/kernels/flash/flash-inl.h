@@ -28,10 +28,13 @@ constexpr int64_t kPackValueRows = 16;
 constexpr int64_t kEnvelopeAhead = 4;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
-// Rows of the scores buffer: a micro-kernel block, or a decode task's rows (the heads of a
-// shared-rows task hold the scores of all their rows at once).
+// Rows of the scores buffer: a micro-kernel block (an AMX block), or a decode task's rows (the
+// heads of a shared-rows task hold the scores of all their rows at once). Rows of a block on AMX
+// tiles (FlashHeadTile): a tile's 16 rows.
+constexpr int kAmxRows = S::kAmx ? 16 : 1;
 static inline int64_t SBufRows(const FlashTask& t) {
-  return plan::MaxI(kFlashRows, FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);
+  return plan::MaxI(plan::MaxI(kFlashRows, kAmxRows),
+                    FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);
 }
 // With bf16 value pairs (FlashPairsV) the buffer holds as many rows more, of the
 // weights as bf16 pairs (row r at row SBufRows + r).
@@ -296,6 +299,60 @@ OCTATTN_INLINE void Columns(const FlashTile& tile, float* const* st, int64_t dvp
   while (c0 < dvp) block(std::integral_constant<int, 1>());
 }
 
+// Keys per AMX step of the weighted sums: 16 pairs.
+constexpr int64_t kAmxKeys = 32;
+
+// S::kAmx, bf16 value pairs (FlashPairsV with FlashAmx): the whole groups of kAmxKeys
+// keys from the tile's first key that row r reads, [g0[r], g1[r]) (group numbers), added
+// to the R states on AMX tiles, a group a tdpbf16ps step of each 16-column block: the
+// weights' pairs (pw, rows kTileKeys floats apart, PairWeights) by the V panel's pair
+// rows (the packed tile's panels of kAvPanel columns). A row's sums depend on its own
+// groups alone: a group other rows of the block read and it does not leaves its state
+// as it was (its value rows may hold anything). The keys of a row outside its groups are
+// the vector pairs' (FlashBlock: those before, then the groups, then those after).
+template <int R>
+static inline void AmxWeightedSums(const FlashTile& tile, const int64_t* g0, const int64_t* g1,
+                                   float* const* st, int64_t dvp, const float* const* pw) {
+  int64_t ga = INT64_MAX, gb = 0;
+  for (int r = 0; r < R; ++r)
+    if (g0[r] < g1[r]) {
+      ga = plan::MinI(ga, g0[r]);
+      gb = plan::MaxI(gb, g1[r]);
+    }
+  if (ga >= gb) return;
+  AmxRows<R>();
+  constexpr int64_t kPairs = kAmxKeys / 2;
+  const int64_t a_stride = kTileKeys * 4;
+  alignas(64) float c[R][64], keep[R][64];
+  for (int64_t c0 = 0; c0 < dvp; c0 += 64) {
+    const int nc = static_cast<int>(plan::MinI(4, (dvp - c0) / 16));
+    const size_t bytes = static_cast<size_t>(nc) * 64;
+    int64_t v_row = 0;
+    const float* v = tile.Values(c0, dvp, &v_row);  // pair rows v_row floats apart
+    for (int r = 0; r < R; ++r) memcpy(c[r], st[r] + 2 + c0, bytes);
+    S::AmxLoadSums(c[0], nc);
+    for (int64_t g = ga; g < gb; ++g) {
+      bool all = true, none = true;
+      for (int r = 0; r < R; ++r) {
+        const bool in = g >= g0[r] && g < g1[r];
+        all &= in;
+        none &= !in;
+      }
+      if (none) continue;
+      if (!all) S::AmxStoreSums(keep[0], nc);
+      S::AmxStep(pw[0] + g * kPairs, a_stride, v + g * kPairs * v_row, v_row * 4, nc);
+      if (!all) {  // the rows that do not read the group keep their sums
+        S::AmxStoreSums(c[0], nc);
+        for (int r = 0; r < R; ++r)
+          if (g < g0[r] || g >= g1[r]) memcpy(c[r], keep[r], bytes);
+        S::AmxLoadSums(c[0], nc);
+      }
+    }
+    S::AmxStoreSums(c[0], nc);
+    for (int r = 0; r < R; ++r) memcpy(st[r] + 2 + c0, c[r], bytes);
+  }
+}
+
 // R rows against one tile: scores, online softmax update, weighted sum into the states.
 template <int R>
 static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
@@ -417,6 +474,38 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
               S::NarrowPairs(S::Load(s[r] + x), x + L < b[r] ? S::Load(s[r] + x + L) : S::Zero()),
               w + x / 2);
       }
+      if constexpr (S::kAmx) {
+        if (t.op.head_dim % 16 == 0) {  // FlashAmx: whole groups of keys on AMX tiles
+          // Row r's keys: [lo, g0) on vector pairs, the groups [g0, g1) on AMX, [g1, hi)
+          // on vector pairs, in this order.
+          int64_t g0[R], g1[R];
+          plan::RowKeys before[R], after[R];
+          bool any_before = false, any_after = false;
+          for (int r = 0; r < R; ++r) {
+            const int64_t lo = keys[r].lo - tile.t0, hi = keys[r].hi - tile.t0;
+            g0[r] = (lo + kAmxKeys - 1) / kAmxKeys;
+            g1[r] = plan::MaxI(g0[r], hi / kAmxKeys);
+            before[r] = after[r] = keys[r];
+            if (g0[r] == g1[r]) {  // no whole group: every key on vector pairs
+              after[r].hi = after[r].lo;
+            } else {
+              before[r].hi = tile.t0 + g0[r] * kAmxKeys;
+              after[r].lo = tile.t0 + g1[r] * kAmxKeys;
+            }
+            any_before |= before[r].hi > before[r].lo;
+            any_after |= after[r].hi > after[r].lo;
+          }
+          auto pairs = [&](const plan::RowKeys* ks) {
+            Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
+              AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, ks, acc);
+            });
+          };
+          if (any_before) pairs(before);
+          AmxWeightedSums<R>(tile, g0, g1, st, dvp, pw);
+          if (any_after) pairs(after);
+          return;
+        }
+      }
       Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
         AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, keys, acc);
       });
@@ -456,14 +545,24 @@ static inline void FlashRest(const FlashTask& t, const FlashSpace& sp, const Fla
   }
 }
 
-// Rows against one tile, in blocks of kFlashRows consecutive rows.
+// Rows against one tile, in blocks of kFlashRows consecutive rows (kAmxRows where both
+// Q K^T and the weighted sums run on AMX tiles, whose steps cost about the same for 6
+// rows as for 16).
 static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
                                  const FlashRow* rows, int64_t nq, float* states, size_t stride,
                                  float* s_buf, FlashPrefetch* pf) {
-  float* st[kFlashRows];
+  float* st[kAmxRows > kFlashRows ? kAmxRows : kFlashRows];
   int64_t i = 0;
-  const int64_t steps = (nq + kFlashRows - 1) / kFlashRows * (tile.tpad / kQkPanel);
+  const bool amx = S::kAmx && tile.pairs && t.op.head_dim % 16 == 0;  // FlashAmx, FlashPairsV
+  const int64_t block = amx ? kAmxRows : kFlashRows;
+  const int64_t steps = (nq + block - 1) / block * (tile.tpad / kQkPanel);
   pf->per_step = (pf->end - pf->next + steps - 1) / steps;
+  if constexpr (S::kAmx) {
+    for (; amx && i + kAmxRows <= nq; i += kAmxRows) {
+      for (int r = 0; r < kAmxRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+      FlashBlock<kAmxRows>(t, sp, tile, rows + i, st, s_buf, pf);
+    }
+  }
   for (; i + kFlashRows <= nq; i += kFlashRows) {
     for (int r = 0; r < kFlashRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
     FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf, pf);

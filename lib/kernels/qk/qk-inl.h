@@ -131,6 +131,14 @@ static inline void AmxTaskEnd() {
   if (amx_rows) S::AmxRelease();
   amx_rows = 0;
 }
+// The tiles configured for R rows (S::AmxConfigure), unless they are.
+template <int R>
+OCTATTN_INLINE void AmxRows() {
+  if (amx_rows != R) {
+    S::AmxConfigure(R);
+    amx_rows = R;
+  }
+}
 template <int R, int C>
 OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t kt_stride,
                                int64_t pairs, float scale, float* const* out) {
@@ -139,10 +147,7 @@ OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t k
   static_assert(R <= 16, "a tile holds 16 rows");
   bool even = true;
   for (int r = 1; r < R; ++r) even &= q[r] == q[0] + r * pairs;
-  if (amx_rows != R) {
-    S::AmxConfigure(R);
-    amx_rows = R;
-  }
+  AmxRows<R>();
   alignas(64) float c[R][64];
   alignas(64) float a[R][32];
   const typename S::V vs = S::Set(scale);
