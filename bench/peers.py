@@ -2,7 +2,7 @@
 
     python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--q-heads 32 --kv-heads 8]
         [--threads 1] [--window W [--stride S]] [--mod MOD] [--rounds 3] [--ggml-lib DIR]
-        [--check] [--backward]
+        [--check] [--backward] [--dtype bf16] [--target amx_bf16]
 
 --mod runs one score modifier (octattn's `bench` flag of the same name), and the peers
 with its equivalent: softcap=X, alibi, sinks, chunk=N, mask_tensor (a boolean mask equal
@@ -14,7 +14,8 @@ softmax). ggml takes softcap, alibi (max_bias 8: the same slopes for a power of 
 heads) and the masks (in its f16 mask); ONNX Runtime's GQA runs none of them here.
 
 Peers, where installed:
-- octattn: `octattn bench` (--octattn PATH, default build/release/tools/octattn), fused.
+- octattn: `octattn bench` (--octattn PATH, default build/release/tools/octattn), fused,
+  on the target auto picks or --target's (amx_bf16, which auto never picks).
 - torch_sdpa: PyTorch scaled_dot_product_attention on CPU (is_causal, or an explicit
   boolean mask for windows; GQA through repeat_interleave, as its CPU kernel needs).
 - onnxruntime_gqa: ONNX Runtime's GroupQueryAttention contrib op (com.microsoft), f32,
@@ -381,6 +382,8 @@ def octattn_case(args, q_len, kv_len, dim):
            "--threads", str(args.threads), "--repeat", str(args.repeat)]
     if args.backward:
         cmd.append("--backward")
+    if args.target:
+        cmd += ["--target", args.target]
     cmd += ["--dtype", args.dtype] + (["--kv-dtype", args.kv_dtype] if args.kv_dtype else [])
     if args.window:
         cmd += ["--window", str(args.window), "--stride", str(args.stride)]
@@ -427,6 +430,8 @@ def main():
                     help="q, k, v and o (octattn, torch; ggml: f16 K/V)")
     ap.add_argument("--kv-dtype", default="", choices=("", "f32", "bf16", "f16"),
                     help="K and V only (f32 queries): torch widens them each call")
+    ap.add_argument("--target", default="",
+                    help="the octattn target (octattn bench --target; default auto)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peers", default="octattn,torch_sdpa,onnxruntime_gqa,ggml_flash")
