@@ -307,10 +307,10 @@ typedef int32_t octattn_backend;
  * tiles, a tdpbf16ps step a group (the instruction's own sum of the group's 32 weighted
  * values added to the row's sum), and its keys before and after those groups on
  * vdpbf16ps's pairs, before and after them. The accuracy bound is avx512_bf16's (its
- * 2^-8 term included). Decode reads packed tiles as prefill does, so decode still
- * equals prefill (byte for byte) and every other invariant holds; its decode is slower
- * than avx512_bf16's in-place tiles. Every other call is avx512_bf16's code, the same
- * bytes (other head_dims too).
+ * 2^-8 term included). Decode reads the cache in place as on avx512_bf16, each group
+ * of keys' pairs and value rows arranged in scratch as the packed tiles hold them, so
+ * decode still equals prefill (byte for byte) and every other invariant holds. Every
+ * other call is avx512_bf16's code, the same bytes (other head_dims too).
  * The SVE targets have the vector length in their name: a CPU runs sve_256 when its SVE
  * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
  * ARM64 CPU (no SVE, or SVE of another length) runs neon. */

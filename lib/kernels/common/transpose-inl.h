@@ -56,7 +56,7 @@ static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
 static constexpr bool kAmx = false;
 static OCTATTN_INLINE void AmxConfigure(int) {}
 static OCTATTN_INLINE void AmxRelease() {}
-static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, float*) {}
+static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, int, float*) {}
 static OCTATTN_INLINE void AmxLoadSums(const float*, int) {}
 static OCTATTN_INLINE void AmxStoreSums(float*, int) {}
 static OCTATTN_INLINE void AmxStep(const void*, int64_t, const void*, int64_t, int) {}

@@ -211,9 +211,9 @@ static OCTATTN_INLINE V Bf16Low(W pair) {
 // tdpbf16ps. Tiles 0-3 hold the four 16-key column blocks of the R x 64 sums, tile 4 the
 // rows' pairs, tiles 5-7 the keys' pairs (16 pair rows of 16 keys, 64 bytes each).
 // A score's sum is then AMX's own: tdpbf16ps adds each tile step's 32 products to the
-// sum with roundings of its own (not those of a chain of FMAs; AmxDot64's note), and
-// each element of a tile depends on its row of A and column of B alone (whatever the
-// rows and the orientation: measured on the CPU the tests run on).
+// sum with roundings of its own (measured: neither a chain of FMAs nor one rounding of
+// the exact sum), and each element of a tile depends on its row of A and column of B
+// alone (whatever the rows: measured on the CPU the tests run on).
 #if defined(OCTATTN_AMX_BF16)
 static constexpr bool kAmx = true;
 // The tile configuration for R rows (ldtilecfg's 64-byte layout: palette 1, then the
@@ -228,34 +228,6 @@ static OCTATTN_INLINE void AmxConfigure(int rows) {
   _tile_loadconfig(cfg);
 }
 static OCTATTN_INLINE void AmxRelease() { _tile_release(); }
-// c[r][0, 64) = the sums over `halves` (1 or 2) steps of 16 pairs of row r of a (its
-// pairs from a + 64 bytes a step on, rows a_stride bytes apart) with keys 0 .. 63 of b
-// (pair row p of a step at b + p * b_stride bytes, its 64 keys' pairs in 256 bytes), from
-// zero; rows of c 256 bytes apart. The tiles must be configured (AmxConfigure).
-static OCTATTN_INLINE void AmxDot64(const void* a, int64_t a_stride, const void* b,
-                                    int64_t b_stride, int halves, float* c) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int h = 0; h < halves; ++h) {
-    const char* ah = static_cast<const char*>(a) + 64 * h;
-    const char* bh = static_cast<const char*>(b) + 16 * h * b_stride;
-    _tile_loadd(4, ah, a_stride);
-    _tile_loadd(5, bh, b_stride);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(6, bh + 64, b_stride);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(7, bh + 128, b_stride);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_loadd(5, bh + 192, b_stride);
-    _tile_dpbf16ps(3, 4, 5);
-  }
-  _tile_stored(0, c, 256);
-  _tile_stored(1, c + 16, 256);
-  _tile_stored(2, c + 32, 256);
-  _tile_stored(3, c + 48, 256);
-}
 // Sums in tiles 0 .. nc - 1 (nc of 1 .. 4): loaded from and stored to c (R rows of 16
 // * nc floats, rows 256 bytes apart, block j at c + 16 j).
 static OCTATTN_INLINE void AmxLoadSums(const float* c, int nc) {
@@ -292,11 +264,27 @@ static OCTATTN_INLINE void AmxStep(const void* a, int64_t a_stride, const void* 
     _tile_dpbf16ps(3, 4, 5);
   }
 }
+// c[r][0, 16 nk) = the sums over `halves` (1 or 2) steps of 16 pairs of row r of a (its
+// pairs from a + 64 bytes a step on, rows a_stride bytes apart) with keys 0 .. 16 nk - 1
+// of b (nk of 1 .. 4; pair row p of a step at b + p * b_stride bytes, its keys' pairs
+// from there on, 64 bytes per 16 keys), from zero; rows of c 256 bytes apart. The tiles
+// must be configured (AmxConfigure).
+static OCTATTN_INLINE void AmxDot64(const void* a, int64_t a_stride, const void* b,
+                                    int64_t b_stride, int halves, int nk, float* c) {
+  _tile_zero(0);
+  if (nk > 1) _tile_zero(1);
+  if (nk > 2) _tile_zero(2);
+  if (nk > 3) _tile_zero(3);
+  for (int h = 0; h < halves; ++h)
+    AmxStep(static_cast<const char*>(a) + 64 * h, a_stride,
+            static_cast<const char*>(b) + 16 * h * b_stride, b_stride, nk);
+  AmxStoreSums(c, nk);
+}
 #else
 static constexpr bool kAmx = false;
 static OCTATTN_INLINE void AmxConfigure(int) {}
 static OCTATTN_INLINE void AmxRelease() {}
-static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, float*) {}
+static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, int, float*) {}
 static OCTATTN_INLINE void AmxLoadSums(const float*, int) {}
 static OCTATTN_INLINE void AmxStoreSums(float*, int) {}
 static OCTATTN_INLINE void AmxStep(const void*, int64_t, const void*, int64_t, int) {}

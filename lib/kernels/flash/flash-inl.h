@@ -59,9 +59,11 @@ static inline bool FlashPairsV(const Operands& op) {
 }
 
 // Whether its Q K^T runs on AMX tiles (S::kAmx, the amx_bf16 target): FlashPairs with a
-// head_dim of whole 16-pair tile steps. Its scores are AMX's sums (AmxQkStore), on
-// packed tiles only: decode reads such tiles packed too (FlashDirect), so that its
-// scores are prefill's.
+// head_dim of whole 16-pair tile steps. Its scores are AMX's sums (AmxQkStore) on packed
+// tiles and direct ones alike (DirectScores transposes a group's key pairs into scratch
+// as the packed panels hold them), and so are its weighted sums' whole groups of keys
+// where FlashPairsV (AmxWeightedSums; DirectValues joins each group's value rows into
+// pairs as the packed panels hold them): decode equals prefill.
 static inline bool FlashAmx(const Operands& op) {
   return S::kAmx && FlashPairs(op) && op.head_dim % 32 == 0;
 }
@@ -310,9 +312,11 @@ constexpr int64_t kAmxKeys = 32;
 // groups alone: a group other rows of the block read and it does not leaves its state
 // as it was (its value rows may hold anything). The keys of a row outside its groups are
 // the vector pairs' (FlashBlock: those before, then the groups, then those after).
-template <int R>
-static inline void AmxWeightedSums(const FlashTile& tile, const int64_t* g0, const int64_t* g1,
-                                   float* const* st, int64_t dvp, const float* const* pw) {
+// values(c0, &row): the pair rows of value columns [c0, c0 + 64) of group 0 (row floats
+// apart; group g's at + g * 16 rows).
+template <int R, class Values>
+static inline void AmxWeightedSums(const int64_t* g0, const int64_t* g1, float* const* st,
+                                   int64_t dvp, const float* const* pw, Values&& values) {
   int64_t ga = INT64_MAX, gb = 0;
   for (int r = 0; r < R; ++r)
     if (g0[r] < g1[r]) {
@@ -328,7 +332,7 @@ static inline void AmxWeightedSums(const FlashTile& tile, const int64_t* g0, con
     const int nc = static_cast<int>(plan::MinI(4, (dvp - c0) / 16));
     const size_t bytes = static_cast<size_t>(nc) * 64;
     int64_t v_row = 0;
-    const float* v = tile.Values(c0, dvp, &v_row);  // pair rows v_row floats apart
+    const float* v = values(c0, &v_row);
     for (int r = 0; r < R; ++r) memcpy(c[r], st[r] + 2 + c0, bytes);
     S::AmxLoadSums(c[0], nc);
     for (int64_t g = ga; g < gb; ++g) {
@@ -501,7 +505,9 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
             });
           };
           if (any_before) pairs(before);
-          AmxWeightedSums<R>(tile, g0, g1, st, dvp, pw);
+          AmxWeightedSums<R>(g0, g1, st, dvp, pw, [&](int64_t c0, int64_t* row) {
+            return tile.Values(c0, dvp, row);  // the V panel of the columns
+          });
           if (any_after) pairs(after);
           return;
         }
@@ -604,7 +610,7 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
          t.op.k_type == t.op.v_type && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
          (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
-         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores() && !FlashAmx(t.op);
+         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
@@ -670,6 +676,9 @@ struct DirectTile {
   int64_t t0, t1;
   int64_t next0, next1;  // the next tile's keys (none: next0 == next1)
   float* scratch;        // kDirectKeys * head_dim floats
+  // With FlashAmx and FlashPairsV: a group's value rows joined into pairs (kDirectKeys /
+  // 2 rows of value_dim pairs).
+  float* vbuf = nullptr;
   // Staged keys: with ks set, the key rows of keys [s0, s0 + kDirectKeys) are read from
   // there, head_dim elements apart (StageRows). Value rows are always read in place.
   const float* ks = nullptr;
@@ -769,6 +778,39 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
   const int64_t hd = t.op.head_dim, q_dim = t.op.q_dim;
   const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
   const typename S::V vs = S::Set(t.op.scale);
+  if constexpr (T == kBf16 && S::kAmx) {
+    if (FlashAmx(t.op)) {
+      // AMX (FlashAmx): each step's key pairs transposed into scratch as a packed panel
+      // holds them (pair rows of KP keys, after the first half of scratch, which holds
+      // staged or copied rows), then AmxQkStore on them: the packed tile's scores.
+      float* kp_buf = dt.scratch + kDirectKeys * hd / 2;
+      for (int64_t j = j_begin; j < j_end; j += KP) {
+        for (int64_t e = 0; e < KP; ++e) dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
+        for (int g = 0; g < Vecs; ++g) {
+          const int64_t j0 = j + g * L;
+          const float* rows = dt.K(j0);
+          int64_t row = dt.KStride();
+          if (dt.Run(j0, j0 + L) < j0 + L) {
+            float* copy = ElemAt(dt.scratch, g * L * hd, T);
+            for (int64_t e = 0; e < L; ++e)
+              memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e),
+                     static_cast<size_t>(hd * DtypeBytes(T)));
+            rows = copy;
+            row = hd;
+          }
+          for (int64_t d = 0; d < hd; d += 16) {
+            typename S::V kp[8];
+            S::TransposeBf16Pairs(ElemAt(rows, d, T), row, kp);
+            for (int i = 0; i < 8; ++i) S::Store(kp[i], kp_buf + (d / 2 + i) * KP + g * L);
+          }
+        }
+        float* out[R];
+        for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+        AmxQkStore<R, Vecs>(q, kp_buf, KP, hd / 2, t.op.scale, out);
+      }
+      return;
+    }
+  }
   for (int64_t j = j_begin; j < j_end; j += KP) {
     // Each key vector's rows, a row stride apart: in place, or (paged keys across a block
     // boundary) copied into scratch.
@@ -871,6 +913,33 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
         // the packed pairs.
         const float* pw[R];
         for (int r = 0; r < R; ++r) pw[r] = p[r] + SBufRows(t) * kTileKeys;
+        if constexpr (S::kAmx) {
+          if (FlashAmx(t.op) && g1 - g0 == kAmxKeys && (g0 - dt.t0) % kAmxKeys == 0) {
+            // AMX (FlashAmx): the group's value rows joined into pairs in dt.vbuf (the
+            // packed V panel's pair rows), then one AmxWeightedSums step: the packed
+            // tile's sums of a whole group (a direct tile's rows read all its keys).
+            for (int64_t k = g0; k < g1; k += 2) {
+              dt.Fetch(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+              dt.Fetch(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+              const float *v0 = dt.V(k), *v1 = dt.V(k + 1);
+              float* pr = dt.vbuf + (k - g0) / 2 * dvp;
+              for (int64_t c = 0; c < dvp; c += L)
+                S::Store(S::PairRows(ElemAt(v0, c, T), ElemAt(v1, c, T)), pr + c);
+            }
+            const float* pg[R];
+            int64_t ga[R], gb[R];
+            for (int r = 0; r < R; ++r) {
+              pg[r] = pw[r] + (g0 - dt.t0) / 2;
+              ga[r] = 0;
+              gb[r] = 1;
+            }
+            AmxWeightedSums<R>(ga, gb, st, dvp, pg, [&](int64_t c0, int64_t* row) {
+              *row = dvp;
+              return static_cast<const float*>(dt.vbuf + c0);
+            });
+            continue;
+          }
+        }
         auto columns = [&](auto vecs, int64_t c0) {
           constexpr int C = decltype(vecs)::value;
           typename S::V acc[R][C];
@@ -1404,6 +1473,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       const int64_t t_next = next_tile(t1);
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
+        dts[x].vbuf = fs[x].vpack;
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
         if (WholeRows(t.op, nh)) {
           dts[x].heads = dts;

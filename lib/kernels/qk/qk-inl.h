@@ -117,8 +117,9 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
   }
 }
 
-// S::kAmx: the scores of R rows for the 64 keys of a packed bf16 pair panel (C * lanes
-// == 64; kt its pair rows kt_stride floats apart, `pairs` of them, a multiple of 16), on
+// S::kAmx: the scores of R rows for the C * lanes keys (16 to 64) of bf16 pairs laid out
+// as a packed panel (kt: pair rows kt_stride floats apart, `pairs` of them, a multiple of
+// 16; the packed tile's panels, or a direct tile's keys transposed), on
 // AMX tiles: each block of kDotBlock dimensions is AMX's sum of its two 16-pair steps
 // from zero (S::AmxDot64), the blocks added and scaled as QkStore adds and scales its
 // chains (StoreDotBlock's operations). The rows' pairs are read pairs * 4 bytes apart
@@ -143,7 +144,7 @@ template <int R, int C>
 OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t kt_stride,
                                int64_t pairs, float scale, float* const* out) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  static_assert(C * L == 64 || !S::kAmx, "AMX panels of 64 keys");
+  static_assert((C * L % 16 == 0 && C * L <= 64) || !S::kAmx, "AMX blocks of 16 keys");
   static_assert(R <= 16, "a tile holds 16 rows");
   bool even = true;
   for (int r = 1; r < R; ++r) even &= q[r] == q[0] + r * pairs;
@@ -160,7 +161,8 @@ OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t k
       ap = a[0];
       a_stride = 128;
     }
-    S::AmxDot64(ap, a_stride, kt + d0 * kt_stride, kt_stride * 4, halves, c[0]);
+    S::AmxDot64(ap, a_stride, kt + d0 * kt_stride, kt_stride * 4, halves,
+                static_cast<int>(C * L / 16), c[0]);
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int x = 0; x < C; ++x) acc[r][x] = S::Load(c[r] + x * L);
