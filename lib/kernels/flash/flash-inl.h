@@ -28,10 +28,10 @@ constexpr int64_t kPackValueRows = 16;
 constexpr int64_t kEnvelopeAhead = 4;
 
 static inline int64_t FlashRows(const FlashTask& t) { return t.heads * (t.row_end - t.row_begin); }
-// Rows of the scores buffer: a micro-kernel block (an AMX block), or a decode task's rows (the
-// heads of a shared-rows task hold the scores of all their rows at once). Rows of a block on AMX
-// tiles (FlashHeadTile): a tile's 16 rows.
+// Rows of a block on AMX tiles (FlashHeadTile): a tile's 16 rows.
 constexpr int kAmxRows = S::kAmx ? 16 : 1;
+// Rows of the scores buffer: a micro-kernel block (an AMX block), or a decode task's rows
+// (the heads of a shared-rows task hold the scores of all their rows at once).
 static inline int64_t SBufRows(const FlashTask& t) {
   return plan::MaxI(plan::MaxI(kFlashRows, kAmxRows),
                     FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);

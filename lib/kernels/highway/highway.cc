@@ -75,10 +75,11 @@ struct Unit {
   const Table* (*table)();
   bool (*extra)();  // what else the CPU needs (null: nothing)
   // Whether auto may pick it. amx_bf16 runs only when asked for: its bf16 prefill runs
-  // 2.6-2.9x avx512_bf16's, but its decode 0.86-0.88x (the key pairs and value rows of
-  // each group arranged in scratch for the tiles, so that decode equals prefill; Intel
-  // host with AMX, 16 sequences of 256..7936 keys, Hq 32 / Hkv 8, D 128, one and two
-  // threads), and decode is the step a user waits on.
+  // 2.6-2.9x avx512_bf16's, but its decode 0.86-0.88x on 16 sequences of 256..7936 keys
+  // and 0.72-0.95x on one of 4096..65536 (the key pairs and value rows of each group
+  // arranged in scratch for the tiles, so that decode equals prefill; Intel host with
+  // AMX, Hq 32 / Hkv 8, D 128, one and two threads), and decode is the step a user
+  // waits on.
   bool automatic = true;
 };
 
