@@ -664,6 +664,21 @@ static_assert((kDirectKeys & (kDirectKeys - 1)) == 0, "groups of a power of two 
 static inline bool WholeRows(const Operands& op, int64_t nh) {
   return nh > 1 && kDirectKeys % nh == 0 && op.k_type == kF32;
 }
+// Whether a direct tile fetches its rows ahead (DirectTile::Fetch): not on Intel cores
+// (IntelCores) where they are f32 key rows that share L1 sets (a multiple of 4 KiB
+// apart: [T, H, D] caches and vLLM's pools of 8 kv heads of 128). There the core's own
+// prefetchers carry the rows better than prefetcht0, whose misses hold L1's few fill
+// buffers. Intel Xeon with AMX (2-core VM), Hq 32 / Hkv 8, D 128, paired calls, 1 / 2
+// threads, against prefetcht0: 16 sequences of 256..7936 keys 1.17 / 1.18 on [T, H, D],
+// 1.19 / 1.19 paged (block 16); one of 1024 keys from L3 1.20 / 1.31. (prefetcht1 in
+// place of prefetcht0 gained 1.10-1.13 on those batches, 1.05 on [H, T, D] and 1.02-1.03
+// on 16-bit rows, but cost 0.89-0.91 on [H, T, D] from L3; no fetch at all cost 0.72-0.75
+// on [H, T, D] and on 16-bit rows, 2 KiB apart.)
+static inline bool DirectFetch(const Operands& op) {
+  return !(op.k_type == kF32 && op.k_row >= 2 * op.head_dim &&
+           RowsShareSets(op.k_row, DtypeBytes(kF32)) && IntelCores());
+}
+
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
 // batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
 constexpr int64_t kStageAhead = 4;
@@ -739,6 +754,7 @@ struct DirectTile {
   // row's together.
   const DirectTile* heads = nullptr;
   int64_t lg = 0, row0 = 0;
+  bool fetch = true;  // whether Fetch fetches (DirectFetch)
   // The cache lines of stream row i, into L1. (Always inlined: a call whose only effect
   // is a prefetch may be dropped by the compiler.) The fetches cost a fifth of the step
   // from L3 (none at all: 1.23-1.27x there) but carry it from memory, where code that
@@ -746,7 +762,9 @@ struct DirectTile {
   // from L3 and 0.88-0.90x from memory; each row's address without Row's tests, 1.05x
   // and 0.98-0.99x; every other line (the L2's adjacent-line fetch for the rest), 0.57x
   // from memory (AMD Zen 5, one thread, [H, T, D], paired calls).
+  // Not at all where the tile's rows are the hardware's to fetch (DirectFetch).
   OCTATTN_INLINE void Fetch(int64_t i) const {
+    if (!fetch) return;
     int64_t bytes = 0;
     const char* row = Row(i, &bytes);
     if (!row) return;
@@ -1474,6 +1492,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
         dts[x].vbuf = fs[x].vpack;
+        dts[x].fetch = DirectFetch(t.op);
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
         if (WholeRows(t.op, nh)) {
           dts[x].heads = dts;

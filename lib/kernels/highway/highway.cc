@@ -30,8 +30,12 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <hwy/targets.h>
-#if OCTATTN_HWY_AMX_BF16
+
+#include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if OCTATTN_HWY_AMX_BF16
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -161,6 +165,24 @@ const Table* HighwayTable(Target target) {
   for (const Unit& u : kUnits)
     if (u.target == target) return Runs(u, supported) ? u.table() : nullptr;
   return nullptr;
+}
+
+// Asked once.
+bool IntelCores() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool intel = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13] = {};
+    memcpy(vendor, &b, 4);
+    memcpy(vendor + 4, &d, 4);
+    memcpy(vendor + 8, &c, 4);
+    return strcmp(vendor, "GenuineIntel") == 0;
+  }();
+  return intel;
+#else
+  return false;
+#endif
 }
 
 }  // namespace kernels
