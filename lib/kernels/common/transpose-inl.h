@@ -52,6 +52,8 @@ static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
 static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
 static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
 static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
+#endif
+#if !defined(OCTATTN_AMX_BF16)
 // AMX-BF16 tiles (transpose_avx-inl.h): the amx_bf16 unit only.
 static constexpr bool kAmx = false;
 static OCTATTN_INLINE void AmxConfigure(int) {}

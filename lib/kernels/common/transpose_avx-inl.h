@@ -280,15 +280,7 @@ static OCTATTN_INLINE void AmxDot64(const void* a, int64_t a_stride, const void*
             static_cast<const char*>(b) + 16 * h * b_stride, b_stride, nk);
   AmxStoreSums(c, nk);
 }
-#else
-static constexpr bool kAmx = false;
-static OCTATTN_INLINE void AmxConfigure(int) {}
-static OCTATTN_INLINE void AmxRelease() {}
-static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, int, float*) {}
-static OCTATTN_INLINE void AmxLoadSums(const float*, int) {}
-static OCTATTN_INLINE void AmxStoreSums(float*, int) {}
-static OCTATTN_INLINE void AmxStep(const void*, int64_t, const void*, int64_t, int) {}
-#endif  // OCTATTN_AMX_BF16
+#endif  // OCTATTN_AMX_BF16 (else transpose-inl.h's stubs)
 #endif  // OCTATTN_DOT_BF16 (else transpose-inl.h's stubs)
 
 // The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back
