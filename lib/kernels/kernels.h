@@ -231,8 +231,8 @@ struct Table {
   void (*backward_task)(const BackwardTask& task, float* scratch);
 };
 
-// Whether the CPU is Intel's (CPUID's vendor): decode's direct tiles leave some rows to
-// its prefetchers (flash-inl.h's DirectFetch). Fetches change no bytes.
+// Whether the CPU is Intel's (CPUID's vendor): decode's direct tiles fetch some rows
+// otherwise there (flash-inl.h's DirectFetch). Fetches change no bytes.
 bool IntelCores();
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.

@@ -664,19 +664,23 @@ static_assert((kDirectKeys & (kDirectKeys - 1)) == 0, "groups of a power of two 
 static inline bool WholeRows(const Operands& op, int64_t nh) {
   return nh > 1 && kDirectKeys % nh == 0 && op.k_type == kF32;
 }
-// Whether a direct tile fetches its rows ahead (DirectTile::Fetch): not on Intel cores
-// (IntelCores) where they are f32 key rows that share L1 sets (a multiple of 4 KiB
-// apart: [T, H, D] caches and vLLM's pools of 8 kv heads of 128). There the core's own
-// prefetchers carry the rows better than prefetcht0, whose misses hold L1's few fill
-// buffers. Intel Xeon with AMX (2-core VM), Hq 32 / Hkv 8, D 128, paired calls, 1 / 2
-// threads, against prefetcht0: 16 sequences of 256..7936 keys 1.17 / 1.18 on [T, H, D],
-// 1.19 / 1.19 paged (block 16); one of 1024 keys from L3 1.20 / 1.31. (prefetcht1 in
-// place of prefetcht0 gained 1.10-1.13 on those batches, 1.05 on [H, T, D] and 1.02-1.03
-// on 16-bit rows, but cost 0.89-0.91 on [H, T, D] from L3; no fetch at all cost 0.72-0.75
-// on [H, T, D] and on 16-bit rows, 2 KiB apart.)
-static inline bool DirectFetch(const Operands& op) {
-  return !(op.k_type == kF32 && op.k_row >= 2 * op.head_dim &&
-           RowsShareSets(op.k_row, DtypeBytes(kF32)) && IntelCores());
+// Where a direct tile's fetches bring its rows ahead (DirectTile::FetchAs): L1
+// (prefetcht0), but on Intel cores (IntelCores) where the rows are [T, H, D] ones (a
+// row stride of at least two rows: [T, H, D] caches, vLLM's pools) 16-bit rows into L2
+// (prefetcht1) and f32 rows that share L1 sets (a multiple of 4 KiB apart: 8 kv heads
+// of 128) not at all. There the core's own prefetchers carry the f32 rows better than
+// prefetcht0, whose misses hold L1's few fill buffers. Intel Xeon with AMX (2-core VM),
+// Hq 32 / Hkv 8, D 128, paired calls, 1 / 2 threads, against prefetcht0 for all: 16
+// sequences of 256..7936 keys, f32 1.17 / 1.18 on [T, H, D], 1.19 / 1.19 paged (block
+// 16); bf16 1.03 / 1.03, f16 1.04 / 1.06 on [T, H, D]; one sequence of 1024 keys from
+// L3, f32 1.20 / 1.31 on [T, H, D]. [H, T, D] rows keep prefetcht0: prefetcht1 gained
+// 1.05 there on f32 from memory and cost 0.89-0.91 from L3 (bf16 0.99 and 0.95). No
+// fetch at all cost 0.72-0.75 on [H, T, D] and on 16-bit [T, H, D] rows (2 KiB apart).
+enum FetchTo { kFetchL1, kFetchL2, kFetchNone };
+static inline FetchTo DirectFetch(const Operands& op) {
+  if (op.k_row < 2 * op.head_dim || !IntelCores()) return kFetchL1;
+  if (op.k_type != kF32) return kFetchL2;
+  return RowsShareSets(op.k_row, DtypeBytes(kF32)) ? kFetchNone : kFetchL1;
 }
 
 // Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
@@ -754,7 +758,8 @@ struct DirectTile {
   // row's together.
   const DirectTile* heads = nullptr;
   int64_t lg = 0, row0 = 0;
-  bool fetch = true;  // whether Fetch fetches (DirectFetch)
+  bool fetch = true;      // whether Fetch fetches (DirectFetch: not kFetchNone)
+  bool fetch_l2 = false;  // whether FetchAs fetches 16-bit rows into L2 (kFetchL2)
   // The cache lines of stream row i, into L1. (Always inlined: a call whose only effect
   // is a prefetch may be dropped by the compiler.) The fetches cost a fifth of the step
   // from L3 (none at all: 1.23-1.27x there) but carry it from memory, where code that
@@ -762,25 +767,39 @@ struct DirectTile {
   // from L3 and 0.88-0.90x from memory; each row's address without Row's tests, 1.05x
   // and 0.98-0.99x; every other line (the L2's adjacent-line fetch for the rest), 0.57x
   // from memory (AMD Zen 5, one thread, [H, T, D], paired calls).
-  // Not at all where the tile's rows are the hardware's to fetch (DirectFetch).
+  // Not at all where DirectFetch says so.
   OCTATTN_INLINE void Fetch(int64_t i) const {
     if (!fetch) return;
     int64_t bytes = 0;
     const char* row = Row(i, &bytes);
-    if (!row) return;
+    if (row) FetchLines<3>(row, bytes);
+  }
+  // The cache lines of `bytes` at row, with locality `level` (3: prefetcht0, 2:
+  // prefetcht1).
+  template <int level>
+  static OCTATTN_INLINE void FetchLines(const char* row, int64_t bytes) {
     const uintptr_t line0 = reinterpret_cast<uintptr_t>(row) >> 6;
     const uintptr_t line1 = (reinterpret_cast<uintptr_t>(row + bytes) - 1) >> 6;
     for (uintptr_t l = line0; l <= line1; ++l)
-      __builtin_prefetch(reinterpret_cast<const char*>(l << 6), 0, 3);
+      __builtin_prefetch(reinterpret_cast<const char*>(l << 6), 0, level);
   }
-  // Fetch(i), or with heads the row and head that stream row i stands for. Only f32
-  // rows take heads (WholeRows): 16-bit ones compile to Fetch alone.
+  // Fetch(i), or with heads the row and head that stream row i stands for; 16-bit rows
+  // into L2 where DirectFetch says so (only their instances test it: the f32 ones keep
+  // Fetch's code as it is, which the f32 decode's speed depends on). Only f32 rows take
+  // heads (WholeRows).
   template <Dtype T>
   OCTATTN_INLINE void FetchAs(int64_t i) const {
     if constexpr (T == kF32) {
       if (heads) {
         const int64_t k = i & (kDirectKeys - 1);
         return heads[k & ((int64_t{1} << lg) - 1)].Fetch(i - k + row0 + (k >> lg));
+      }
+    } else {
+      if (fetch_l2) {
+        int64_t bytes = 0;
+        const char* row = Row(i, &bytes);
+        if (row) FetchLines<2>(row, bytes);
+        return;
       }
     }
     Fetch(i);
@@ -803,7 +822,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       // staged or copied rows), then AmxQkStore on them: the packed tile's scores.
       float* kp_buf = dt.scratch + kDirectKeys * hd / 2;
       for (int64_t j = j_begin; j < j_end; j += KP) {
-        for (int64_t e = 0; e < KP; ++e) dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
+        for (int64_t e = 0; e < KP; ++e) dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
         for (int g = 0; g < Vecs; ++g) {
           const int64_t j0 = j + g * L;
           const float* rows = dt.K(j0);
@@ -862,7 +881,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         auto steps = [&](auto pairs) {
           for (; d + 16 <= d1; d += 16) {
             for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, KP); ++e)
-              dt.Fetch(j - dt.t0 + DirectAhead<T>() + e);
+              dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
             typename S::V kp[Vecs][8];
             for (int g = 0; g < Vecs; ++g)
               S::TransposeBf16Pairs(ElemAt(rows[g], d, T), row[g], kp[g]);
@@ -937,8 +956,8 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
             // packed V panel's pair rows), then one AmxWeightedSums step: the packed
             // tile's sums of a whole group (a direct tile's rows read all its keys).
             for (int64_t k = g0; k < g1; k += 2) {
-              dt.Fetch(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
-              dt.Fetch(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
               const float *v0 = dt.V(k), *v1 = dt.V(k + 1);
               float* pr = dt.vbuf + (k - g0) / 2 * dvp;
               for (int64_t c = 0; c < dvp; c += L)
@@ -965,8 +984,8 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
             for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
           for (int64_t k = g0; k < g1; k += 2) {
             if (c0 == 0) {
-              dt.Fetch(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
-              dt.Fetch(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
             }
             const float *v0 = ElemAt(dt.V(k), c0, T), *v1 = ElemAt(dt.V(k + 1), c0, T);
             typename S::V x[C];
@@ -1492,7 +1511,9 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
         dts[x].vbuf = fs[x].vpack;
-        dts[x].fetch = DirectFetch(t.op);
+        const FetchTo to = DirectFetch(t.op);
+        dts[x].fetch = to != kFetchNone;
+        dts[x].fetch_l2 = to == kFetchL2;
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
         if (WholeRows(t.op, nh)) {
           dts[x].heads = dts;
