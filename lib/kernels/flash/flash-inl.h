@@ -1508,10 +1508,10 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
       const int64_t t_next = next_tile(t1);
+      const FetchTo to = DirectFetch(t.op);
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
         dts[x].vbuf = fs[x].vpack;
-        const FetchTo to = DirectFetch(t.op);
         dts[x].fetch = to != kFetchNone;
         dts[x].fetch_l2 = to == kFetchL2;
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
