@@ -668,8 +668,9 @@ static inline bool WholeRows(const Operands& op, int64_t nh) {
 // (prefetcht0), but on Intel cores (IntelCores) where the rows are [T, H, D] ones (a
 // row stride of at least two rows: [T, H, D] caches, vLLM's pools) 16-bit rows into L2
 // (prefetcht1) and f32 rows that share L1 sets (a multiple of 4 KiB apart: 8 kv heads
-// of 128) not at all. There the core's own prefetchers carry the f32 rows better than
-// prefetcht0, whose misses hold L1's few fill buffers. Intel Xeon with AMX (2-core VM),
+// of 128) not at all (but for the staged copy's fetches, into L2: DirectTile::Stage).
+// There the core's own prefetchers carry the f32 rows better than prefetcht0, whose
+// misses hold L1's few fill buffers. Intel Xeon with AMX (2-core VM),
 // Hq 32 / Hkv 8, D 128, paired calls, 1 / 2 threads, against prefetcht0 for all: 16
 // sequences of 256..7936 keys, f32 1.17 / 1.18 on [T, H, D], 1.19 / 1.19 paged (block
 // 16); bf16 1.03 / 1.03, f16 1.04 / 1.06 on [T, H, D]; one sequence of 1024 keys from
@@ -715,10 +716,21 @@ struct DirectTile {
     const size_t bytes = static_cast<size_t>(op->head_dim * DtypeBytes(t));
     for (int64_t g = a; g < b; ++g) {
       // The row kStageAhead on, into L1 (the rows fetched a group ahead are in L2 by
-      // now, no longer in L1's few sets that such rows share).
+      // now, no longer in L1's few sets that such rows share); into L2 where the tile
+      // fetches nothing itself (DirectFetch: Intel cores, f32 rows sharing L1 sets),
+      // whose prefetcht0 misses held L1's fill buffers as the tile's own did. (Intel
+      // Xeon with AMX, 2-core VM, 16 sequences of 256..7936 keys, Hq 32 / Hkv 8, D 128,
+      // [T, H, D], paired against prefetcht0, medians of 40 pairs, 1 / 2 threads: 1.04-1.07
+      // / 1.04-1.07, huge pages 1.06 / 1.03; one sequence of 1024 keys from L3 0.95-0.96 /
+      // 0.96-1.01; 8 or 16 rows ahead, not 4, no better; bf16 rows of 16 kv heads,
+      // already fetched into L2 by the tile, 0.97 / 0.98 so: they keep prefetcht0.)
       if (g + kStageAhead < b) {
         const char* r = reinterpret_cast<const char*>(SrcK(g + kStageAhead));
-        for (size_t e = 0; e < bytes; e += 64) __builtin_prefetch(r + e, 0, 3);
+        if (fetch) {
+          FetchLines<3>(r, static_cast<int64_t>(bytes));
+        } else {
+          FetchLines<2>(r, static_cast<int64_t>(bytes));
+        }
       }
       memcpy(ElemAt(dst, (g - a) * op->head_dim, t), SrcK(g), bytes);
     }

@@ -30,12 +30,8 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <hwy/targets.h>
-
-#include <cstring>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 #if OCTATTN_HWY_AMX_BF16
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -167,19 +163,11 @@ const Table* HighwayTable(Target target) {
   return nullptr;
 }
 
-// Asked once.
+// The vendor, as libgcc's CPU model holds it (__builtin_cpu_init is idempotent).
 bool IntelCores() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool intel = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-    char vendor[13] = {};
-    memcpy(vendor, &b, 4);
-    memcpy(vendor + 4, &d, 4);
-    memcpy(vendor + 8, &c, 4);
-    return strcmp(vendor, "GenuineIntel") == 0;
-  }();
-  return intel;
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
 #else
   return false;
 #endif
