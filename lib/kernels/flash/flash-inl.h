@@ -635,8 +635,17 @@ static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * byt
 // too, the batch above read in one process, the two builds' calls alternating, medians
 // of 40 paired ratios: f32, Hq 32 / Hkv 8, 0.92 and 0.95 of reading them in place on one
 // and two threads; bf16, Hq 64 / Hkv 16, 0.87 and 0.91.)
+// Whether key rows are read in place whatever their spacing: paged ones, and on Intel
+// cores (IntelCores) all, which then take one key vector a step where they share sets
+// (OneKeyVec), as paged rows do, and no software fetch (DirectFetch). There that beat
+// the copy: Intel Xeon with AMX (2-core VM), 16 sequences of 256..7936 keys, [T, H, D],
+// D 128, paired calls, medians of 40 pairs, 1 / 2 threads, against the copy: f32, Hq 32
+// / Hkv 8, 1.07-1.09 / 1.06-1.09, on huge pages 0.93-1.05 / 1.03-1.10; bf16 and f16,
+// Hq 64 / Hkv 16, 1.04 / 1.05 and 1.08 / 1.08; one sequence of 1024 keys from L3, f32,
+// 1.03 / 1.16.
+static inline bool InPlaceRows(const Paging* paging) { return paging || IntelCores(); }
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
-  return !paging && row >= 2 * dim && RowsShareSets(row, bytes);
+  return !InPlaceRows(paging) && row >= 2 * dim && RowsShareSets(row, bytes);
 }
 // Whether Q K^T steps take one key vector (sixteen keys) at a time, not kDirectVecs:
 // where paged key rows, read in place, lie a multiple of 4 KiB apart (vLLM's pools of f32
@@ -646,10 +655,10 @@ static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Pagi
 // rows a step. (AMD Zen 5, Hq 32 / Hkv 8, D 128, blocks of 16: one sequence of 512 keys
 // from L3, one thread, 18.1-18.6 -> 22.9-23.7 GB/s; 16 sequences of 256..7936 keys from
 // memory, means of three rounds, 12.2 -> 13.1 on one thread, 21.8 -> 24.5 on two.
-// Contiguous rows so far apart are staged instead; where rows 3.5 KiB apart are read in
-// place one vector cost 7%.)
+// Contiguous rows so far apart are staged instead but on Intel cores (InPlaceRows);
+// where rows 3.5 KiB apart are read in place one vector cost 7%.)
 static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
-  return S::kLanes >= 16 && paging && RowsShareSets(row, bytes);
+  return S::kLanes >= 16 && InPlaceRows(paging) && RowsShareSets(row, bytes);
 }
 // Whether the nh kv heads of a task group, whose slices share each key row ([T, H, D]
 // and paged layouts), fetch the rows of a group of keys whole between them (DirectTile::
@@ -668,9 +677,8 @@ static inline bool WholeRows(const Operands& op, int64_t nh) {
 // (prefetcht0), but on Intel cores (IntelCores) where the rows are [T, H, D] ones (a
 // row stride of at least two rows: [T, H, D] caches, vLLM's pools) 16-bit rows into L2
 // (prefetcht1) and f32 rows that share L1 sets (a multiple of 4 KiB apart: 8 kv heads
-// of 128) not at all (but for the staged copy's fetches, into L2: DirectTile::Stage).
-// There the core's own prefetchers carry the f32 rows better than prefetcht0, whose
-// misses hold L1's few fill buffers. Intel Xeon with AMX (2-core VM),
+// of 128) not at all. There the core's own prefetchers carry the f32 rows better than
+// prefetcht0, whose misses hold L1's few fill buffers. Intel Xeon with AMX (2-core VM),
 // Hq 32 / Hkv 8, D 128, paired calls, 1 / 2 threads, against prefetcht0 for all: 16
 // sequences of 256..7936 keys, f32 1.17 / 1.18 on [T, H, D], 1.19 / 1.19 paged (block
 // 16); bf16 1.03 / 1.03, f16 1.04 / 1.06 on [T, H, D]; one sequence of 1024 keys from
@@ -716,21 +724,10 @@ struct DirectTile {
     const size_t bytes = static_cast<size_t>(op->head_dim * DtypeBytes(t));
     for (int64_t g = a; g < b; ++g) {
       // The row kStageAhead on, into L1 (the rows fetched a group ahead are in L2 by
-      // now, no longer in L1's few sets that such rows share); into L2 where the tile
-      // fetches nothing itself (DirectFetch: Intel cores, f32 rows sharing L1 sets),
-      // whose prefetcht0 misses held L1's fill buffers as the tile's own did. (Intel
-      // Xeon with AMX, 2-core VM, 16 sequences of 256..7936 keys, Hq 32 / Hkv 8, D 128,
-      // [T, H, D], paired against prefetcht0, medians of 40 pairs, 1 / 2 threads: 1.04-1.07
-      // / 1.04-1.07, huge pages 1.06 / 1.03; one sequence of 1024 keys from L3 0.95-0.96 /
-      // 0.96-1.01; 8 or 16 rows ahead, not 4, no better; bf16 rows of 16 kv heads,
-      // already fetched into L2 by the tile, 0.97 / 0.98 so: they keep prefetcht0.)
+      // now, no longer in L1's few sets that such rows share).
       if (g + kStageAhead < b) {
         const char* r = reinterpret_cast<const char*>(SrcK(g + kStageAhead));
-        if (fetch) {
-          FetchLines<3>(r, static_cast<int64_t>(bytes));
-        } else {
-          FetchLines<2>(r, static_cast<int64_t>(bytes));
-        }
+        for (size_t e = 0; e < bytes; e += 64) __builtin_prefetch(r + e, 0, 3);
       }
       memcpy(ElemAt(dst, (g - a) * op->head_dim, t), SrcK(g), bytes);
     }
