@@ -583,8 +583,8 @@ TEST_CASE("16-bit decode equals prefill, and in-place tiles packed ones, on ever
                                             {72, 520, Layout::kBTHD, 0, 0},
                                             {64, 800, Layout::kBTHD, 300, 128},
                                             {32, 700, Layout::kBHTD, 333, 0}};
-  // Emulated: the three pairings of q with k and v (the rest differ only in conversions,
-  // which the test above covers on the same decode shape).
+  // Emulated: the first three type sets (bf16 throughout, f16 throughout, f32 q with bf16
+  // k and v); the test above covers the others' conversions on the same decode shape.
   const int64_t Hq = Emulated() ? 4 : 8, Hkv = 1;
   const size_t n_types = Emulated() ? 3 : std::size(kTypes);
   for (const Target& t : AllTargets())
