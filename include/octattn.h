@@ -178,7 +178,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 9
+#define OCTATTN_VERSION_MINOR 10
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -464,9 +464,24 @@ typedef struct octattn_attention_options {
 
 /* Fills *options with the defaults above, writing exactly the struct this header
  * declares (when the struct grows, a caller built against an older header keeps the
- * init of its version: the library exports one symbol version per struct size).
+ * init of its version: the library exports one symbol version per struct size, which
+ * the linker binds a program to when it is built).
+ * Callers that resolve symbols at run time (Python's ctypes, cffi's ABI mode, JNA,
+ * Julia's ccall, LuaJIT's FFI, Go's purego) get the newest version from dlsym, which
+ * writes the newest struct: they must call octattn_attention_options_init_size instead.
  * @return OCTATTN_OK, NULL_POINTER. */
 OCTATTN_API octattn_status octattn_attention_options_init(octattn_attention_options* options);
+
+/* Fills the first struct_size bytes at *options with the defaults above and sets
+ * options->struct_size = struct_size; writes nothing past them. For callers whose struct
+ * is another version's (every binding that declares the struct itself, and every caller
+ * that resolves symbols at run time, see above): pass the size of the struct as the
+ * caller declares it. Bytes past the fields this library knows are zeroed (a newer
+ * header's fields, whose defaults are zero bytes). On failure nothing is written.
+ * @return OCTATTN_OK, NULL_POINTER, STRUCT_SIZE (struct_size below 48, the size in
+ *   version 0.1). Since 0.10. */
+OCTATTN_API octattn_status octattn_attention_options_init_size(octattn_attention_options* options,
+                                                               size_t struct_size);
 
 /* Bytes of workspace that octattn_attention() needs for these arguments on this
  * context (its thread cap and target included). `options` may be NULL (defaults).

@@ -2,7 +2,9 @@
 // option structs, workspace, memory limit, introspection.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "lib/api/context.h"
@@ -363,6 +365,45 @@ TEST_CASE("options: defaults, NULL means defaults, larger struct with zero tail"
                             c.lse.ptr(), c.w.ptr(), nullptr, 0) == OCTATTN_OK);
   CHECK(BytesEqual(a.o, b.o));
   CHECK(BytesEqual(a.o, c.o));
+}
+
+TEST_CASE("options: init_size writes the caller's struct only, any version", "[api]") {
+  octattn_attention_options current;
+  REQUIRE(octattn_attention_options_init(&current) == OCTATTN_OK);
+  // Each version's size, a size between two versions, and a newer header's larger
+  // struct: exactly struct_size bytes written, the canaries after them untouched.
+  for (size_t size :
+       {size_t{48}, size_t{56}, size_t{60}, size_t{104}, sizeof(current), sizeof(current) + 24}) {
+    std::vector<unsigned char> buf(sizeof(current) + 64, 0xA5);
+    auto* o = reinterpret_cast<octattn_attention_options*>(buf.data());
+    REQUIRE(octattn_attention_options_init_size(o, size) == OCTATTN_OK);
+    CHECK(o->struct_size == size);
+    CHECK(o->causal == 1);
+    CHECK(o->q_start == OCTATTN_Q_START_DEFAULT);
+    const size_t known = std::min(size, sizeof(current));
+    CHECK(std::memcmp(buf.data() + sizeof(size_t),
+                      reinterpret_cast<const unsigned char*>(&current) + sizeof(size_t),
+                      known - sizeof(size_t)) == 0);
+    for (size_t i = known; i < size; ++i) CHECK(buf[i] == 0);
+    for (size_t i = size; i < buf.size(); ++i) CHECK(buf[i] == 0xA5);
+  }
+  std::vector<unsigned char> buf(sizeof(current), 0xA5);
+  auto* o = reinterpret_cast<octattn_attention_options*>(buf.data());
+  CHECK(octattn_attention_options_init_size(o, 47) == OCTATTN_ERROR_STRUCT_SIZE);
+  CHECK(octattn_attention_options_init_size(o, 0) == OCTATTN_ERROR_STRUCT_SIZE);
+  for (unsigned char x : buf) CHECK(x == 0xA5);  // nothing written on failure
+  CHECK(octattn_attention_options_init_size(nullptr, sizeof(current)) ==
+        OCTATTN_ERROR_NULL_POINTER);
+
+  // A 0.1-sized struct so initialized runs as the defaults do.
+  Context ctx;
+  Call a, b;
+  REQUIRE(octattn_attention(ctx, nullptr, a.p.q.ptr(), a.p.k.ptr(), a.p.v.ptr(), a.o.ptr(),
+                            a.lse.ptr(), a.w.ptr(), nullptr, 0) == OCTATTN_OK);
+  REQUIRE(octattn_attention_options_init_size(o, 48) == OCTATTN_OK);
+  REQUIRE(octattn_attention(ctx, o, b.p.q.ptr(), b.p.k.ptr(), b.p.v.ptr(), b.o.ptr(), b.lse.ptr(),
+                            b.w.ptr(), nullptr, 0) == OCTATTN_OK);
+  CHECK(BytesEqual(a.o, b.o));
 }
 
 TEST_CASE("introspection: last run, targets, threads, environment", "[api][dispatch]") {

@@ -72,6 +72,48 @@ def check_library_layouts(lib):
             assert got.value == offset, (struct.__name__, name, got.value, offset)
 
 
+class Options01(ctypes.Structure):
+    """The options as version 0.1's header declares them (48 bytes), frozen."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("causal", ctypes.c_int32),
+                ("algorithm", ctypes.c_int32), ("window", ctypes.c_int64),
+                ("stride", ctypes.c_int64), ("q_start", ctypes.c_int64),
+                ("scale", ctypes.c_float), ("reserved", ctypes.c_int32)]
+
+
+def check_old_struct(lib, ctx, tensors, want):
+    """A caller with 0.1's 48-byte struct, resolving names at run time as ctypes does:
+    octattn_attention_options_init_size writes its 48 bytes and not one past them, and
+    the call with that struct gives the bytes of the defaults."""
+    assert ctypes.sizeof(Options01) == 48
+    canary = 0xA5
+    # The struct, then 256 canary bytes: more than any version's struct adds.
+    arena = (ctypes.c_uint8 * (48 + 256))(*([canary] * (48 + 256)))
+    opts = Options01.from_buffer(arena)
+    lib.octattn_attention_options_init_size.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    assert lib.octattn_attention_options_init_size(ctypes.addressof(opts), 48) == 0
+    assert all(b == canary for b in arena[48:]), "init_size wrote past the caller's struct"
+    assert opts.struct_size == 48 and opts.causal == 1 and opts.q_start == -2**63
+    assert lib.octattn_attention_options_init_size(ctypes.addressof(opts), 47) == 7  # STRUCT_SIZE
+    # What the plain name resolves to here: the newest init, writing the newest struct,
+    # which the header tells run-time resolvers not to call. Shown on a buffer that holds it.
+    big = (ctypes.c_uint8 * 1024)(*([canary] * 1024))
+    lib.octattn_attention_options_init.argtypes = [ctypes.c_void_p]
+    assert lib.octattn_attention_options_init(ctypes.addressof(big)) == 0
+    written = ctypes.c_size_t.from_buffer(big).value
+    assert written == ctypes.sizeof(Options), written
+    assert all(b == canary for b in big[written:])
+    o = tensors["o"]
+    out = (ctypes.c_float * (o.shape[2] * o.shape[3]))()
+    o_new = Tensor.from_buffer_copy(o)
+    o_new.data = ctypes.cast(out, ctypes.c_void_p)
+    st = lib.octattn_attention(ctx, ctypes.addressof(opts),
+                               *(ctypes.byref(tensors[n]) for n in "qkv"), ctypes.byref(o_new),
+                               None, None, None, 0)
+    assert st == 0, lib.octattn_context_last_error(ctx)
+    assert bytes(out) == bytes(want), "a 0.1 struct's call differs from the defaults'"
+    assert all(b == canary for b in arena[48:])
+
+
 def main(path):
     check_layouts()
     lib = ctypes.CDLL(path)
@@ -83,7 +125,9 @@ def main(path):
     lib.octattn_attention.argtypes = [ctypes.c_void_p] + [ctypes.c_void_p] * 7 + [
         ctypes.c_void_p, ctypes.c_size_t]
     opts = Options()
-    assert lib.octattn_attention_options_init(ctypes.byref(opts)) == 0
+    # The sized init: a run-time resolver gets the newest plain init (see the header).
+    lib.octattn_attention_options_init_size.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    assert lib.octattn_attention_options_init_size(ctypes.byref(opts), ctypes.sizeof(opts)) == 0
     assert opts.struct_size == ctypes.sizeof(Options), "option struct layout differs"
     ctx = ctypes.c_void_p()
     assert lib.octattn_context_create(ctypes.byref(ctx)) == 0
@@ -110,6 +154,7 @@ def main(path):
         for c in range(d):
             want = sum(e[j] * v[j * d + c] for j in range(i + 1)) / sum(e)
             assert abs(o[i * d + c] - want) < 1e-5, (i, c, o[i * d + c], want)
+    check_old_struct(lib, ctx, tensors, o)
     # A bad option comes back as a status with a message, not a crash.
     opts.window = -1
     st = lib.octattn_attention(ctx, ctypes.byref(opts), *(ctypes.byref(tensors[n]) for n in "qkvo"),

@@ -368,7 +368,8 @@ func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 
 func (c *call) options(o *Options, batch, qHeads int) (*C.octattn_attention_options, error) {
 	opts := &C.octattn_attention_options{}
-	C.octattn_attention_options_init(opts)
+	// The sized init writes this package's struct, whatever library is loaded.
+	C.octattn_attention_options_init_size(opts, C.size_t(unsafe.Sizeof(*opts)))
 	if o == nil {
 		return opts, nil
 	}

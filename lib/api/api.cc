@@ -779,6 +779,20 @@ __attribute__((visibility("default"))) octattn_status octattn_attention_options_
 }
 __asm__(".symver octattn_attention_options_init_0_1, octattn_attention_options_init@OCTATTN_0.1");
 
+// The defaults of the caller's struct of struct_size bytes, whatever version declared it:
+// the one init a caller that resolves symbols at run time can call safely.
+octattn_status octattn_attention_options_init_size(octattn_attention_options* options,
+                                                   size_t struct_size) {
+  if (!options) return OCTATTN_ERROR_NULL_POINTER;
+  if (struct_size < octattn::api::kOptionsSize_0_1) return OCTATTN_ERROR_STRUCT_SIZE;
+  const size_t known = sizeof(*options);
+  InitOptions(options, struct_size < known ? struct_size : known);
+  if (struct_size > known)
+    std::memset(reinterpret_cast<char*>(options) + known, 0, struct_size - known);
+  options->struct_size = struct_size;
+  return OCTATTN_OK;
+}
+
 octattn_status octattn_attention_workspace_size(octattn_context* ctx,
                                                 const octattn_attention_options* options,
                                                 const octattn_tensor* q, const octattn_tensor* k,

@@ -200,7 +200,7 @@ void FillOptions(Options* opt, bool causal, int64_t window, int64_t stride,
                  std::optional<int64_t> q_start, int64_t k_start, float scale, int64_t chunk,
                  float softcap, OptArray alibi, OptArray sinks, OptArray bias, OptArray mask,
                  int32_t algorithm, int64_t q_heads) {
-  octattn_attention_options_init(&opt->o);
+  octattn_attention_options_init_size(&opt->o, sizeof(opt->o));
   opt->o.causal = causal ? 1 : 0;
   opt->o.window = window;
   opt->o.stride = stride;

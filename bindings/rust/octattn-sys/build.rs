@@ -1,5 +1,5 @@
 //! Links liboctattn as pkg-config finds it (an installed octattn.pc, e.g. under
-//! PKG_CONFIG_PATH=<prefix>/lib/pkgconfig after `cmake --install`), at version 0.4 or
+//! PKG_CONFIG_PATH=<prefix>/lib/pkgconfig after `cmake --install`), at version 0.10 or
 //! later; OCTATTN_STATIC=1 links the static library and its dependencies.
 fn main() {
     println!("cargo:rerun-if-env-changed=OCTATTN_STATIC");
@@ -8,7 +8,7 @@ fn main() {
         .map(|v| v == "1")
         .unwrap_or(false);
     match pkg_config::Config::new()
-        .atleast_version("0.6")
+        .atleast_version("0.10")
         .statik(statik)
         .probe("octattn")
     {
@@ -18,7 +18,7 @@ fn main() {
             }
         }
         Err(e) => panic!(
-            "octattn-sys: liboctattn >= 0.6 not found by pkg-config ({e}).\n\
+            "octattn-sys: liboctattn >= 0.10 not found by pkg-config ({e}).\n\
              Install it (cmake --install build/release --prefix <prefix>) and set \
              PKG_CONFIG_PATH=<prefix>/lib/pkgconfig."
         ),

@@ -173,6 +173,11 @@ extern "C" {
     pub fn octattn_attention_options_init(
         options: *mut octattn_attention_options,
     ) -> octattn_status;
+    /// Since 0.10: writes `struct_size` bytes only, whatever version declared the struct.
+    pub fn octattn_attention_options_init_size(
+        options: *mut octattn_attention_options,
+        struct_size: usize,
+    ) -> octattn_status;
     pub fn octattn_attention_workspace_size(
         ctx: *mut octattn_context,
         options: *const octattn_attention_options,

@@ -360,7 +360,13 @@ impl Options<'_> {
         mask: &mut sys::octattn_tensor,
     ) -> Result<sys::octattn_attention_options> {
         let mut o = std::mem::MaybeUninit::<sys::octattn_attention_options>::uninit();
-        unsafe { sys::octattn_attention_options_init(o.as_mut_ptr()) };
+        // The sized init: it writes this crate's struct, whatever library is loaded.
+        unsafe {
+            sys::octattn_attention_options_init_size(
+                o.as_mut_ptr(),
+                std::mem::size_of::<sys::octattn_attention_options>(),
+            )
+        };
         let mut o = unsafe { o.assume_init() };
         o.causal = self.causal as i32;
         o.window = self.window;
