@@ -494,7 +494,9 @@ OCTATTN_API octattn_status octattn_attention_workspace_size(
 /* o = softmax(scale * q k^T + M) v, with optional lse and weights (see SEMANTICS).
  * `options` may be NULL (defaults). `workspace` may be NULL: the context then uses its
  * own scratch, allocated on first need and reused by later calls. With a workspace of
- * at least octattn_attention_workspace_size() bytes the call allocates nothing.
+ * at least octattn_attention_workspace_size() bytes the call allocates nothing, padded,
+ * ragged and paged batches included (the workspace holds their sequences' tables too),
+ * once the context's thread pool has started its threads (its first parallel call).
  * @return OCTATTN_OK, NULL_POINTER, INVALID_SHAPE, INVALID_STRIDE, OVERFLOW, ALIASING,
  *   INVALID_OPTION, STRUCT_SIZE, WORKSPACE_TOO_SMALL, UNSUPPORTED (dtype; weights with
  *   FUSED), OUT_OF_MEMORY, MISALIGNED, INTERNAL. */
@@ -565,8 +567,9 @@ OCTATTN_API octattn_status octattn_attention_backward(
     octattn_tensor* dbias, void* workspace, size_t workspace_size);
 
 /* Bytes of workspace octattn_attention_backward() needs for these arguments on this
- * context. @return as octattn_attention_backward() validates, and NULL_POINTER (bytes).
- * Since 0.5. */
+ * context; with a workspace of that size the backward allocates nothing, as
+ * octattn_attention. @return as octattn_attention_backward() validates, and NULL_POINTER
+ * (bytes). Since 0.5. */
 OCTATTN_API octattn_status octattn_attention_backward_workspace_size(
     octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,
     const octattn_tensor* k, const octattn_tensor* v, const octattn_tensor* o,

@@ -1,9 +1,12 @@
-// A call given a large enough workspace allocates nothing: malloc and friends are
+// A call given a large enough workspace allocates nothing, dense or a batch of
+// sequences (padded, ragged, paged), forward and backward: malloc and friends are
 // interposed in this executable and counted while the call runs.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 
 #include "support.h"
 
@@ -104,5 +107,120 @@ TEST_CASE("a call with a caller's workspace performs no allocation", "[fused][ap
   g_counting = false;
   REQUIRE(st == OCTATTN_OK);
   CHECK(g_allocations.load() > 0);
+#endif
+}
+
+#if OCTATTN_COUNT_ALLOCATIONS
+namespace {
+
+// Allocations made while `call` runs (after one warm-up call of the same arguments, which
+// starts the thread pool's workers).
+long AllocationsOf(const std::function<octattn_status()>& call) {
+  REQUIRE(call() == OCTATTN_OK);
+  g_allocations = 0;
+  g_counting = true;
+  const octattn_status st = call();
+  g_counting = false;
+  REQUIRE(st == OCTATTN_OK);
+  return g_allocations.load();
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("batches of sequences with a caller's workspace perform no allocation", "[fused][api]") {
+#if !OCTATTN_COUNT_ALLOCATIONS
+  SUCCEED("allocation counting is off under AddressSanitizer");
+#else
+  // Five sequences: decode-shaped (one query row over many keys: split into units and
+  // merged), prefill-shaped, one with no valid key and one with no query row.
+  const std::vector<int64_t> q_lens = {1, 37, 1, 0, 5}, kv_lens = {1500, 60, 0, 9, 1100};
+  const int64_t n = static_cast<int64_t>(q_lens.size()), hq = 4, hkv = 2, d = 32;
+  std::vector<int64_t> cu_q = {0}, cu_k = {0}, starts(q_lens.size(), 0);
+  for (int64_t s = 0; s < n; ++s) {
+    cu_q.push_back(cu_q.back() + q_lens[s]);
+    cu_k.push_back(cu_k.back() + kv_lens[s]);
+  }
+  const int64_t max_q = 37, max_k = 1500;
+  for (int threads : {1, 2}) {
+    Context ctx(threads);
+    for (octattn_algorithm algo :
+         {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_REFERENCE}) {
+      INFO("threads " << threads << " " << octattn_algorithm_name(algo));
+      // Padded [B, H, T, D]: each sequence its entry's first rows (valid keys kv_lens).
+      Problem padded(n, hq, hkv, max_q, max_k, d, d, 3);
+      Tensor po = padded.Out(), plse = padded.Lse();
+      octattn_attention_options popt = Options(1, 0, 0, algo);
+      popt.kv_starts = starts.data();
+      popt.kv_lens = kv_lens.data();
+      // Ragged [1, H, total, D].
+      Problem ragged(1, hq, hkv, cu_q.back(), cu_k.back(), d, d, 4);
+      Tensor ro = ragged.Out(), rlse = ragged.Lse();
+      octattn_attention_options ropt = Options(1, 0, 0, algo);
+      ropt.sequences = n;
+      ropt.cu_seqlens_q = cu_q.data();
+      ropt.cu_seqlens_k = cu_k.data();
+      struct Case {
+        const char* name;
+        Problem* p;
+        Tensor* o;
+        Tensor* lse;
+        const octattn_attention_options* opt;
+      };
+      for (const Case& c : {Case{"padded", &padded, &po, &plse, &popt},
+                            Case{"ragged", &ragged, &ro, &rlse, &ropt}}) {
+        INFO(c.name);
+        size_t bytes = 0;
+        REQUIRE(octattn_attention_workspace_size(ctx, c.opt, c.p->q.ptr(), c.p->k.ptr(),
+                                                 c.p->v.ptr(), c.o->ptr(), c.lse->ptr(), nullptr,
+                                                 &bytes) == OCTATTN_OK);
+        std::vector<char> ws(bytes);
+        CHECK(AllocationsOf([&] {
+                return octattn_attention(ctx, c.opt, c.p->q.ptr(), c.p->k.ptr(), c.p->v.ptr(),
+                                         c.o->ptr(), c.lse->ptr(), nullptr, ws.data(), bytes);
+              }) == 0);
+        if (algo == OCTATTN_ALGORITHM_NAIVE) continue;  // the backward: fused or reference
+        Tensor dout = c.p->Out(), dq(c.p->q), dk(c.p->k), dv(c.p->v);
+        dout.Fill(9);
+        REQUIRE(octattn_attention_backward_workspace_size(
+                    ctx, c.opt, c.p->q.ptr(), c.p->k.ptr(), c.p->v.ptr(), c.o->ptr(), c.lse->ptr(),
+                    dout.ptr(), nullptr, dq.ptr(), dk.ptr(), dv.ptr(), nullptr, nullptr,
+                    &bytes) == OCTATTN_OK);
+        std::vector<char> bws(bytes);
+        CHECK(AllocationsOf([&] {
+                return octattn_attention_backward(ctx, c.opt, c.p->q.ptr(), c.p->k.ptr(),
+                                                  c.p->v.ptr(), c.o->ptr(), c.lse->ptr(),
+                                                  dout.ptr(), nullptr, dq.ptr(), dk.ptr(), dv.ptr(),
+                                                  nullptr, nullptr, bws.data(), bytes);
+              }) == 0);
+      }
+      if (algo == OCTATTN_ALGORITHM_NAIVE) continue;  // a paged cache: fused or reference
+      // Paged: pools of 16-row blocks [blocks, Hkv, 16, D], the sequences' blocks
+      // scattered through them.
+      const int64_t block = 16, cols = (max_k + block - 1) / block;
+      const int64_t blocks = n * cols;
+      Tensor kpool(blocks, hkv, block, d), vpool(blocks, hkv, block, d);
+      kpool.Fill(5);
+      vpool.Fill(6);
+      std::vector<int32_t> table(static_cast<size_t>(n * cols));
+      for (size_t i = 0; i < table.size(); ++i)
+        table[i] = static_cast<int32_t>((i * 7) % static_cast<size_t>(blocks));
+      Tensor q(n, hq, 1, d), o(n, hq, 1, d), lse(n, hq, 1, 1);  // a decode step
+      q.Fill(7);
+      octattn_attention_options gopt = Options(1, 0, 0, algo);
+      gopt.kv_lens = kv_lens.data();
+      gopt.block_table = table.data();
+      gopt.block_table_cols = cols;
+      size_t bytes = 0;
+      REQUIRE(octattn_attention_workspace_size(ctx, &gopt, q.ptr(), kpool.ptr(), vpool.ptr(),
+                                               o.ptr(), lse.ptr(), nullptr, &bytes) == OCTATTN_OK);
+      std::vector<char> ws(bytes);
+      INFO("paged");
+      CHECK(AllocationsOf([&] {
+              return octattn_attention(ctx, &gopt, q.ptr(), kpool.ptr(), vpool.ptr(), o.ptr(),
+                                       lse.ptr(), nullptr, ws.data(), bytes);
+            }) == 0);
+    }
+  }
 #endif
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "lib/api/call.h"
@@ -159,13 +160,12 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
   sh.mask = api::ResolveMask(opt, sh.q_len, sh.kv_len);
-  OCTATTN_CHECK(
-      api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, num_blocks, block_size, &c->seqs));
-  for (plan::Sequence& seq : c->seqs)
-    if (paged) {
-      seq.paging.k_block = c->k.stride[0];
-      seq.paging.v_block = c->v.stride[0];
-    }
+  OCTATTN_CHECK(api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, num_blocks, block_size,
+                                      &c->sequences));
+  if (paged) {
+    c->sequences.k_block = c->k.stride[0];
+    c->sequences.v_block = c->v.stride[0];
+  }
   if (paged && c->algorithm == OCTATTN_ALGORITHM_NAIVE)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the naive algorithm reads contiguous keys: a paged cache runs fused (no "
@@ -174,6 +174,16 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
                  ? opt.scale
                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
   return api::Check();
+}
+
+void BindSequences(AttentionCall* c, void* tables) {
+  plan::Sequence* seqs = static_cast<plan::Sequence*>(tables);
+  for (int64_t s = 0; s < c->sequences.count; ++s) {
+    plan::Sequence seq;
+    ResolveSequence(c->sequences, s, &seq);  // checked by validation: cannot fail
+    new (&seqs[s]) plan::Sequence(seq);
+  }
+  c->seqs = seqs;
 }
 
 // The operands of query head `h` of batch `b` (k and v those of its kv head).
@@ -396,11 +406,27 @@ void RunSequences(octattn_context* ctx, const AttentionCall& c, const plan::Batc
   });
 }
 
+// The schedule of a call of sequences: its sizes only, or with `plans` set, each
+// sequence's plan written there (the call's sequences bound to their tables then).
+plan::BatchSchedule BatchScheduleOf(const AttentionCall& c, plan::SequencePlan* plans) {
+  plan::BatchSchedule b;
+  b.seqs = plans;
+  for (int64_t s = 0; s < c.sequences.count; ++s) {
+    plan::Sequence seq;
+    if (c.seqs) {
+      seq = c.seqs[s];
+    } else {
+      octattn::api::ResolveSequence(c.sequences, s, &seq);  // checked: cannot fail
+    }
+    plan::AddSequence(c.shape, seq, c.plan_algorithm, c.table, &b);
+  }
+  return b;
+}
+
 // Bytes of workspace of a validated call on this context.
 size_t CallWorkspaceBytes(const octattn_context* ctx, const AttentionCall& c) {
-  if (!c.seqs.empty())
-    return plan::WorkspaceBytes(plan::MakeBatchSchedule(c.shape, c.seqs, c.plan_algorithm, c.table),
-                                ctx->pool->threads());
+  if (c.sequences.count > 0)
+    return plan::WorkspaceBytes(BatchScheduleOf(c, nullptr), ctx->pool->threads());
   return plan::WorkspaceBytes(plan::MakeSchedule(c.shape, c.plan_algorithm, c.table),
                               ctx->pool->threads());
 }
@@ -819,12 +845,20 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
     AttentionCall c;
     OCTATTN_CHECK(ValidateAttention(ctx, options, q, k, v, o, lse, weights, &c));
     OCTATTN_CHECK(CheckWorkspaceDisjoint(workspace, workspace_size, c));
-    if (!c.seqs.empty()) {
-      const plan::BatchSchedule b =
-          plan::MakeBatchSchedule(c.shape, c.seqs, c.plan_algorithm, c.table);
+    if (c.sequences.count > 0) {
+      // Sized first; then the sequences and their plans are laid out in the scratch.
+      const plan::BatchSchedule sizes = BatchScheduleOf(c, nullptr);
+      const int threads = ctx->pool->threads();
       void* scratch = nullptr;
-      OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, plan::WorkspaceBytes(b, ctx->pool->threads()),
+      OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, plan::WorkspaceBytes(sizes, threads),
                                                  workspace, workspace_size, &scratch));
+      const plan::SequenceTables tables = plan::TablesAfter(
+          plan::SatAdd(plan::SatMul(sizes.slot_bytes, plan::Count(threads)), sizes.shared_bytes),
+          sizes.count, true);
+      char* base = static_cast<char*>(scratch);
+      octattn::api::BindSequences(&c, base + tables.offset);
+      const plan::BatchSchedule b =
+          BatchScheduleOf(c, reinterpret_cast<plan::SequencePlan*>(base + tables.plans));
       RunSequences(ctx, c, b, scratch);
       octattn::api::RecordRun(ctx, c.algorithm, c.table);
       return api::Check();

@@ -57,7 +57,7 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
   for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
     if (t->type != octattn::kernels::kF32)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");
-  if (!c->fwd.seqs.empty() && c->fwd.seqs[0].paging.blocks)
+  if (c->fwd.sequences.paged)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the backward writes dk and dv of contiguous keys: it takes no paged cache");
   if (!lse)
@@ -160,13 +160,15 @@ api::Check CheckWorkspace(const void* workspace, size_t size, const BackwardCall
 plan::Schedule BackwardSchedule(const BackwardCall& c) {
   const plan::CallShape& sh = c.fwd.shape;
   const bool sinks = c.dsinks_data != nullptr;
-  if (c.fwd.seqs.empty())
+  if (c.fwd.sequences.count == 0)
     return plan::MakeBackwardSchedule(sh, c.fwd.plan_algorithm, c.fwd.table, sinks);
   plan::Schedule s;
   s.algorithm = c.fwd.plan_algorithm;
-  const int64_t n = static_cast<int64_t>(c.fwd.seqs.size());
+  const int64_t n = c.fwd.sequences.count;
   s.tasks = n * sh.kv_heads;
-  for (const plan::Sequence& seq : c.fwd.seqs) {
+  for (int64_t i = 0; i < n; ++i) {
+    plan::Sequence seq;
+    api::ResolveSequence(c.fwd.sequences, i, &seq);  // checked: cannot fail
     if (seq.q_len == 0 || seq.kv_len == 0) continue;
     plan::CallShape one = sh;
     one.batch = 1;
@@ -287,7 +289,8 @@ octattn_status octattn_attention_backward_workspace_size(
     OCTATTN_CHECK(
         ValidateBackward(ctx, options, q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, &c));
     if (!bytes) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "bytes is NULL");
-    const size_t need = plan::WorkspaceBytes(BackwardSchedule(c), ctx->pool->threads());
+    const size_t need =
+        plan::WorkspaceBytes(BackwardSchedule(c), ctx->pool->threads(), c.fwd.sequences.count);
     if (need == SIZE_MAX)
       return api::Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
     *bytes = need;
@@ -309,15 +312,20 @@ octattn_status octattn_attention_backward(
     const plan::Schedule s = BackwardSchedule(c);
     void* scratch = nullptr;
     const int threads = ctx->pool->threads();
-    OCTATTN_CHECK(api::AcquireScratch(ctx, plan::WorkspaceBytes(s, threads), workspace,
-                                      workspace_size, &scratch));
+    OCTATTN_CHECK(api::AcquireScratch(ctx, plan::WorkspaceBytes(s, threads, c.fwd.sequences.count),
+                                      workspace, workspace_size, &scratch));
+    const size_t used =
+        plan::SatAdd(plan::SatMul(s.slot_bytes, plan::Count(threads)), s.shared_bytes);
+    if (c.fwd.sequences.count > 0)
+      api::BindSequences(&c.fwd, static_cast<char*>(scratch) +
+                                     plan::TablesAfter(used, c.fwd.sequences.count, false).offset);
     double* sink_sums = c.dsinks_data
                             ? reinterpret_cast<double*>(static_cast<char*>(scratch) +
                                                         s.slot_bytes * static_cast<size_t>(threads))
                             : nullptr;
     const plan::CallShape& sh = c.fwd.shape;
     const bool reference = c.fwd.algorithm == OCTATTN_ALGORITHM_REFERENCE;
-    const bool seqs = !c.fwd.seqs.empty();
+    const bool seqs = c.fwd.sequences.count > 0;
     api::RunTasks(ctx, s.tasks, scratch, s.slot_bytes, [&](int64_t i, void* slot) {
       const int64_t b = i / sh.kv_heads, kvh = i % sh.kv_heads;
       if (seqs) {
@@ -336,7 +344,7 @@ octattn_status octattn_attention_backward(
       }
     });
     // Over the batch (or the sequences) in order: the same bytes for any thread count.
-    const int64_t parts = seqs ? static_cast<int64_t>(c.fwd.seqs.size()) : sh.batch;
+    const int64_t parts = seqs ? c.fwd.sequences.count : sh.batch;
     if (sink_sums)
       for (int64_t h = 0; h < sh.q_heads; ++h) {
         double sum = 0.0;

@@ -2,8 +2,6 @@
 #ifndef OCTATTN_LIB_API_CALL_H_
 #define OCTATTN_LIB_API_CALL_H_
 
-#include <vector>
-
 #include "lib/api/validate.h"
 #include "lib/kernels/kernels.h"
 #include "lib/plan/schedule.h"
@@ -22,8 +20,10 @@ struct AttentionCall {
   octattn_algorithm algorithm = OCTATTN_ALGORITHM_AUTO;
   plan::Algorithm plan_algorithm = plan::Algorithm::kFused;
   const kernels::Table* table = nullptr;  // null for the reference
-  // The sequences of a padded or ragged batch (empty: each batch entry with every row).
-  std::vector<plan::Sequence> seqs;
+  // The sequences of a padded, ragged or paged batch (count 0: each batch entry with
+  // every row), and once the call holds its scratch their entries there (BindSequences).
+  Sequences sequences;
+  plan::Sequence* seqs = nullptr;
 };
 
 // Every check of octattn_attention's arguments (lse and weights may be NULL). The
@@ -34,6 +34,9 @@ Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* o
                         const octattn_tensor* o, const octattn_tensor* lse,
                         const octattn_tensor* weights, AttentionCall* c,
                         Role o_role = Role::kOutput);
+// Resolves the call's sequences into `tables` (c->sequences.count entries, in the call's
+// scratch) and points c->seqs at them.
+void BindSequences(AttentionCall* c, void* tables);
 // The operands of query head `h` of batch `b` (k and v those of its kv head).
 kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h);
 // The operands of query head `h` of sequence `seq`: its rows' views, sizes and mask.

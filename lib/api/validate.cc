@@ -242,12 +242,11 @@ bool HasSequences(const octattn_attention_options& opt) {
 }
 
 Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int64_t q_len,
-                       int64_t kv_len, int64_t num_blocks, int64_t block_size,
-                       std::vector<plan::Sequence>* out) {
-  const bool paged = opt.block_table != nullptr;
-  out->clear();
+                       int64_t kv_len, int64_t num_blocks, int64_t block_size, Sequences* out) {
+  *out = Sequences();
   if (!HasSequences(opt)) return Check();
   const bool ragged = opt.sequences > 0;
+  const bool paged = opt.block_table != nullptr;
   if (ragged && batch != 1)
     return Fail(OCTATTN_ERROR_INVALID_SHAPE,
                 "a ragged batch (options.sequences > 0) packs its sequences in batch entry 0: "
@@ -259,50 +258,67 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
     if (!paged)
       OCTATTN_CHECK(CheckOffsets(opt.cu_seqlens_k, n, kv_len, "options.cu_seqlens_k", "kv_len"));
   }
-  out->resize(static_cast<size_t>(n));
-  octattn_attention_options seq_opt = opt;
-  for (int64_t s = 0; s < n; ++s) {
-    plan::Sequence& q = (*out)[static_cast<size_t>(s)];
-    // Messages are built only on failure: this runs per sequence on every call.
-    auto at = [s] { return "[" + std::to_string(s) + "]"; };
-    q.batch = ragged ? 0 : s;
-    q.q_row = ragged ? opt.cu_seqlens_q[s] : 0;
-    q.q_len = ragged ? opt.cu_seqlens_q[s + 1] - q.q_row : q_len;
-    const int64_t rows0 = ragged && !paged ? opt.cu_seqlens_k[s] : 0;
-    const int64_t rows = ragged && !paged ? opt.cu_seqlens_k[s + 1] - rows0 : kv_len;
-    const int64_t start = opt.kv_starts ? opt.kv_starts[s] : 0;
-    if (start < 0 || start > rows)
-      return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.kv_starts" + at() + " is " +
-                                                    std::to_string(start) + ", must be in [0, " +
-                                                    std::to_string(rows) + "]");
-    const int64_t len = opt.kv_lens ? opt.kv_lens[s] : rows - start;
-    if (len < 0 || len > rows - start)
-      return Fail(OCTATTN_ERROR_INVALID_OPTION,
-                  "options.kv_lens" + at() + " is " + std::to_string(len) + ", must be in [0, " +
-                      std::to_string(rows - start) + "] (the sequence's key rows from kv_starts)");
-    q.k_row = rows0 + start;
-    q.k_col = q.k_row;
-    q.kv_len = len;
-    q.seg_row = rows0;
-    q.seg_len = rows;
-    if (paged) {
-      const int32_t* row = opt.block_table + s * opt.block_table_cols;
-      for (int64_t b = start / block_size; len > 0 && b <= (start + len - 1) / block_size; ++b)
-        if (row[b] < 0 || row[b] >= num_blocks)
-          return Fail(OCTATTN_ERROR_INVALID_OPTION,
-                      "options.block_table" + at() + "[" + std::to_string(b) + "] is " +
-                          std::to_string(row[b]) + ", not a block of k (" +
-                          std::to_string(num_blocks) + " blocks)");
-      q.paging = kernels::Paging{row, block_size, start, 0, 0};
-      if ((block_size & (block_size - 1)) == 0) q.paging.shift = __builtin_ctzll(block_size);
-    }
-    if (opt.q_starts) {
-      if (opt.q_starts[s] != OCTATTN_Q_START_DEFAULT)
-        OCTATTN_CHECK(CheckQStart(opt.q_starts[s], opt.k_start, "options.q_starts", s));
-      seq_opt.q_start = opt.q_starts[s];
-    }
-    q.mask = ResolveMask(seq_opt, q.q_len, q.kv_len);
+  Sequences s;
+  s.opt = opt;
+  s.count = n;
+  s.q_len = q_len;
+  s.kv_len = kv_len;
+  s.num_blocks = num_blocks;
+  s.block_size = block_size;
+  s.ragged = ragged;
+  s.paged = paged;
+  plan::Sequence one;
+  for (int64_t i = 0; i < n; ++i) OCTATTN_CHECK(ResolveSequence(s, i, &one));
+  *out = s;
+  return Check();
+}
+
+Check ResolveSequence(const Sequences& all, int64_t s, plan::Sequence* out) {
+  const octattn_attention_options& opt = all.opt;
+  const bool ragged = all.ragged, paged = all.paged;
+  // Messages are built only on failure: this runs per sequence on every call.
+  auto at = [s] { return "[" + std::to_string(s) + "]"; };
+  plan::Sequence q;
+  q.batch = ragged ? 0 : s;
+  q.q_row = ragged ? opt.cu_seqlens_q[s] : 0;
+  q.q_len = ragged ? opt.cu_seqlens_q[s + 1] - q.q_row : all.q_len;
+  const int64_t rows0 = ragged && !paged ? opt.cu_seqlens_k[s] : 0;
+  const int64_t rows = ragged && !paged ? opt.cu_seqlens_k[s + 1] - rows0 : all.kv_len;
+  const int64_t start = opt.kv_starts ? opt.kv_starts[s] : 0;
+  if (start < 0 || start > rows)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.kv_starts" + at() + " is " +
+                                                  std::to_string(start) + ", must be in [0, " +
+                                                  std::to_string(rows) + "]");
+  const int64_t len = opt.kv_lens ? opt.kv_lens[s] : rows - start;
+  if (len < 0 || len > rows - start)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.kv_lens" + at() + " is " + std::to_string(len) + ", must be in [0, " +
+                    std::to_string(rows - start) + "] (the sequence's key rows from kv_starts)");
+  q.k_row = rows0 + start;
+  q.k_col = q.k_row;
+  q.kv_len = len;
+  q.seg_row = rows0;
+  q.seg_len = rows;
+  if (paged) {
+    const int64_t size = all.block_size;
+    const int32_t* row = opt.block_table + s * opt.block_table_cols;
+    for (int64_t b = start / size; len > 0 && b <= (start + len - 1) / size; ++b)
+      if (row[b] < 0 || row[b] >= all.num_blocks)
+        return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                    "options.block_table" + at() + "[" + std::to_string(b) + "] is " +
+                        std::to_string(row[b]) + ", not a block of k (" +
+                        std::to_string(all.num_blocks) + " blocks)");
+    q.paging = kernels::Paging{row, size, start, all.k_block, all.v_block};
+    if ((size & (size - 1)) == 0) q.paging.shift = __builtin_ctzll(size);
   }
+  octattn_attention_options seq_opt = opt;
+  if (opt.q_starts) {
+    if (opt.q_starts[s] != OCTATTN_Q_START_DEFAULT)
+      OCTATTN_CHECK(CheckQStart(opt.q_starts[s], opt.k_start, "options.q_starts", s));
+    seq_opt.q_start = opt.q_starts[s];
+  }
+  q.mask = ResolveMask(seq_opt, q.q_len, q.kv_len);
+  *out = q;
   return Check();
 }
 

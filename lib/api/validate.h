@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include <string>
-#include <vector>
 
 #include "lib/kernels/kernels.h"
 #include "lib/plan/plan.h"
@@ -69,13 +68,25 @@ Check CheckQStart(int64_t q_start, int64_t k_start, const char* option, int64_t 
 
 // Whether validated options describe sequences (padded or ragged batches).
 bool HasSequences(const octattn_attention_options& opt);
-// The sequences of a call whose tensors have these sizes, checked against them (empty
-// when the options describe none: each batch entry is a sequence with every row). A
-// paged call (options.block_table) passes its pools' block count and size (kv_len: the
-// logical rows of a sequence); the sequences' Paging then lacks only the block strides.
+// The sequences of a call (count 0 when the options describe none: each batch entry is
+// a sequence with every row), kept as the options that describe them: a call resolves
+// them one at a time (ResolveSequence) into its scratch, so that it holds no container
+// of its own and a caller's workspace is all the memory it uses.
+struct Sequences {
+  octattn_attention_options opt{};
+  int64_t count = 0;
+  int64_t q_len = 0, kv_len = 0;           // the tensors' rows (paged: a sequence's logical rows)
+  int64_t num_blocks = 0, block_size = 0;  // paged: the pools' block count and size
+  int64_t k_block = 0, v_block = 0;        // paged: the pools' block strides
+  bool ragged = false, paged = false;
+};
+// Checks every sequence of a call whose tensors have these sizes against them. A paged
+// call (options.block_table) passes its pools' block count and size; the caller sets
+// the block strides after.
 Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int64_t q_len,
-                       int64_t kv_len, int64_t num_blocks, int64_t block_size,
-                       std::vector<plan::Sequence>* out);
+                       int64_t kv_len, int64_t num_blocks, int64_t block_size, Sequences* out);
+// Sequence s of checked sequences (it cannot fail for them).
+Check ResolveSequence(const Sequences& all, int64_t s, plan::Sequence* out);
 
 // The sizes of the public structs as version 0.1 published them: the smallest
 // struct_size a caller may pass, forever (a caller built against 0.1 passes these).

@@ -2,6 +2,7 @@
 #include "lib/plan/schedule.h"
 
 #include <algorithm>
+#include <new>
 
 #include "lib/reference/reference.h"
 
@@ -108,46 +109,53 @@ Schedule MakeBackwardSchedule(const CallShape& c, Algorithm algorithm, const ker
   return s;
 }
 
-size_t WorkspaceBytes(const Schedule& s, int threads) {
-  return SatAdd(SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes), kAlign);
+size_t WorkspaceBytes(const Schedule& s, int threads, int64_t sequences) {
+  const size_t used = SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes);
+  if (sequences == 0) return SatAdd(used, kAlign);
+  return SatAdd(TablesAfter(used, sequences, false).end, kAlign);
 }
 
-BatchSchedule MakeBatchSchedule(const CallShape& call, const std::vector<Sequence>& seqs,
-                                Algorithm algorithm, const kernels::Table* table) {
-  BatchSchedule b;
-  b.seqs.resize(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    SequencePlan& p = b.seqs[i];
-    p.shape = call;
-    p.shape.batch = 1;
-    p.shape.q_len = seqs[i].q_len;
-    p.shape.kv_len = seqs[i].kv_len;
-    p.shape.mask = seqs[i].mask;
-    p.first_task = b.tasks;
-    p.first_merge = b.merges;
-    if (seqs[i].q_len == 0) continue;
-    if (seqs[i].kv_len == 0) {
-      p.empty = true;
-      p.tasks = call.q_heads;
-      b.tasks += p.tasks;
-      continue;
-    }
+void AddSequence(const CallShape& call, const Sequence& seq, Algorithm algorithm,
+                 const kernels::Table* table, BatchSchedule* b) {
+  SequencePlan p;
+  p.shape = call;
+  p.shape.batch = 1;
+  p.shape.q_len = seq.q_len;
+  p.shape.kv_len = seq.kv_len;
+  p.shape.mask = seq.mask;
+  p.first_task = b->tasks;
+  p.first_merge = b->merges;
+  if (seq.q_len > 0 && seq.kv_len == 0) {
+    p.empty = true;
+    p.tasks = call.q_heads;
+    b->tasks += p.tasks;
+  } else if (seq.q_len > 0) {
     p.schedule = MakeSchedule(p.shape, algorithm, table);
     p.tasks = p.schedule.tasks;
-    b.tasks += p.tasks;
-    b.slot_bytes = std::max(b.slot_bytes, p.schedule.slot_bytes);
+    b->tasks += p.tasks;
+    b->slot_bytes = std::max(b->slot_bytes, p.schedule.slot_bytes);
     if (p.schedule.decode) {
       p.merges = call.kv_heads;
-      b.merges += p.merges;
-      p.partials = b.shared_bytes / sizeof(float);
-      b.shared_bytes = SatAdd(b.shared_bytes, p.schedule.shared_bytes);
+      b->merges += p.merges;
+      p.partials = b->shared_bytes / sizeof(float);
+      b->shared_bytes = SatAdd(b->shared_bytes, p.schedule.shared_bytes);
     }
   }
-  return b;
+  if (b->seqs) new (&b->seqs[b->count]) SequencePlan(p);
+  ++b->count;
+}
+
+SequenceTables TablesAfter(size_t used, int64_t count, bool plans) {
+  SequenceTables t;
+  t.offset = AlignBytes(used);
+  t.plans = AlignBytes(SatAdd(t.offset, SatMul(Count(count), sizeof(Sequence))));
+  t.end = plans ? AlignBytes(SatAdd(t.plans, SatMul(Count(count), sizeof(SequencePlan)))) : t.plans;
+  return t;
 }
 
 size_t WorkspaceBytes(const BatchSchedule& s, int threads) {
-  return SatAdd(SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes), kAlign);
+  const size_t used = SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes);
+  return SatAdd(TablesAfter(used, s.count, true).end, kAlign);
 }
 
 namespace {
@@ -157,7 +165,7 @@ namespace {
 // tasks start where the next one does).
 size_t SequenceOf(const BatchSchedule& s, int64_t i, int64_t SequencePlan::*first,
                   int64_t SequencePlan::*count) {
-  size_t lo = 0, hi = s.seqs.size();
+  size_t lo = 0, hi = Count(s.count);
   while (hi - lo > 1) {
     const size_t mid = (lo + hi) / 2;
     if (s.seqs[mid].*first <= i)

@@ -7,8 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <vector>
-
 #include "lib/kernels/kernels.h"
 #include "lib/plan/plan.h"
 
@@ -93,15 +91,26 @@ struct SequencePlan {
   size_t partials = 0;  // decode: its partials' offset from the shared base, in floats
 };
 struct BatchSchedule {
-  std::vector<SequencePlan> seqs;
-  size_t slot_bytes = 0;    // the largest slot of any sequence
-  size_t shared_bytes = 0;  // every decode-shaped sequence's partials
+  SequencePlan* seqs = nullptr;  // the plan of each sequence (null while only sizing)
+  int64_t count = 0;             // sequences added
+  size_t slot_bytes = 0;         // the largest slot of any sequence
+  size_t shared_bytes = 0;       // every decode-shaped sequence's partials
   int64_t tasks = 0, merges = 0;
 };
-// `call`: the call's shape (its sizes those of the tensors).
-BatchSchedule MakeBatchSchedule(const CallShape& call, const std::vector<Sequence>& seqs,
-                                Algorithm algorithm, const kernels::Table* table);
+// Adds the next sequence of a call to b (`call`: the call's shape, its sizes those of
+// the tensors); its plan goes to b.seqs[b.count] when b.seqs is set.
+void AddSequence(const CallShape& call, const Sequence& seq, Algorithm algorithm,
+                 const kernels::Table* table, BatchSchedule* b);
+// Bytes of workspace for `threads` slots, the shared bytes and the call's tables (its
+// Sequence and SequencePlan entries, SequenceTables), plus alignment slack.
 size_t WorkspaceBytes(const BatchSchedule& s, int threads);
+// A call of `count` sequences keeps its tables in its scratch, so that a caller's
+// workspace is all the memory it uses: from `offset` (past `used` bytes of slots and
+// shared bytes) its Sequence entries, then, with `plans` (the forward), the SequencePlans.
+struct SequenceTables {
+  size_t offset = 0, plans = 0, end = 0;  // byte offsets from the scratch's base
+};
+SequenceTables TablesAfter(size_t used, int64_t count, bool plans);
 // The sequence whose first-phase (merge: second-phase) tasks hold task i.
 size_t SequenceOfTask(const BatchSchedule& s, int64_t i);
 size_t SequenceOfMerge(const BatchSchedule& s, int64_t i);
@@ -112,9 +121,10 @@ size_t SequenceOfMerge(const BatchSchedule& s, int64_t i);
 Schedule MakeBackwardSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table,
                               bool sinks);
 
-// Bytes of workspace for `threads` slots plus the shared bytes and alignment slack;
-// SIZE_MAX if that does not fit in size_t.
-size_t WorkspaceBytes(const Schedule& s, int threads);
+// Bytes of workspace for `threads` slots plus the shared bytes and alignment slack, and
+// with `sequences` > 0 the tables of that many Sequence entries (SequenceTables, no
+// plans: the backward's); SIZE_MAX if that does not fit in size_t.
+size_t WorkspaceBytes(const Schedule& s, int threads, int64_t sequences = 0);
 
 // Reference and naive task i: one (batch, query head).
 struct HeadIndex {
