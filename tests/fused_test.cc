@@ -1,10 +1,15 @@
 // The fused path beyond the sweeps of attention_test: shapes around its tile and chunk
 // sizes, prefix invariance, decode equal to prefill byte for byte, decode with GQA,
-// and its memory staying flat.
+// every value of the core-dependent tuning giving the same bytes, and its memory
+// staying flat.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
+#include "lib/api/context.h"
+#include "lib/kernels/common/dtype.h"
 #include "support.h"
 
 using namespace octtest;
@@ -246,8 +251,17 @@ TEST_CASE("decode tasks covering every kv head give each head's own bytes",
   };
   const Mask masks[] = {
       {1, 0, 0, 0}, {0, 0, 0, 0}, {1, 1000, 0, 0}, {1, 700, 256, 0}, {1, 0, 0, 2048}};
-  for (const Target& t : AllTargets())
-    for (const Shape& sh : shapes)
+  const std::vector<Target> targets = AllTargets();
+  for (const Shape& sh : shapes) {
+    // The same numbers in both layouts, made once per shape.
+    Problem rows(sh.batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.dim, 5, 1.0f,
+                 Layout::kBTHD);
+    Problem heads(sh.batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.dim, 5, 1.0f,
+                  Layout::kBHTD);
+    heads.q.CopyValuesFrom(rows.q);
+    heads.k.CopyValuesFrom(rows.k);
+    heads.v.CopyValuesFrom(rows.v);
+    for (const Target& t : targets)
       for (const Mask& m : masks)
         for (int threads : {1, 3}) {
           INFO(t.Name() << " B " << sh.batch << " Hq " << sh.hq << " Hkv " << sh.hkv << " q "
@@ -255,13 +269,6 @@ TEST_CASE("decode tasks covering every kv head give each head's own bytes",
                         << m.causal << "/" << m.window << "/" << m.stride << "/" << m.chunk
                         << " threads " << threads);
           Context ctx(t, threads);
-          Problem rows(sh.batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.dim, 5, 1.0f,
-                       Layout::kBTHD);
-          Problem heads(sh.batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.dim, 5, 1.0f,
-                        Layout::kBHTD);
-          heads.q.CopyValuesFrom(rows.q);
-          heads.k.CopyValuesFrom(rows.k);
-          heads.v.CopyValuesFrom(rows.v);
           auto opt = Options(m.causal, m.window, m.stride, OCTATTN_ALGORITHM_FUSED);
           opt.chunk = m.chunk;
           Tensor o_rows = rows.Out(), lse_rows = rows.Lse(), o_heads = heads.Out(),
@@ -271,4 +278,56 @@ TEST_CASE("decode tasks covering every kv head give each head's own bytes",
           CHECK(BytesEqual(o_rows, o_heads));
           CHECK(BytesEqual(lse_rows, lse_heads));
         }
+  }
+}
+
+TEST_CASE("fused: every tuning value gives the same bytes on every target", "[fused][dispatch]") {
+  // Decode over [T, H, D] caches, the rows the tuning is about: 8 kv heads of 128 (f32
+  // rows 4 KiB apart, sharing L1 sets: staged or read in place, fetched or not; 16-bit
+  // rows 2 KiB apart: fetched into L1 or L2) and 4 kv heads (rows that spread over the
+  // sets). Two sequences, so that decode tasks cover every kv head of a unit too.
+  const int64_t kv = Sized(1500, 600);
+  for (int64_t hkv : {int64_t{8}, int64_t{4}})
+    for (octattn_dtype type : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+      Problem p(2, hkv * 2, hkv, 1, kv, 128, 128, 41, 1.0f, Layout::kBTHD);
+      // 16-bit copies of q, k and v with the same strides (dims contiguous).
+      std::vector<uint16_t> q16(p.q.buf.size()), k16(p.k.buf.size()), v16(p.v.buf.size());
+      octattn_tensor q = p.q.t, k = p.k.t, v = p.v.t;
+      if (type != OCTATTN_DTYPE_F32) {
+        auto narrow = [&](const std::vector<float>& src, std::vector<uint16_t>& dst,
+                          octattn_tensor* t) {
+          for (size_t i = 0; i < src.size(); ++i)
+            dst[i] = type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(src[i])
+                                                : octattn::kernels::F32ToF16(src[i]);
+          t->data = dst.data();
+          t->dtype = type;
+        };
+        narrow(p.q.buf, q16, &q);
+        narrow(p.k.buf, k16, &k);
+        narrow(p.v.buf, v16, &v);
+      }
+      for (const Target& t : AllTargets()) {
+        INFO("kv heads " << hkv << " dtype " << type << " " << t.Name());
+        const octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
+        Tensor first = p.Out();
+        bool have_first = false;
+        for (int tuning = 0; tuning < 4; ++tuning)
+          for (int threads : {1, 2}) {
+            INFO("in_place_rows " << (tuning & 1) << " vendor_fetch " << (tuning >> 1)
+                                  << " threads " << threads);
+            Context ctx(t, threads);
+            octattn_context* raw = ctx;
+            raw->tuning.in_place_rows = tuning & 1;
+            raw->tuning.vendor_fetch = tuning >> 1;
+            Tensor o = p.Out();
+            REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr,
+                                      0) == OCTATTN_OK);
+            if (!have_first) {
+              first = o;
+              have_first = true;
+            }
+            CHECK(BytesEqual(o, first));
+          }
+      }
+    }
 }

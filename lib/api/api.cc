@@ -156,6 +156,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
                      "the fused algorithm never holds the weights: use naive to get them");
   if (c->algorithm != OCTATTN_ALGORITHM_REFERENCE) {
     c->table = octattn::api::SelectTable(*ctx);
+    c->tuning = ctx->tuning;
     if (!c->table)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
@@ -261,6 +262,7 @@ namespace {
 kernels::FlashTask GroupTask(const AttentionCall& c, int64_t b, int64_t kvh) {
   const int64_t group = c.shape.q_heads / c.shape.kv_heads;
   kernels::FlashTask t{};
+  t.tuning = c.tuning;
   t.op = OperandsOf(c, b, kvh * group);
   t.heads = group;
   t.row_begin = 0;
@@ -324,6 +326,7 @@ kernels::FlashTask SequenceGroupTask(const AttentionCall& c, const plan::Sequenc
                                      int64_t kvh) {
   const int64_t group = c.shape.q_heads / c.shape.kv_heads;
   kernels::FlashTask t{};
+  t.tuning = c.tuning;
   t.op = OperandsOf(c, seq, kvh * group);
   t.heads = group;
   t.row_begin = 0;

@@ -20,6 +20,7 @@ struct AttentionCall {
   octattn_algorithm algorithm = OCTATTN_ALGORITHM_AUTO;
   plan::Algorithm plan_algorithm = plan::Algorithm::kFused;
   const kernels::Table* table = nullptr;  // null for the reference
+  kernels::Tuning tuning;                 // the context's
   // The sequences of a padded, ragged or paged batch (count 0: each batch entry with
   // every row), and once the call holds its scratch their entries there (BindSequences).
   Sequences sequences;

@@ -23,10 +23,12 @@ struct octattn_context {
   // The table backend and target resolved to when they were set: a CPU's targets do not
   // change, and asking Highway for them costs microseconds (CPUID traps in a VM).
   const octattn::kernels::Table* table = nullptr;
+  // The fused kernel's core-dependent choices, this CPU's unless a test sets them.
+  octattn::kernels::Tuning tuning = octattn::kernels::DefaultTuning();
   uint64_t memory_limit = 0;
   std::string last_error;
   octattn_run_info last_run{};
-  // Scratch reused across calls (fresh pages are expensive: DESIGN §9).
+  // Scratch reused across calls: fresh pages cost a fault each, more than the call.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   ~octattn_context();

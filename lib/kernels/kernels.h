@@ -145,6 +145,21 @@ constexpr int64_t kTaskRows = 256;
 
 // One fused-path task: query rows [row_begin, row_end) of `heads` consecutive query heads
 // sharing one kv head (op points at the first of them), against the key units below.
+// The fused kernel's choices that depend on the core rather than on the call: resolved
+// once per context from the CPU (DefaultTuning) and carried in every task, so that a
+// test can force each value on any host. Every value gives the same bytes.
+struct Tuning {
+  // Direct tiles' key rows that lie a multiple of 4 KiB apart ([T, H, D] caches): false
+  // copies each group of them into scratch before reading it (AMD cores); true reads
+  // every row in place, one key vector a step where rows share L1 sets (Intel cores).
+  bool in_place_rows = false;
+  // Where direct tiles fetch [T, H, D] rows ahead: false into L1; true (Intel cores)
+  // 16-bit rows into L2 and f32 rows that share L1 sets not at all.
+  bool vendor_fetch = false;
+};
+// This CPU's tuning (Intel cores: both true).
+Tuning DefaultTuning();
+
 struct FlashTask {
   Operands op;
   int64_t heads, row_begin, row_end;
@@ -163,6 +178,7 @@ struct FlashTask {
   int64_t kv_heads = 1;
   int64_t q_kv = 0, k_kv = 0, v_kv = 0, o_kv = 0, lse_kv = 0;
   size_t partial_kv = 0;
+  Tuning tuning;
 };
 constexpr int64_t kMaxTaskKvHeads = 16;
 
@@ -230,10 +246,6 @@ struct Table {
   size_t (*backward_scratch_floats)(const BackwardTask& task);
   void (*backward_task)(const BackwardTask& task, float* scratch);
 };
-
-// Whether the CPU is Intel's (CPUID's vendor): decode's direct tiles fetch some rows
-// otherwise there (flash-inl.h's DirectFetch). Fetches change no bytes.
-bool IntelCores();
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.
 const Table* HighwayTable(Target target);

@@ -620,80 +620,53 @@ static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * byt
 // Whether a direct tile copies each kv head's group of kDirectKeys key rows (`dim`
 // elements of `bytes`, `row` elements apart) into scratch before reading it: where the
 // rows lie a multiple of 4 KiB apart ([T, H, D] layouts with H * D * bytes a multiple of
-// 4096: f32 with 8 kv heads of 128) they all fall in the same few L1 sets,
-// so that the transposes, reading each row's lines in pieces, find them evicted by the
-// group's other rows and by the rows fetched ahead. The copy reads each line once,
-// whole; the transposes read a contiguous block. Same values, same bytes. Where the
-// rows spread over the sets, the copy costs more than it saves (AMD Zen 5, one thread,
-// 16 sequences of 256..7936 keys: 4 KiB apart +12%; 3.5 KiB and 2 KiB apart -12%, -6%).
-// Measured on 4 KiB pages; on transparent huge pages, where the rows' pages cost no
-// table walks, the copy costs 3%. Paged rows (vLLM's pools, blocks of 16) are read in
-// place: there the copy gained 8% on one thread and 4 KiB pages and cost 8-15% on two
-// threads or huge pages (means of three rounds).
-// Value rows are never copied: the weighted sums read each line of a value row at one
-// key's step, whole, so the shared sets evict nothing still to be read. (Copying them
-// too, the batch above read in one process, the two builds' calls alternating, medians
-// of 40 paired ratios: f32, Hq 32 / Hkv 8, 0.92 and 0.95 of reading them in place on one
-// and two threads; bf16, Hq 64 / Hkv 16, 0.87 and 0.91.)
-// Whether key rows are read in place whatever their spacing: paged ones, and on Intel
-// cores (IntelCores) all, which then take one key vector a step where they share sets
-// (OneKeyVec), as paged rows do, and no software fetch (DirectFetch). There that beat
-// the copy: Intel Xeon with AMX (2-core VM), 16 sequences of 256..7936 keys, [T, H, D],
-// D 128, paired calls, medians of 40 pairs, 1 / 2 threads, against the copy: f32, Hq 32
-// / Hkv 8, 1.07-1.09 / 1.06-1.09, on huge pages 0.93-1.05 / 1.03-1.10; bf16 and f16,
-// Hq 64 / Hkv 16, 1.04 / 1.05 and 1.08 / 1.08; one sequence of 1024 keys from L3, f32,
-// 1.03 / 1.16.
-static inline bool InPlaceRows(const Paging* paging) { return paging || IntelCores(); }
-static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging) {
-  return !InPlaceRows(paging) && row >= 2 * dim && RowsShareSets(row, bytes);
+// 4096: f32 with 8 kv heads of 128) they all fall in the same few L1 sets, so that the
+// transposes, reading each row's lines in pieces, find them evicted by the group's other
+// rows and by the rows fetched ahead. The copy reads each line once, whole; the
+// transposes read a contiguous block. Same values, same bytes. Where the rows spread over
+// the sets the copy costs more than it saves, and paged rows are read in place. Value
+// rows are never copied: the weighted sums read each line of a value row whole, at one
+// key's step.
+// Whether key rows are read in place whatever their spacing: paged ones, and with
+// Tuning::in_place_rows (Intel cores, where it beat the copy) all, which then take one
+// key vector a step where they share sets (OneKeyVec), as paged rows do.
+static inline bool InPlaceRows(const Paging* paging, const Tuning& tn) {
+  return paging || tn.in_place_rows;
+}
+static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging,
+                             const Tuning& tn) {
+  return !InPlaceRows(paging, tn) && row >= 2 * dim && RowsShareSets(row, bytes);
 }
 // Whether Q K^T steps take one key vector (sixteen keys) at a time, not kDirectVecs:
-// where paged key rows, read in place, lie a multiple of 4 KiB apart (vLLM's pools of f32
-// rows of 8 kv heads of 128), so that each step's rows share a few L1 sets. With sixteen
-// rows a step rather than 32, fewer of a line's first-half readers evict it before its
-// second half is read. Same chains, same bytes. Eight-lane targets already take sixteen
-// rows a step. (AMD Zen 5, Hq 32 / Hkv 8, D 128, blocks of 16: one sequence of 512 keys
-// from L3, one thread, 18.1-18.6 -> 22.9-23.7 GB/s; 16 sequences of 256..7936 keys from
-// memory, means of three rounds, 12.2 -> 13.1 on one thread, 21.8 -> 24.5 on two.
-// Contiguous rows so far apart are staged instead but on Intel cores (InPlaceRows);
-// where rows 3.5 KiB apart are read in place one vector cost 7%.)
-static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging) {
-  return S::kLanes >= 16 && InPlaceRows(paging) && RowsShareSets(row, bytes);
+// where key rows read in place lie a multiple of 4 KiB apart (vLLM's pools of f32 rows of
+// 8 kv heads of 128), so that each step's rows share a few L1 sets. With sixteen rows a
+// step rather than 32, fewer of a line's first-half readers evict it before its second
+// half is read. Same chains, same bytes. Eight-lane targets already take sixteen rows a
+// step.
+static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging, const Tuning& tn) {
+  return S::kLanes >= 16 && InPlaceRows(paging, tn) && RowsShareSets(row, bytes);
 }
 // Whether the nh kv heads of a task group, whose slices share each key row ([T, H, D]
 // and paged layouts), fetch the rows of a group of keys whole between them (DirectTile::
 // heads) rather than each head its own slice of every row: memory then serves each row's
-// lines together (`bench --limits` reads 512 B slices of 4 KiB rows at about 0.6 of the
-// rate of whole rows in order). Same bytes. f32 rows only, where it pays (AMD Zen 5, 16
-// sequences of 256..7936 keys, Hq 32 / Hkv 8, D 128, paired calls, 1 / 2 threads: f32
-// [T, H, D] 1.04-1.07 / 1.04-1.08, on huge pages 1.10-1.16 / 1.06-1.09; paged, block
-// 16, 1.06 / 1.13, on huge pages 1.10 / 1.12); 16-bit rows gained nothing so (bf16 1.04
-// / 0.98, Hq 64 / Hkv 16 1.05 on one thread; f16 0.93 / 0.96).
+// lines together. Same bytes. f32 rows only: 16-bit rows gained nothing so.
 static_assert((kDirectKeys & (kDirectKeys - 1)) == 0, "groups of a power of two keys");
 static inline bool WholeRows(const Operands& op, int64_t nh) {
   return nh > 1 && kDirectKeys % nh == 0 && op.k_type == kF32;
 }
 // Where a direct tile's fetches bring its rows ahead (DirectTile::FetchAs): L1
-// (prefetcht0), but on Intel cores (IntelCores) where the rows are [T, H, D] ones (a
-// row stride of at least two rows: [T, H, D] caches, vLLM's pools) 16-bit rows into L2
-// (prefetcht1) and f32 rows that share L1 sets (a multiple of 4 KiB apart: 8 kv heads
-// of 128) not at all. There the core's own prefetchers carry the f32 rows better than
-// prefetcht0, whose misses hold L1's few fill buffers. Intel Xeon with AMX (2-core VM),
-// Hq 32 / Hkv 8, D 128, paired calls, 1 / 2 threads, against prefetcht0 for all: 16
-// sequences of 256..7936 keys, f32 1.17 / 1.18 on [T, H, D], 1.19 / 1.19 paged (block
-// 16); bf16 1.03 / 1.03, f16 1.04 / 1.06 on [T, H, D]; one sequence of 1024 keys from
-// L3, f32 1.20 / 1.31 on [T, H, D]. [H, T, D] rows keep prefetcht0: prefetcht1 gained
-// 1.05 there on f32 from memory and cost 0.89-0.91 from L3 (bf16 0.99 and 0.95). No
-// fetch at all cost 0.72-0.75 on [H, T, D] and on 16-bit [T, H, D] rows (2 KiB apart).
+// (prefetcht0), but with Tuning::vendor_fetch (Intel cores) where the rows are [T, H, D]
+// ones (a row stride of at least two rows) 16-bit rows into L2 (prefetcht1) and f32 rows
+// that share L1 sets not at all: there the core's own prefetchers carry them better than
+// prefetcht0, whose misses hold L1's few fill buffers.
 enum FetchTo { kFetchL1, kFetchL2, kFetchNone };
-static inline FetchTo DirectFetch(const Operands& op) {
-  if (op.k_row < 2 * op.head_dim || !IntelCores()) return kFetchL1;
+static inline FetchTo DirectFetch(const Operands& op, const Tuning& tn) {
+  if (op.k_row < 2 * op.head_dim || !tn.vendor_fetch) return kFetchL1;
   if (op.k_type != kF32) return kFetchL2;
   return RowsShareSets(op.k_row, DtypeBytes(kF32)) ? kFetchNone : kFetchL1;
 }
 
-// Rows a staged copy fetches ahead of the row it copies (AMD Zen 5, one thread, the
-// batch above: 2 to 8 tried, 2 and 4 best, +9% over none contiguous, none paged).
+// Rows a staged copy fetches ahead of the row it copies.
 constexpr int64_t kStageAhead = 4;
 
 // Where a direct tile's rows are, and the order they are read in: the stream of its key
@@ -1344,8 +1317,9 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     }
   };
   const Operands& op0 = ts[0].op;
-  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging);
-  const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging);
+  const Tuning& tn = ts[0].tuning;
+  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging, tn);
+  const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging, tn);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
@@ -1517,7 +1491,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
       const int64_t t_next = next_tile(t1);
-      const FetchTo to = DirectFetch(t.op);
+      const FetchTo to = DirectFetch(t.op, t.tuning);
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
         dts[x].vbuf = fs[x].vpack;

@@ -163,14 +163,14 @@ const Table* HighwayTable(Target target) {
   return nullptr;
 }
 
-// The vendor, as libgcc's CPU model holds it (__builtin_cpu_init is idempotent).
-bool IntelCores() {
+// By the vendor, as libgcc's CPU model holds it (__builtin_cpu_init is idempotent).
+Tuning DefaultTuning() {
+  Tuning t;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_is("intel");
-#else
-  return false;
+  t.in_place_rows = t.vendor_fetch = __builtin_cpu_is("intel");
 #endif
+  return t;
 }
 
 }  // namespace kernels
