@@ -38,13 +38,29 @@ octattn_status Backward(octattn_context* ctx, const Problem& p,
       &g.dv.t, sinks ? g.dsinks.data() : nullptr, p.opt.bias ? &g.dbias.t : nullptr, nullptr, 0);
 }
 
-bool SameGrads(const Grads& x, const Grads& y, const Problem& p) {
+FUZZ_PLUMBING bool SameGrads(const Grads& x, const Grads& y, const Problem& p) {
   return SameBytes(x.dq, y.dq) && SameBytes(x.dk, y.dk) && SameBytes(x.dv, y.dv) &&
          (!p.opt.bias || SameBytes(x.dbias, y.dbias)) &&
          std::memcmp(x.dsinks.data(), y.dsinks.data(), x.dsinks.size() * sizeof(float)) == 0;
 }
 
-double MaxAbs(const Tensor& t) {
+// The largest |scale * q.k| over every (row, key) pair.
+FUZZ_PLUMBING double MaxScore(const Problem& p, const Tensors& t, double scale) {
+  double s_max = 0;
+  const int64_t group = p.q_heads / p.kv_heads;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i)
+        for (int64_t j = 0; j < p.kv_len; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            dot += double(t.q.at(b, h, i, d)) * t.k.at(b, h / group, j, d);
+          s_max = std::max(s_max, std::fabs(dot * scale));
+        }
+  return s_max;
+}
+
+FUZZ_PLUMBING double MaxAbs(const Tensor& t) {
   double m = 0;
   for (float x : t.buf)
     if (std::isfinite(x)) m = std::max(m, std::fabs(double(x)));
@@ -101,19 +117,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Grads ref(p, p.layout);
     FUZZ_CHECK(Backward(one, p, ref_opt, t, s, ref) == OCTATTN_OK);
     const double scale = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
-    double s_max = 0;
+    const double s_max = MaxScore(p, t, scale);
     const int64_t group = p.q_heads / p.kv_heads;
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t h = 0; h < p.q_heads; ++h)
-        for (int64_t i = 0; i < p.q_len; ++i)
-          for (int64_t j = 0; j < p.kv_len; ++j) {
-            double dot = 0;
-            for (int64_t d = 0; d < p.head_dim; ++d)
-              dot += double(t.q.at(b, h, i, d)) * t.k.at(b, h / group, j, d);
-            s_max = std::max(s_max, std::fabs(dot * scale));
-          }
     const double r = 1e-6 * std::max(1.0, p.ModifiedScoreBound(s_max));
-    const double max_do = MaxAbs(s.dout), max_v = MaxAbs(t.v);
+    const double max_do = MaxAbs(s.dout), max_v = MaxAbs(t.v), max_q = MaxAbs(t.q),
+                 max_k = MaxAbs(t.k);
     const double gg = static_cast<double>(p.value_dim) * max_do * max_v + MaxAbs(s.dlse);
     std::vector<double> weight(static_cast<size_t>(p.batch * p.kv_heads * p.kv_len), 0.0);
     for (int64_t b = 0; b < p.batch; ++b)
@@ -134,15 +142,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           for (int64_t d = 0; d < p.value_dim; ++d)
             FUZZ_CHECK(near(g.dv.at(b, h, j, d), ref.dv.at(b, h, j, d), r * max_do * pj));
           for (int64_t d = 0; d < p.head_dim; ++d)
-            FUZZ_CHECK(near(g.dk.at(b, h, j, d), ref.dk.at(b, h, j, d),
-                            r * scale * MaxAbs(t.q) * gg * 4 * pj));
+            FUZZ_CHECK(
+                near(g.dk.at(b, h, j, d), ref.dk.at(b, h, j, d), r * scale * max_q * gg * 4 * pj));
         }
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)
         for (int64_t i = 0; i < p.q_len; ++i) {
           for (int64_t d = 0; d < p.head_dim; ++d)
             FUZZ_CHECK(
-                near(g.dq.at(b, h, i, d), ref.dq.at(b, h, i, d), r * scale * MaxAbs(t.k) * gg * 4));
+                near(g.dq.at(b, h, i, d), ref.dq.at(b, h, i, d), r * scale * max_k * gg * 4));
           if (p.opt.bias)
             for (int64_t j = 0; j < p.kv_len; ++j)
               FUZZ_CHECK(near(g.dbias.at(b, h, i, j), ref.dbias.at(b, h, i, j), r * gg * 4));

@@ -19,7 +19,7 @@ namespace {
 
 // S, the largest |scaled score|, and C, the largest scale * sum_d |q_d k_d|, of the
 // problem: the accuracy bound's two terms (tests/README.md).
-void ScoreRange(const Problem& p, const Tensors& t, double* s_max, double* c_max) {
+FUZZ_PLUMBING void ScoreRange(const Problem& p, const Tensors& t, double* s_max, double* c_max) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
   const int64_t group = p.q_heads / p.kv_heads;
   *s_max = *c_max = 0;

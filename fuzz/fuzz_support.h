@@ -25,6 +25,16 @@
     }                                                                               \
   } while (0)
 
+// The tensors' plumbing (element loops, copies, comparisons of outputs) carries no
+// coverage instrumentation in libFuzzer builds: its comparisons are of indices and
+// bytes, never of the input's choices, and a callback on each cost a fifth of a
+// backward input. The input's parsing (Input, Problem) keeps it.
+#if defined(__clang__)
+#define FUZZ_PLUMBING __attribute__((no_sanitize("coverage")))
+#else
+#define FUZZ_PLUMBING
+#endif
+
 namespace fuzz {
 
 // Reads the input front to back; past its end every read returns zeros.
@@ -75,11 +85,11 @@ struct Dtypes {
   }
 };
 
-inline uint16_t Narrow(float x, octattn_dtype type) {
+FUZZ_PLUMBING inline uint16_t Narrow(float x, octattn_dtype type) {
   return type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(x)
                                     : octattn::kernels::F32ToF16(x);
 }
-inline float Widen(uint16_t h, octattn_dtype type) {
+FUZZ_PLUMBING inline float Widen(uint16_t h, octattn_dtype type) {
   return type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(h)
                                     : octattn::kernels::F16ToF32(h);
 }
@@ -89,25 +99,65 @@ inline int64_t Span(const octattn_tensor& t) {
   for (int i = 0; i < 4; ++i) n += (t.shape[i] - 1) * t.stride[i];
   return n;
 }
-// An f32 view's elements narrowed into buf, as a view of the same strides.
-inline octattn_tensor Narrowed(const octattn_tensor& t, octattn_dtype type,
-                               std::vector<uint16_t>* buf) {
+// An f32 view's elements narrowed into buf, as a view of the same strides; the elements
+// between them (padding, which no call reads) are zero.
+FUZZ_PLUMBING inline octattn_tensor Narrowed(const octattn_tensor& t, octattn_dtype type,
+                                             std::vector<uint16_t>* buf) {
   if (type == OCTATTN_DTYPE_F32) return t;
   const float* src = static_cast<const float*>(t.data);
-  buf->resize(static_cast<size_t>(Span(t)));
-  for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = Narrow(src[i], type);
+  buf->assign(static_cast<size_t>(Span(t)), 0);
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c)
+        for (int64_t d = 0; d < t.shape[3]; ++d) {
+          const int64_t i = a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3];
+          (*buf)[static_cast<size_t>(i)] = Narrow(src[i], type);
+        }
   octattn_tensor r = t;
   r.data = buf->data();
   r.dtype = type;
   return r;
 }
 
+// A zeroed buffer of floats, made and copied with memset and memcpy: tensors reach
+// megabytes (decode's rows 4 KiB apart), and this file's element loops carry libFuzzer's
+// comparison callbacks, one an element (std::vector's fill and copy loops among them).
+class Floats {
+ public:
+  Floats() = default;
+  explicit Floats(size_t n) : n_(n), p_(new float[n]) { std::memset(p_.get(), 0, n * 4); }
+  Floats(const Floats& o) { *this = o; }
+  Floats& operator=(const Floats& o) {
+    if (this == &o) return *this;
+    n_ = o.n_;
+    p_.reset(new float[n_]);
+    std::memcpy(p_.get(), o.p_.get(), n_ * 4);
+    return *this;
+  }
+  Floats(Floats&&) noexcept = default;
+  Floats& operator=(Floats&&) noexcept = default;
+  float* data() { return p_.get(); }
+  const float* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  FUZZ_PLUMBING float& operator[](size_t i) { return p_[i]; }
+  FUZZ_PLUMBING const float& operator[](size_t i) const { return p_[i]; }
+  float* begin() { return p_.get(); }
+  float* end() { return p_.get() + n_; }
+  const float* begin() const { return p_.get(); }
+  const float* end() const { return p_.get() + n_; }
+
+ private:
+  size_t n_ = 0;
+  std::unique_ptr<float[]> p_;
+};
+
 // octattn_attention with f32 views, run with q, k, v and o in `ty`: 16-bit copies of the
 // same strides are passed, and a 16-bit o is widened back into its view's elements.
-inline octattn_status Run(const Dtypes& ty, octattn_context* ctx,
-                          const octattn_attention_options* opt, const octattn_tensor* q,
-                          const octattn_tensor* k, const octattn_tensor* v, octattn_tensor* o,
-                          octattn_tensor* lse, octattn_tensor* w) {
+FUZZ_PLUMBING inline octattn_status Run(const Dtypes& ty, octattn_context* ctx,
+                                        const octattn_attention_options* opt,
+                                        const octattn_tensor* q, const octattn_tensor* k,
+                                        const octattn_tensor* v, octattn_tensor* o,
+                                        octattn_tensor* lse, octattn_tensor* w) {
   if (ty.F32()) return octattn_attention(ctx, opt, q, k, v, o, lse, w, nullptr, 0);
   std::vector<uint16_t> qb, kb, vb, ob;
   const octattn_tensor q16 = Narrowed(*q, ty.q, &qb), k16 = Narrowed(*k, ty.kv, &kb),
@@ -129,11 +179,18 @@ inline octattn_status Run(const Dtypes& ty, octattn_context* ctx,
 
 // A logical [a, b, c, d] f32 tensor with its own buffer.
 struct Tensor {
-  std::vector<float> buf;
+  Floats buf;
   octattn_tensor t{};
   Tensor(const Tensor& o) : buf(o.buf), t(o.t) { t.data = buf.data(); }
   Tensor& operator=(const Tensor& o) {
     buf = o.buf;
+    t = o.t;
+    t.data = buf.data();
+    return *this;
+  }
+  Tensor(Tensor&& o) noexcept : buf(std::move(o.buf)), t(o.t) { t.data = buf.data(); }
+  Tensor& operator=(Tensor&& o) noexcept {
+    buf = std::move(o.buf);
     t = o.t;
     t.data = buf.data();
     return *this;
@@ -160,18 +217,18 @@ struct Tensor {
     }
     int64_t span = 1;
     for (int i = 0; i < 4; ++i) span += (s[i] - 1) * st[i];
-    buf.assign(static_cast<size_t>(span), 0.0f);
+    buf = Floats(static_cast<size_t>(span));
     t.data = buf.data();
     t.dtype = OCTATTN_DTYPE_F32;
     for (int i = 0; i < 4; ++i) t.shape[i] = s[i];
   }
-  float& at(int64_t a, int64_t b, int64_t c, int64_t d) {
+  FUZZ_PLUMBING float& at(int64_t a, int64_t b, int64_t c, int64_t d) {
     return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
   }
-  const float& at(int64_t a, int64_t b, int64_t c, int64_t d) const {
+  FUZZ_PLUMBING const float& at(int64_t a, int64_t b, int64_t c, int64_t d) const {
     return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
   }
-  bool RowEquals(const Tensor& o, int64_t a, int64_t b, int64_t c) const {
+  FUZZ_PLUMBING bool RowEquals(const Tensor& o, int64_t a, int64_t b, int64_t c) const {
     for (int64_t d = 0; d < t.shape[3]; ++d) {
       const float x = at(a, b, c, d), y = o.at(a, b, c, d);
       if (std::memcmp(&x, &y, sizeof(float)) != 0) return false;
@@ -196,7 +253,7 @@ struct BoolTensor {
     t.data = buf.data();
     t.dtype = OCTATTN_DTYPE_BOOL;
   }
-  uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
+  FUZZ_PLUMBING uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
     return buf[(t.shape[0] > 1 ? a : 0) * t.stride[0] + (t.shape[1] > 1 ? b : 0) * t.stride[1] +
                (t.shape[2] > 1 ? c : 0) * t.stride[2] + d * t.stride[3]];
   }
@@ -267,8 +324,9 @@ struct Problem {
     p.ReadMods(in, max_len);
     return p;
   }
-  // Score modifiers: one byte of switches (0, also past the input's end: none).
-  void ReadMods(Input& in, int64_t max_len) {
+  // Score modifiers: one byte of switches (0, also past the input's end: none). Without
+  // `tensors`, no bias or mask tensor (their switches are ignored).
+  void ReadMods(Input& in, int64_t max_len, bool tensors = true) {
     mods = std::make_shared<ModData>();
     opt.softcap = 0;
     opt.chunk = 0;
@@ -287,6 +345,7 @@ struct Problem {
       opt.sinks = mods->sinks.data();
     }
     if (m & 8) opt.chunk = in.Range(1, max_len);
+    if (!tensors) return;
     if (m & 16) {  // sizes of 1 broadcast
       const uint8_t b = in.Byte();
       mods->bias = std::make_unique<Tensor>((b & 1) ? 1 : batch, (b & 2) ? 1 : q_heads,
@@ -347,12 +406,12 @@ struct Tensors {
         has_w(p.weights),
         types(p.types) {}
   // Logical values from `from` (any layout).
-  void CopyFrom(const Tensors& from) {
+  FUZZ_PLUMBING void CopyFrom(const Tensors& from) {
     Copy(from.q, q);
     Copy(from.k, k);
     Copy(from.v, v);
   }
-  static void Copy(const Tensor& src, Tensor& dst) {
+  FUZZ_PLUMBING static void Copy(const Tensor& src, Tensor& dst) {
     for (int64_t a = 0; a < src.t.shape[0]; ++a)
       for (int64_t b = 0; b < src.t.shape[1]; ++b)
         for (int64_t c = 0; c < src.t.shape[2]; ++c)
@@ -360,7 +419,7 @@ struct Tensors {
   }
 };
 
-inline void FillSmall(Input& in, Tensor& x) {
+FUZZ_PLUMBING inline void FillSmall(Input& in, Tensor& x) {
   for (int64_t a = 0; a < x.t.shape[0]; ++a)
     for (int64_t b = 0; b < x.t.shape[1]; ++b)
       for (int64_t c = 0; c < x.t.shape[2]; ++c)
@@ -369,7 +428,7 @@ inline void FillSmall(Input& in, Tensor& x) {
 
 // A tensor's values replaced by those of `type` (round to nearest even): the numbers a
 // 16-bit call reads, so bounds computed from the tensor hold for it.
-inline void Quantize(Tensor& x, octattn_dtype type) {
+FUZZ_PLUMBING inline void Quantize(Tensor& x, octattn_dtype type) {
   if (type == OCTATTN_DTYPE_F32) return;
   for (float& f : x.buf) f = Widen(Narrow(f, type), type);
 }
@@ -384,18 +443,35 @@ inline void FillInputs(Input& in, Tensors& t) {
   Quantize(t.v, t.types.kv);
 }
 
+// The context of a problem's backend and target with a thread cap: one per (backend,
+// target, threads), made on first use and kept for the process. A fresh context per
+// input cost more than most inputs (its pool's threads started, its scratch mapped and
+// faulted in anew: a fifth of the decode target's inputs a second); a kept one reuses
+// its scratch, whose contents no call's bytes may depend on.
 class Context {
  public:
-  Context(const Problem& p, int32_t threads) {
-    FUZZ_CHECK(octattn_context_create(&ctx_) == OCTATTN_OK);
-    FUZZ_CHECK(octattn_context_set_threads(ctx_, threads) == OCTATTN_OK);
-    FUZZ_CHECK(octattn_context_set_target(ctx_, p.backend, p.target) == OCTATTN_OK);
-  }
-  ~Context() { octattn_context_destroy(ctx_); }
+  Context(const Problem& p, int32_t threads) : ctx_(Get(p.backend, p.target, threads)) {}
   operator octattn_context*() const { return ctx_; }
 
  private:
-  octattn_context* ctx_ = nullptr;
+  static octattn_context* Get(octattn_backend backend, octattn_target target, int32_t threads) {
+    struct Kept {
+      octattn_backend backend;
+      octattn_target target;
+      int32_t threads;
+      octattn_context* ctx;
+    };
+    static std::vector<Kept>* kept = new std::vector<Kept>();  // reachable until exit
+    for (const Kept& k : *kept)
+      if (k.backend == backend && k.target == target && k.threads == threads) return k.ctx;
+    octattn_context* ctx = nullptr;
+    FUZZ_CHECK(octattn_context_create(&ctx) == OCTATTN_OK);
+    FUZZ_CHECK(octattn_context_set_threads(ctx, threads) == OCTATTN_OK);
+    FUZZ_CHECK(octattn_context_set_target(ctx, backend, target) == OCTATTN_OK);
+    kept->push_back({backend, target, threads, ctx});
+    return ctx;
+  }
+  octattn_context* ctx_;
 };
 
 // Whether the last call on ctx ran bf16 q.k on vdpbf16ps or AMX tiles (the header's
@@ -417,12 +493,13 @@ inline octattn_status Attend(octattn_context* ctx, const octattn_attention_optio
 }
 
 // Row (a, b, c) of every output the call wrote, byte for byte.
-inline bool OutputRowsEqual(const Tensors& x, const Tensors& y, int64_t a, int64_t b, int64_t c) {
+FUZZ_PLUMBING inline bool OutputRowsEqual(const Tensors& x, const Tensors& y, int64_t a, int64_t b,
+                                          int64_t c) {
   return x.o.RowEquals(y.o, a, b, c) && (!x.has_lse || x.lse.RowEquals(y.lse, a, b, c)) &&
          (!x.has_w || x.w.RowEquals(y.w, a, b, c));
 }
 
-inline bool SameBytes(const Tensor& x, const Tensor& y) {
+FUZZ_PLUMBING inline bool SameBytes(const Tensor& x, const Tensor& y) {
   for (int64_t a = 0; a < x.t.shape[0]; ++a)
     for (int64_t b = 0; b < x.t.shape[1]; ++b)
       for (int64_t c = 0; c < x.t.shape[2]; ++c)

@@ -149,7 +149,9 @@ typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
 
 // The sum of `runs` runs of n floats (a multiple of 32) each, `stride` floats apart, four
 // independent chains.
-#if OCTATTN_X86
+#if OCTATTN_X86 && defined(__clang__)
+__attribute__((target_clones("avx2", "default")))  // never inlined: called through an ifunc
+#elif OCTATTN_X86
 __attribute__((target_clones("avx2", "default"), noinline))
 #else
 __attribute__((noinline))

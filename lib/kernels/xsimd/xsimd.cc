@@ -25,7 +25,7 @@ const Table* XsimdTable(Target target) {
   const auto cpu = xsimd::available_architectures();
   const XsimdTables tables;
   switch (target) {
-#ifndef OCTATTN_NO_AVX512
+#ifndef OCTATTN_NO_XSIMD_AVX512
     case kAvx512:
       return cpu.avx512bw ? tables(xsimd::avx512bw{}) : nullptr;
 #endif

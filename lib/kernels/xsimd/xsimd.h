@@ -25,11 +25,12 @@ struct XsimdTables {
   const Table* operator()(xsimd::sse2) const;
 };
 
-// OCTATTN_NO_AVX512: a build that compiles no AVX-512 code (OCTATTN_HOST_TARGETS_ONLY
-// on a machine without it); OCTATTN_NO_SSE4: none for SSE4 (OCTATTN_LEAN_TARGETS).
-#if defined(OCTATTN_NO_AVX512) && defined(OCTATTN_NO_SSE4)
+// OCTATTN_NO_XSIMD_AVX512: a build that compiles no xsimd AVX-512 code
+// (OCTATTN_HOST_TARGETS_ONLY on a machine without it, OCTATTN_LEAN_TARGETS on one with
+// it); OCTATTN_NO_SSE4: none for SSE4 (OCTATTN_LEAN_TARGETS).
+#if defined(OCTATTN_NO_XSIMD_AVX512) && defined(OCTATTN_NO_SSE4)
 using XsimdArchs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
-#elif defined(OCTATTN_NO_AVX512)
+#elif defined(OCTATTN_NO_XSIMD_AVX512)
 using XsimdArchs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
 #elif defined(OCTATTN_NO_SSE4)
 using XsimdArchs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
