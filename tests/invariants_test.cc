@@ -1,4 +1,4 @@
-// DESIGN §6 invariants on the reference, naive and fused paths of every target: causality
+// The header's byte invariants on the reference, naive and fused paths of every target: causality
 // (with NaN and Inf edits), thread, layout and shard invariance, byte for byte.
 #include <catch2/catch.hpp>
 

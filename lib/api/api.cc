@@ -106,10 +106,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 1, sh.q_heads, "q_heads of q"));
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
   OCTATTN_CHECK(api::CheckSize(c->o, "o", 3, sh.value_dim, "value_dim of v"));
-  if (sh.q_heads % sh.kv_heads != 0)
-    return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads (" + std::to_string(sh.q_heads) +
-                                                      ") is not a multiple of kv_heads (" +
-                                                      std::to_string(sh.kv_heads) + ")");
+  OCTATTN_CHECK(api::CheckGroups(sh.q_heads, sh.kv_heads));
   if (c->has_lse) {
     OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 0, sh.batch, "batch of q"));
     OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 1, sh.q_heads, "q_heads of q"));

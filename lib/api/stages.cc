@@ -16,8 +16,6 @@ namespace plan = octattn::plan;
 
 namespace {
 
-constexpr size_t kAlign = 64;
-
 api::Check NeedContextAndTable(octattn_context* ctx, const kernels::Table** table) {
   if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
   *table = octattn::api::SelectTable(*ctx);
@@ -40,11 +38,11 @@ api::Check NoSequences(const octattn_attention_options& opt) {
 template <class Body>
 api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
                       Body&& body) {
-  const size_t slot = plan::RoundUp(plan::SatMul(slot_floats, sizeof(float)), kAlign);
+  const size_t slot = plan::RoundUp(plan::SatMul(slot_floats, sizeof(float)), plan::kAlign);
   void* scratch = nullptr;
   OCTATTN_CHECK(octattn::api::AcquireScratch(
-      ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), kAlign), nullptr, 0,
-      &scratch));
+      ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), plan::kAlign),
+      nullptr, 0, &scratch));
   octattn::api::RunTasks(ctx, batch * heads, scratch, slot, [&](int64_t task, void* s) {
     body(task / heads, task % heads, static_cast<float*>(s));
   });
@@ -73,7 +71,8 @@ int64_t KvHead(int64_t h, int64_t q_heads, int64_t kv_heads) { return h / (q_hea
 // the stage's result is that of the f32 stage on the widened values.
 size_t Widened(const api::TensorInfo& t, int64_t rows, int64_t cols) {
   if (t.type == kernels::kF32) return 0;
-  return plan::RoundUp(plan::SatMul(plan::Count(rows), plan::Count(cols)), kAlign / sizeof(float));
+  return plan::RoundUp(plan::SatMul(plan::Count(rows), plan::Count(cols)),
+                       plan::kAlign / sizeof(float));
 }
 // Head (b, h) of t as a matrix: the caller's, or its rows widened into `buf`.
 kernels::ConstMatrix HeadOrWidened(const api::TensorInfo& t, int64_t b, int64_t h, int64_t rows,
@@ -102,8 +101,7 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
     const int64_t batch = tq.shape[0], q_heads = tq.shape[1], kv_heads = tk.shape[1];
     OCTATTN_CHECK(api::CheckSize(tk, "k", 0, batch, "batch of q"));
     OCTATTN_CHECK(api::CheckSize(tk, "k", 3, tq.shape[3], "head_dim of q"));
-    if (q_heads % kv_heads != 0)
-      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
+    OCTATTN_CHECK(api::CheckGroups(q_heads, kv_heads));
     OCTATTN_CHECK(api::CheckSize(ts, "scores", 0, batch, "batch of q"));
     OCTATTN_CHECK(api::CheckSize(ts, "scores", 1, q_heads, "q_heads of q"));
     OCTATTN_CHECK(api::CheckSize(ts, "scores", 2, tq.shape[2], "q_len of q"));
@@ -112,7 +110,7 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
     OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tk, "k"));
     const int64_t q_len = tq.shape[2], kv_len = tk.shape[2], head_dim = tq.shape[3];
     const size_t own =
-        plan::RoundUp(table->scores_scratch_floats(kv_len, head_dim), kAlign / sizeof(float));
+        plan::RoundUp(table->scores_scratch_floats(kv_len, head_dim), plan::kAlign / sizeof(float));
     const size_t qw = Widened(tq, q_len, head_dim), kw = Widened(tk, kv_len, head_dim);
     OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, plan::SatAdd(own, plan::SatAdd(qw, kw)),
                              [&](int64_t b, int64_t h, float* scratch) {
@@ -267,8 +265,7 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
     const int64_t batch = tw.shape[0], q_heads = tw.shape[1], kv_heads = tv.shape[1];
     OCTATTN_CHECK(api::CheckSize(tv, "v", 0, batch, "batch of weights"));
     OCTATTN_CHECK(api::CheckSize(tv, "v", 2, tw.shape[3], "kv_len of weights"));
-    if (q_heads % kv_heads != 0)
-      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads is not a multiple of kv_heads");
+    OCTATTN_CHECK(api::CheckGroups(q_heads, kv_heads));
     OCTATTN_CHECK(api::CheckSize(to, "o", 0, batch, "batch of weights"));
     OCTATTN_CHECK(api::CheckSize(to, "o", 1, q_heads, "q_heads of weights"));
     OCTATTN_CHECK(api::CheckSize(to, "o", 2, tw.shape[2], "q_len of weights"));
@@ -279,7 +276,7 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
     const size_t vw = Widened(tv, kv_len, value_dim);
     const size_t own =
         plan::RoundUp(table->weighted_sum_scratch_floats(kv_len, value_dim, vw ? 1 : tv.stride[3]),
-                      kAlign / sizeof(float));
+                      plan::kAlign / sizeof(float));
     OCTATTN_CHECK(RunPerHead(
         ctx, batch, q_heads, plan::SatAdd(own, vw), [&](int64_t b, int64_t h, float* scratch) {
           table->weighted_sum_head(
@@ -392,10 +389,7 @@ octattn_status octattn_split_qkv(octattn_context* ctx, const octattn_tensor* src
     if (q_heads < 1 || kv_heads < 1 || q_heads > octattn::api::kMaxSize ||
         kv_heads > octattn::api::kMaxSize)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads and kv_heads must be positive");
-    if (q_heads % kv_heads != 0)
-      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads (" + std::to_string(q_heads) +
-                                                        ") is not a multiple of kv_heads (" +
-                                                        std::to_string(kv_heads) + ")");
+    OCTATTN_CHECK(api::CheckGroups(q_heads, kv_heads));
     const int64_t heads = q_heads + 2 * kv_heads;
     if (ts.shape[2] % heads != 0)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,

@@ -125,6 +125,14 @@ Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, co
   return Check();
 }
 
+Check CheckGroups(int64_t q_heads, int64_t kv_heads) {
+  if (kv_heads < 1 || q_heads % kv_heads != 0)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE, "q_heads (" + std::to_string(q_heads) +
+                                                 ") is not a multiple of kv_heads (" +
+                                                 std::to_string(kv_heads) + ")");
+  return Check();
+}
+
 Check ValidateStructSize(size_t given, size_t first, size_t known, const void* base,
                          const char* name) {
   if (given < first)

@@ -57,6 +57,8 @@ Check CheckDisjoint(const TensorInfo& a, const char* a_name, const TensorInfo& b
                     const char* b_name);
 // INVALID_SHAPE unless t.shape[dim] == want.
 Check CheckSize(const TensorInfo& t, const char* name, int dim, int64_t want, const char* what);
+// INVALID_SHAPE unless q_heads is a multiple of kv_heads (grouped queries).
+Check CheckGroups(int64_t q_heads, int64_t kv_heads);
 
 // Options with defaults resolved; q_start still possibly OCTATTN_Q_START_DEFAULT.
 // Checks every range, so that positions and their differences stay within +-2^62.

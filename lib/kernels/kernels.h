@@ -209,7 +209,6 @@ struct BackwardTask {
 struct Table {
   Backend backend;
   Target target;
-  size_t lanes;
   // naive/: one head, scores materialized in scratch; weights written when op has them.
   size_t (*naive_scratch_floats)(const Operands& op);
   void (*naive_head)(const Operands& op, float* scratch);

@@ -18,7 +18,6 @@ static constexpr Table MakeTable(Backend backend, Target target) {
   Table t{};
   t.backend = backend;
   t.target = target;
-  t.lanes = S::kLanes;
   t.naive_scratch_floats = NaiveScratchFloats;
   t.naive_head = NaiveHead;
   t.scores_scratch_floats = ScoresScratchFloats;

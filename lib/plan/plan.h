@@ -1,5 +1,6 @@
-// Shapes to work: the mask formula as key ranges, tile classification, the per-task
-// descriptor every kernel family reads, and scratch sizing. Pure functions only.
+// The mask formula as key ranges, the classification of tiles against it, and the
+// saturating size arithmetic of scratch: pure functions of shapes, below both the
+// schedule (schedule.h) and the kernels.
 //
 // Everything here has internal linkage (unnamed namespace): the header is included by
 // per-arch translation units compiled with wider instruction sets, and an inline
@@ -117,13 +118,6 @@ inline int64_t AllowedCount(const RowKeys& r) {
   return (r.hi - r.lo) + strided;
 }
 
-// Allowed (i, j) pairs of a whole head: the unit of useful work.
-inline int64_t AllowedPairs(const Mask& m, int64_t q_len, int64_t kv_len) {
-  int64_t n = 0;
-  for (int64_t i = 0; i < q_len; ++i) n += AllowedCount(KeysOf(m, m.q_start + i, kv_len));
-  return n;
-}
-
 // Rows [qpos0, qpos1) against keys [j0, j1) (all < kv_len), in O(1). Conservative:
 // Full and Empty are exact claims; Partial means "check each pair".
 inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0, int64_t j1,
@@ -176,6 +170,9 @@ inline Columns StridedBelow(const Mask& m, int64_t qpos_first) {
   if (!m.causal || m.window <= 0) return Columns{0, 0};
   return Columns{m.stride, m.phase, m.chunk > 0 ? MaxI(0, ChunkStart(m, qpos_first)) : 0};
 }
+
+// The alignment of every scratch buffer, slot and table (a cache line).
+constexpr size_t kAlign = 64;
 
 // Sizes of scratch, in size_t with saturating arithmetic: a size that does not fit
 // becomes SIZE_MAX, which no allocation satisfies and validation reports as OVERFLOW.

@@ -11,8 +11,6 @@ namespace plan {
 
 namespace {
 
-constexpr size_t kAlign = 64;
-
 size_t AlignBytes(size_t n) { return RoundUp(n, kAlign); }
 size_t FloatBytes(size_t floats) { return AlignBytes(SatMul(floats, sizeof(float))); }
 
