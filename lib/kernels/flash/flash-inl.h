@@ -584,17 +584,12 @@ static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const
 // and K and V each stream through the core once, in order, each step prefetching the
 // rows of the next.
 // Key vectors per Q K^T step (but see OneKeyVec): two, so that 2R chains hide the FMA
-// latency (on 16-register targets some transposed keys spill to L1, still faster than
-// one: AVX2 on Zen 5, 18.5 against 21 GB/s).
+// latency (docs/PERFORMANCE.md, decode's choices).
 constexpr int kDirectVecs = 2;
 constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
 // f32 rows fetched ahead of the row being read: far enough for memory's latency at its
-// bandwidth, near enough that the fetched rows stay in L1 (AMD Zen 5, one thread: 16 to
-// 128 tried, 32 best; 20 and 48 cost 1-12% on the 16-sequence decode batch, [T, H, D]
-// and [H, T, D]). bf16 rows as many rows ahead; f16 rows (widened by F16C) as many bytes
-// (twice the rows). (bf16 at 32 rows against 64, the batch in one process, 30 paired
-// calls: 1.01-1.08 over five layouts and head counts on one and two threads; f16 at 32
-// rows: 0.995 and 0.98.)
+// bandwidth, near enough that the fetched rows stay in L1. bf16 rows as many rows ahead;
+// f16 rows (widened by F16C) as many bytes (twice the rows).
 constexpr int64_t kDirectAhead = 32;
 template <Dtype T>
 constexpr int64_t DirectAhead() {
@@ -742,14 +737,8 @@ struct DirectTile {
   int64_t lg = 0, row0 = 0;
   bool fetch = true;      // whether Fetch fetches (DirectFetch: not kFetchNone)
   bool fetch_l2 = false;  // whether FetchAs fetches 16-bit rows into L2 (kFetchL2)
-  // The cache lines of stream row i, into L1. (Always inlined: a call whose only effect
-  // is a prefetch may be dropped by the compiler.) The fetches cost a fifth of the step
-  // from L3 (none at all: 1.23-1.27x there) but carry it from memory, where code that
-  // runs faster from cache need not: the line loop unrolled four lines a step ran 1.08x
-  // from L3 and 0.88-0.90x from memory; each row's address without Row's tests, 1.05x
-  // and 0.98-0.99x; every other line (the L2's adjacent-line fetch for the rest), 0.57x
-  // from memory (AMD Zen 5, one thread, [H, T, D], paired calls).
-  // Not at all where DirectFetch says so.
+  // The cache lines of stream row i, into L1; not at all where DirectFetch says so.
+  // (Always inlined: a call whose only effect is a prefetch may be dropped.)
   OCTATTN_INLINE void Fetch(int64_t i) const {
     if (!fetch) return;
     int64_t bytes = 0;
