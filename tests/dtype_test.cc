@@ -226,11 +226,13 @@ TEST_CASE("16-bit q, k, v and o give the bytes of the f32 call on the widened va
                                       {2, 1, 90, 1300, 32, 32, Layout::kBHTD, 1, 200, 64},
                                       // kv heads sharing rows: decode tasks cover them all
                                       {8, 4, 1, 4500, 64, 64, Layout::kBTHD, 1, 0, 0}};
-  for (const Target& t : AllTargets())
-    for (const Shape& sh : shapes)
-      for (const Types& ty : kTypes) {
-        Problem p(1, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.d, sh.dv, 31, 2.0f, sh.layout);
-        const Operand q(p.q, ty.q), k(p.k, ty.k), v(p.v, ty.v);
+  const std::vector<Target> targets = AllTargets();
+  for (const Shape& sh : shapes)
+    for (const Types& ty : kTypes) {
+      // The operands once per shape and types, for every target.
+      Problem p(1, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.d, sh.dv, 31, 2.0f, sh.layout);
+      const Operand q(p.q, ty.q), k(p.k, ty.k), v(p.v, ty.v);
+      for (const Target& t : targets)
         for (octattn_algorithm algo :
              {OCTATTN_ALGORITHM_REFERENCE, OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_FUSED}) {
           if (algo == OCTATTN_ALGORITHM_REFERENCE && sh.q_len * sh.kv_len > 100000) continue;
@@ -259,7 +261,7 @@ TEST_CASE("16-bit q, k, v and o give the bytes of the f32 call on the widened va
                                     nullptr, 0) == OCTATTN_OK);
           CHECK(SameNarrowed(o16, native ? o : o32));
         }
-      }
+    }
 }
 
 TEST_CASE("16-bit results stay within the f32 bound of the reference on the widened values",
@@ -587,15 +589,17 @@ TEST_CASE("16-bit decode equals prefill, and in-place tiles packed ones, on ever
   // k and v); the test above covers the others' conversions on the same decode shape.
   const int64_t Hq = Emulated() ? 4 : 8, Hkv = 1;
   const size_t n_types = Emulated() ? 3 : std::size(kTypes);
-  for (const Target& t : AllTargets())
-    for (const DecodeShape& sh : shapes)
-      for (const Types& ty : std::vector<Types>(kTypes, kTypes + n_types)) {
+  const std::vector<Target> targets = AllTargets();
+  for (const DecodeShape& sh : shapes)
+    for (const Types& ty : std::vector<Types>(kTypes, kTypes + n_types)) {
+      // The operands once per shape and types, for every target.
+      const int64_t n = sh.kv_len;
+      Problem p(1, Hq, Hkv, n, n, sh.d, sh.d, 41, 1.5f, sh.layout);
+      const Operand q(p.q, ty.q), k(p.k, ty.k), v(p.v, ty.v);
+      for (const Target& t : targets) {
         INFO(t.Name() << " q " << DtypeName(ty.q) << " k " << DtypeName(ty.k) << " v "
                       << DtypeName(ty.v) << " D " << sh.d << " kv " << sh.kv_len);
         Context ctx(t, 2);
-        const int64_t n = sh.kv_len;
-        Problem p(1, Hq, Hkv, n, n, sh.d, sh.d, 41, 1.5f, sh.layout);
-        const Operand q(p.q, ty.q), k(p.k, ty.k), v(p.v, ty.v);
         const auto opt = Options(1, sh.window, sh.stride, OCTATTN_ALGORITHM_FUSED);
         Tensor prefill = p.Out(sh.layout);
         REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), prefill.ptr(), nullptr,
@@ -622,6 +626,7 @@ TEST_CASE("16-bit decode equals prefill, and in-place tiles packed ones, on ever
           }
         }
       }
+    }
 }
 
 TEST_CASE("a paged 16-bit cache gives the bytes of contiguous 16-bit keys", "[dtype]") {
