@@ -277,6 +277,7 @@ Check ResolveSequences(const octattn_attention_options& opt, int64_t batch, int6
   s.paged = paged;
   plan::Sequence one;
   for (int64_t i = 0; i < n; ++i) OCTATTN_CHECK(ResolveSequence(s, i, &one));
+  s.checked = true;  // later resolutions skip the block ids' range checks
   *out = s;
   return Check();
 }
@@ -310,7 +311,7 @@ Check ResolveSequence(const Sequences& all, int64_t s, plan::Sequence* out) {
   if (paged) {
     const int64_t size = all.block_size;
     const int32_t* row = opt.block_table + s * opt.block_table_cols;
-    for (int64_t b = start / size; len > 0 && b <= (start + len - 1) / size; ++b)
+    for (int64_t b = start / size; !all.checked && len > 0 && b <= (start + len - 1) / size; ++b)
       if (row[b] < 0 || row[b] >= all.num_blocks)
         return Fail(OCTATTN_ERROR_INVALID_OPTION,
                     "options.block_table" + at() + "[" + std::to_string(b) + "] is " +

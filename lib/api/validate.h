@@ -81,6 +81,7 @@ struct Sequences {
   int64_t num_blocks = 0, block_size = 0;  // paged: the pools' block count and size
   int64_t k_block = 0, v_block = 0;        // paged: the pools' block strides
   bool ragged = false, paged = false;
+  bool checked = false;  // every sequence passed ResolveSequence's checks once
 };
 // Checks every sequence of a call whose tensors have these sizes against them. A paged
 // call (options.block_table) passes its pools' block count and size; the caller sets
