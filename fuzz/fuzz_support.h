@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "lib/kernels/common/dtype.h"
+#include "lib/base/dtype.h"
 #include "octattn.h"
 
 #define FUZZ_CHECK(cond)                                                            \
@@ -86,12 +86,12 @@ struct Dtypes {
 };
 
 FUZZ_PLUMBING inline uint16_t Narrow(float x, octattn_dtype type) {
-  return type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(x)
-                                    : octattn::kernels::F32ToF16(x);
+  return type == OCTATTN_DTYPE_BF16 ? octattn::base::F32ToBf16(x)
+                                    : octattn::base::F32ToF16(x);
 }
 FUZZ_PLUMBING inline float Widen(uint16_t h, octattn_dtype type) {
-  return type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(h)
-                                    : octattn::kernels::F16ToF32(h);
+  return type == OCTATTN_DTYPE_BF16 ? octattn::base::Bf16ToF32(h)
+                                    : octattn::base::F16ToF32(h);
 }
 // Elements a view spans (from its first to one past its last, in elements).
 inline int64_t Span(const octattn_tensor& t) {

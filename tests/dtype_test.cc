@@ -14,11 +14,11 @@
 #include <limits>
 #include <random>
 
-#include "lib/kernels/common/dtype.h"
+#include "lib/base/dtype.h"
 #include "support.h"
 
 using namespace octtest;
-namespace kernels = octattn::kernels;
+namespace base = octattn::base;
 
 namespace {
 
@@ -164,10 +164,10 @@ TEST_CASE("bf16 and f16: exact widening, round to nearest even", "[dtype]") {
   for (octattn_dtype type : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
     INFO(DtypeName(type));
     const auto widen = [&](uint16_t h) {
-      return type == OCTATTN_DTYPE_BF16 ? kernels::Bf16ToF32(h) : kernels::F16ToF32(h);
+      return type == OCTATTN_DTYPE_BF16 ? base::Bf16ToF32(h) : base::F16ToF32(h);
     };
     const auto narrow = [&](float x) {
-      return type == OCTATTN_DTYPE_BF16 ? kernels::F32ToBf16(x) : kernels::F32ToF16(x);
+      return type == OCTATTN_DTYPE_BF16 ? base::F32ToBf16(x) : base::F32ToF16(x);
     };
     for (uint32_t p = 0; p < 65536; ++p) {
       const uint16_t h = static_cast<uint16_t>(p);
@@ -831,8 +831,8 @@ TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
   for (uint32_t h = 0; h < 0x7C00; h += 7) {  // f16 values, their midpoints and neighbours
-    const float x = kernels::F16ToF32(static_cast<uint16_t>(h));
-    const float mid = (x + kernels::F16ToF32(static_cast<uint16_t>(h + 1))) / 2;
+    const float x = base::F16ToF32(static_cast<uint16_t>(h));
+    const float mid = (x + base::F16ToF32(static_cast<uint16_t>(h + 1))) / 2;
     for (float y : {x, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)})
       values.push_back(rng() % 2 ? y : -y);
   }
@@ -865,8 +865,8 @@ TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype
                                   nullptr, 0) == OCTATTN_OK);
         size_t wrong = 0;
         for (size_t i = 0; i < values.size(); ++i) {
-          const uint16_t want = type == OCTATTN_DTYPE_F16 ? kernels::F32ToF16(values[i])
-                                                          : kernels::F32ToBf16(values[i]);
+          const uint16_t want = type == OCTATTN_DTYPE_F16 ? base::F32ToF16(values[i])
+                                                          : base::F32ToBf16(values[i]);
           wrong += o.buf[i] != want;
         }
         CHECK(wrong == 0);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "lib/api/context.h"
-#include "lib/kernels/common/dtype.h"
+#include "lib/base/dtype.h"
 #include "support.h"
 
 using namespace octtest;
@@ -297,8 +297,8 @@ TEST_CASE("fused: every tuning value gives the same bytes on every target", "[fu
         auto narrow = [&](const std::vector<float>& src, std::vector<uint16_t>& dst,
                           octattn_tensor* t) {
           for (size_t i = 0; i < src.size(); ++i)
-            dst[i] = type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(src[i])
-                                                : octattn::kernels::F32ToF16(src[i]);
+            dst[i] = type == OCTATTN_DTYPE_BF16 ? octattn::base::F32ToBf16(src[i])
+                                                : octattn::base::F32ToF16(src[i]);
           t->data = dst.data();
           t->dtype = type;
         };

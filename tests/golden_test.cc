@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "lib/kernels/common/dtype.h"
+#include "lib/base/dtype.h"
 #include "support.h"
 
 using namespace octtest;
@@ -138,10 +138,10 @@ namespace {
 std::vector<uint16_t> Narrow(const std::vector<float>& x, octattn_dtype type) {
   std::vector<uint16_t> h;
   for (float f : x) {
-    h.push_back(type == OCTATTN_DTYPE_BF16 ? octattn::kernels::F32ToBf16(f)
-                                           : octattn::kernels::F32ToF16(f));
-    REQUIRE((type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(h.back())
-                                        : octattn::kernels::F16ToF32(h.back())) == f);
+    h.push_back(type == OCTATTN_DTYPE_BF16 ? octattn::base::F32ToBf16(f)
+                                           : octattn::base::F32ToF16(f));
+    REQUIRE((type == OCTATTN_DTYPE_BF16 ? octattn::base::Bf16ToF32(h.back())
+                                        : octattn::base::F16ToF32(h.back())) == f);
   }
   return h;
 }
@@ -189,8 +189,8 @@ TEST_CASE("PyTorch golden outputs in bf16 and f16", "[golden][dtype][dispatch]")
       REQUIRE(g.o16.size() == g.o.size());
       double worst64 = 0, worst_torch = 0;
       for (size_t i = 0; i < o16.size(); ++i) {
-        const double got = type == OCTATTN_DTYPE_BF16 ? octattn::kernels::Bf16ToF32(o16[i])
-                                                      : octattn::kernels::F16ToF32(o16[i]);
+        const double got = type == OCTATTN_DTYPE_BF16 ? octattn::base::Bf16ToF32(o16[i])
+                                                      : octattn::base::F16ToF32(o16[i]);
         // avx512_bf16's and amx_bf16's fused bf16 weighted sums: weights rounded to bf16
         // (the header)
         const double pairs = type == OCTATTN_DTYPE_BF16 && path.first == OCTATTN_ALGORITHM_FUSED &&

@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include "lib/kernels/common/dtype.h"
+#include "lib/base/dtype.h"
 #include "support.h"
 
 using namespace octtest;
@@ -234,8 +234,8 @@ class GuardedRows {
         reinterpret_cast<float*>(data)[i] = x;
       else
         reinterpret_cast<uint16_t*>(data)[i] = type == OCTATTN_DTYPE_BF16
-                                                   ? octattn::kernels::F32ToBf16(x)
-                                                   : octattn::kernels::F32ToF16(x);
+                                                   ? octattn::base::F32ToBf16(x)
+                                                   : octattn::base::F32ToF16(x);
     }
     t_.data = data;
     t_.dtype = type;

@@ -2,11 +2,12 @@
 // ranges and tile classification derived from it, and what the weights show of it.
 #include <catch2/catch.hpp>
 
-#include "lib/plan/plan.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 #include "support.h"
 
 using namespace octtest;
-namespace plan = octattn::plan;
+namespace base = octattn::base;
 
 namespace {
 
@@ -55,7 +56,7 @@ const Table8 kTables[] = {
       "x...xxxx"}},
 };
 
-bool InKeys(const plan::RowKeys& r, int64_t j) {
+bool InKeys(const base::RowKeys& r, int64_t j) {
   if (j >= r.lo && j < r.hi) return true;
   return r.stride > 0 && j < r.strided_end && j % r.stride == 0;
 }
@@ -64,14 +65,14 @@ bool InKeys(const plan::RowKeys& r, int64_t j) {
 
 TEST_CASE("mask formula matches the reference model's tables", "[mask][dispatch]") {
   for (const Table8& table : kTables) {
-    const plan::Mask m{1, table.window, table.stride, 0, 0};
+    const base::Mask m{1, table.window, table.stride, 0, 0};
     for (int64_t i = 0; i < 8; ++i) {
       for (int64_t j = 0; j < 8; ++j) {
         INFO("window " << table.window << " stride " << table.stride << " row " << i << " col "
                        << j);
         const bool want = table.rows[i][j] == 'x';
-        CHECK(plan::Allowed(m, i, j) == want);
-        CHECK(InKeys(plan::KeysOf(m, i, 8), j) == want);
+        CHECK(base::Allowed(m, i, j) == want);
+        CHECK(InKeys(base::KeysOf(m, i, 8), j) == want);
       }
     }
   }
@@ -81,17 +82,17 @@ TEST_CASE("key ranges and counts agree with the formula everywhere", "[mask]") {
   for (int64_t window : {0, 1, 2, 5, 16, 100})
     for (int64_t stride : {0, 1, 3, 7})
       for (int64_t q_start : {-5, 0, 3, 40}) {
-        const plan::Mask m{1, window, stride, q_start, 0};
+        const base::Mask m{1, window, stride, q_start, 0};
         const int64_t kv_len = 37;
         for (int64_t i = 0; i < 30; ++i) {
-          const plan::RowKeys r = plan::KeysOf(m, q_start + i, kv_len);
+          const base::RowKeys r = base::KeysOf(m, q_start + i, kv_len);
           int64_t count = 0;
           for (int64_t j = 0; j < kv_len; ++j) {
-            const bool want = plan::Allowed(m, q_start + i, j);
+            const bool want = base::Allowed(m, q_start + i, j);
             count += want;
             REQUIRE(InKeys(r, j) == want);
           }
-          REQUIRE(plan::AllowedCount(r) == count);
+          REQUIRE(base::AllowedCount(r) == count);
         }
       }
 }
@@ -100,22 +101,22 @@ TEST_CASE("tile classification never lies", "[mask]") {
   for (int64_t window : {0, 1, 4, 9})
     for (int64_t stride : {0, 2, 5})
       for (int64_t q_start : {-3, 0, 6}) {
-        const plan::Mask m{1, window, stride, q_start, 0};
+        const base::Mask m{1, window, stride, q_start, 0};
         const int64_t kv_len = 29;
         for (int64_t r0 = 0; r0 < 24; r0 += 3)
           for (int64_t j0 = 0; j0 < kv_len; j0 += 4) {
-            const int64_t j1 = plan::MinI(j0 + 4, kv_len);
-            const plan::TileKind kind =
-                plan::Classify(m, q_start + r0, q_start + r0 + 3, j0, j1, kv_len);
+            const int64_t j1 = base::MinI(j0 + 4, kv_len);
+            const base::TileKind kind =
+                base::Classify(m, q_start + r0, q_start + r0 + 3, j0, j1, kv_len);
             bool any = false, all = true;
             for (int64_t i = r0; i < r0 + 3; ++i)
               for (int64_t j = j0; j < j1; ++j) {
-                const bool a = plan::Allowed(m, q_start + i, j);
+                const bool a = base::Allowed(m, q_start + i, j);
                 any |= a;
                 all &= a;
               }
-            if (kind == plan::kTileEmpty) REQUIRE(!any);
-            if (kind == plan::kTileFull) REQUIRE(all);
+            if (kind == base::kTileEmpty) REQUIRE(!any);
+            if (kind == base::kTileFull) REQUIRE(all);
           }
       }
 }

@@ -5,16 +5,18 @@
 #include <set>
 #include <tuple>
 
-#include "lib/plan/plan.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 #include "lib/plan/schedule.h"
 
+namespace base = octattn::base;
 namespace plan = octattn::plan;
 namespace kernels = octattn::kernels;
 
 namespace {
 
 plan::CallShape Shape(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t q_len,
-                      int64_t kv_len, int64_t dim, plan::Mask mask) {
+                      int64_t kv_len, int64_t dim, base::Mask mask) {
   plan::CallShape c{};
   c.batch = batch;
   c.q_heads = q_heads;
@@ -28,13 +30,13 @@ plan::CallShape Shape(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t 
 }
 
 // Brute force: does any pair of rows [q0, q1) x keys [j0, j1) pass the mask? all?
-void Pairs(const plan::Mask& m, int64_t q0, int64_t q1, int64_t j0, int64_t j1, bool* any,
+void Pairs(const base::Mask& m, int64_t q0, int64_t q1, int64_t j0, int64_t j1, bool* any,
            bool* all) {
   *any = false;
   *all = true;
   for (int64_t q = q0; q < q1; ++q)
     for (int64_t j = j0; j < j1; ++j) {
-      const bool a = plan::Allowed(m, q, j);
+      const bool a = base::Allowed(m, q, j);
       *any |= a;
       *all &= a;
     }
@@ -49,20 +51,20 @@ TEST_CASE("tile classification is exact for dense masks and skips every unread t
   int64_t empty = 0, full = 0;
   for (int64_t window : {0, 1, 4, 9, 40})
     for (int64_t q_start : {-5, 0, 6, 30}) {
-      const plan::Mask m{1, window, 0, q_start, 0};
+      const base::Mask m{1, window, 0, q_start, 0};
       const int64_t kv_len = 61;
       for (int64_t r0 = 0; r0 < 40; r0 += 5)
         for (int64_t j0 = 0; j0 < kv_len; j0 += 8) {
-          const int64_t j1 = plan::MinI(j0 + 8, kv_len);
+          const int64_t j1 = base::MinI(j0 + 8, kv_len);
           bool any, all;
           Pairs(m, q_start + r0, q_start + r0 + 5, j0, j1, &any, &all);
-          const plan::TileKind kind =
-              plan::Classify(m, q_start + r0, q_start + r0 + 5, j0, j1, kv_len);
+          const base::TileKind kind =
+              base::Classify(m, q_start + r0, q_start + r0 + 5, j0, j1, kv_len);
           INFO("window " << window << " q_start " << q_start << " rows " << r0 << " keys " << j0);
-          CHECK((kind == plan::kTileEmpty) == !any);
-          CHECK((kind == plan::kTileFull) == all);
-          empty += kind == plan::kTileEmpty;
-          full += kind == plan::kTileFull;
+          CHECK((kind == base::kTileEmpty) == !any);
+          CHECK((kind == base::kTileFull) == all);
+          empty += kind == base::kTileEmpty;
+          full += kind == base::kTileFull;
         }
     }
   CHECK(empty > 100);
@@ -72,7 +74,7 @@ TEST_CASE("tile classification is exact for dense masks and skips every unread t
 TEST_CASE("tile classification with strided columns: conservative, and still skips", "[plan]") {
   // Strided columns make the allowed set sparse: Empty and Full stay exact claims, and a
   // tile between strided columns that no window reaches is still skipped.
-  const plan::Mask m{1, 4, 16, 0, 0};
+  const base::Mask m{1, 4, 16, 0, 0};
   const int64_t kv_len = 200;
   int64_t empty = 0;
   for (int64_t r0 = 100; r0 < 200; r0 += 4)
@@ -80,12 +82,12 @@ TEST_CASE("tile classification with strided columns: conservative, and still ski
       const int64_t j1 = j0 + 4;
       bool any, all;
       Pairs(m, r0, r0 + 4, j0, j1, &any, &all);
-      const plan::TileKind kind = plan::Classify(m, r0, r0 + 4, j0, j1, kv_len);
-      if (kind == plan::kTileEmpty) CHECK(!any);
-      if (kind == plan::kTileFull) CHECK(all);
+      const base::TileKind kind = base::Classify(m, r0, r0 + 4, j0, j1, kv_len);
+      if (kind == base::kTileEmpty) CHECK(!any);
+      if (kind == base::kTileFull) CHECK(all);
       // Keys [17, 31) hold no strided column and lie far below these rows' windows.
-      if (j0 >= 20 && j1 <= 32) CHECK(kind == plan::kTileEmpty);
-      empty += kind == plan::kTileEmpty;
+      if (j0 >= 20 && j1 <= 32) CHECK(kind == base::kTileEmpty);
+      empty += kind == base::kTileEmpty;
     }
   CHECK(empty > 200);
 }
@@ -94,15 +96,15 @@ TEST_CASE("key bounds: KeyBegin and KeyEnd bound what any row may read", "[plan]
   for (int64_t window : {0, 3, 10})
     for (int64_t stride : {0, 4})
       for (int64_t q_start : {-4, 0, 7, 50}) {
-        const plan::Mask m{1, window, window ? stride : 0, q_start, 0};
+        const base::Mask m{1, window, window ? stride : 0, q_start, 0};
         const int64_t kv_len = 60, q_len = 9;
-        const int64_t begin = plan::KeyBegin(m, q_start),
-                      end = plan::KeyEnd(m, q_start + q_len, kv_len);
-        const plan::Columns below = plan::StridedBelow(m, q_start);
+        const int64_t begin = base::KeyBegin(m, q_start),
+                      end = base::KeyEnd(m, q_start + q_len, kv_len);
+        const base::StridedColumns below = base::StridedBelow(m, q_start);
         bool begin_read = false;
         for (int64_t i = 0; i < q_len; ++i)
           for (int64_t j = 0; j < kv_len; ++j) {
-            const bool a = plan::Allowed(m, q_start + i, j);
+            const bool a = base::Allowed(m, q_start + i, j);
             if (j >= end) CHECK(!a);
             if (j < begin) CHECK((!a || below.Has(j)));
             if (j == begin && a) begin_read = true;
@@ -110,25 +112,25 @@ TEST_CASE("key bounds: KeyBegin and KeyEnd bound what any row may read", "[plan]
         // The bounds are tight: the first row reads key `begin` when it reads anything.
         if (q_start >= 0 && begin < end) CHECK(begin_read);
       }
-  const plan::Mask full{0, 0, 0, 0, 0};
-  CHECK(plan::KeyBegin(full, 5) == 0);
-  CHECK(plan::KeyEnd(full, 5, 60) == 60);
+  const base::Mask full{0, 0, 0, 0, 0};
+  CHECK(base::KeyBegin(full, 5) == 0);
+  CHECK(base::KeyEnd(full, 5, 60) == 60);
 }
 
 TEST_CASE("saturating sizes: a product that does not fit is SIZE_MAX", "[plan]") {
-  CHECK(plan::SatMul(size_t{1} << 40, size_t{1} << 30) == SIZE_MAX);
-  CHECK(plan::SatMul(size_t{1} << 20, size_t{1} << 30) == size_t{1} << 50);
-  CHECK(plan::SatAdd(SIZE_MAX - 1, 2) == SIZE_MAX);
-  CHECK(plan::RoundUp(SIZE_MAX - 3, 64) == SIZE_MAX);
-  CHECK(plan::RoundUp(65, 64) == 128);
-  CHECK(plan::Count(-3) == 0);
+  CHECK(base::SatMul(size_t{1} << 40, size_t{1} << 30) == SIZE_MAX);
+  CHECK(base::SatMul(size_t{1} << 20, size_t{1} << 30) == size_t{1} << 50);
+  CHECK(base::SatAdd(SIZE_MAX - 1, 2) == SIZE_MAX);
+  CHECK(base::RoundUp(SIZE_MAX - 3, 64) == SIZE_MAX);
+  CHECK(base::RoundUp(65, 64) == 128);
+  CHECK(base::Count(-3) == 0);
 }
 
 TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[plan]") {
   const kernels::Table* table = kernels::HighwayBest();
   REQUIRE(table != nullptr);
   SECTION("prefill: one task per (batch, kv head, query tile), pair by pair, last tiles first") {
-    const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, plan::Mask{1, 0, 0, 0, 0});
+    const plan::CallShape c = Shape(2, 8, 2, 300, 300, 64, base::Mask{1, 0, 0, 0, 0});
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     CHECK_FALSE(s.decode);
     CHECK(s.q_tile == 66);  // group of 4: 64 rows per head, in whole blocks of 6
@@ -150,12 +152,12 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.shared_bytes == 0);
     // The scratch of a prefill slot does not grow with the sequence.
     const plan::Schedule longer =
-        plan::MakeSchedule(Shape(2, 8, 2, 30000, 30000, 64, plan::Mask{1, 0, 0, 0, 0}),
+        plan::MakeSchedule(Shape(2, 8, 2, 30000, 30000, 64, base::Mask{1, 0, 0, 0, 0}),
                            plan::Algorithm::kFused, table);
     CHECK(longer.slot_bytes == s.slot_bytes);
   }
   SECTION("decode: key units per (batch, kv head), gathered columns first, partials disjoint") {
-    const plan::CallShape c = Shape(2, 8, 2, 1, 3000, 64, plan::Mask{1, 500, 64, 2999, 0});
+    const plan::CallShape c = Shape(2, 8, 2, 1, 3000, 64, base::Mask{1, 500, 64, 2999, 0});
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     REQUIRE(s.decode);
     CHECK(s.gathered);
@@ -172,15 +174,15 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     CHECK(s.shared_bytes >= static_cast<size_t>(s.tasks) * rows * s.state_floats * sizeof(float));
     // Past the decode threshold (16 rows per kv head) the same keys run as prefill.
     const plan::Schedule wide = plan::MakeSchedule(
-        Shape(2, 8, 2, 5, 3000, 64, plan::Mask{1, 0, 0, 2995, 0}), plan::Algorithm::kFused, table);
+        Shape(2, 8, 2, 5, 3000, 64, base::Mask{1, 0, 0, 2995, 0}), plan::Algorithm::kFused, table);
     CHECK_FALSE(wide.decode);
     // A single unit is never split.
     const plan::Schedule short_kv = plan::MakeSchedule(
-        Shape(1, 8, 2, 1, 900, 64, plan::Mask{1, 0, 0, 899, 0}), plan::Algorithm::kFused, table);
+        Shape(1, 8, 2, 1, 900, 64, base::Mask{1, 0, 0, 899, 0}), plan::Algorithm::kFused, table);
     CHECK_FALSE(short_kv.decode);
   }
   SECTION("naive and reference: one task per (batch, query head); sizes saturate") {
-    const plan::CallShape c = Shape(3, 4, 2, 50, 70, 16, plan::Mask{1, 0, 0, 20, 0});
+    const plan::CallShape c = Shape(3, 4, 2, 50, 70, 16, base::Mask{1, 0, 0, 20, 0});
     for (plan::Algorithm a : {plan::Algorithm::kNaive, plan::Algorithm::kReference}) {
       const plan::Schedule s = plan::MakeSchedule(c, a, table);
       CHECK(s.tasks == 12);
@@ -190,7 +192,7 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     }
     // q_len = kv_len = 2^31: the naive scores alone are 2^64 bytes.
     const plan::CallShape huge =
-        Shape(1, 1, 1, int64_t{1} << 31, int64_t{1} << 31, 64, plan::Mask{1, 0, 0, 0, 0});
+        Shape(1, 1, 1, int64_t{1} << 31, int64_t{1} << 31, 64, base::Mask{1, 0, 0, 0, 0});
     const plan::Schedule s = plan::MakeSchedule(huge, plan::Algorithm::kNaive, table);
     CHECK(s.slot_bytes == SIZE_MAX);
     CHECK(plan::WorkspaceBytes(s, 2) == SIZE_MAX);
@@ -209,46 +211,46 @@ TEST_CASE("chunks: key ranges, classification and bounds agree with the formula"
           for (int64_t chunk_phase : {int64_t{0}, chunk - 1})
             for (int64_t q_start : {-7, 0, 13, 70}) {
               if (!causal && (window || stride)) continue;
-              const plan::Mask m{causal, window, window ? stride : 0, q_start,
+              const base::Mask m{causal, window, window ? stride : 0, q_start,
                                  0,      chunk,  chunk_phase};
               const int64_t kv_len = 61;
               INFO("causal " << causal << " window " << window << " stride " << stride << " chunk "
                              << chunk << " phase " << chunk_phase << " q_start " << q_start);
               for (int64_t i = 0; i < 30; ++i) {
-                const plan::RowKeys r = plan::KeysOf(m, q_start + i, kv_len);
+                const base::RowKeys r = base::KeysOf(m, q_start + i, kv_len);
                 int64_t count = 0;
                 for (int64_t j = 0; j < kv_len; ++j) {
                   const bool dense = j >= r.lo && j < r.hi;
                   const bool column = r.stride > 0 && j >= r.strided_begin && j < r.strided_end &&
                                       j % r.stride == r.phase;
                   INFO("row " << i << " key " << j);
-                  REQUIRE((dense || column) == plan::Allowed(m, q_start + i, j));
+                  REQUIRE((dense || column) == base::Allowed(m, q_start + i, j));
                   count += dense || column;
                 }
-                CHECK(plan::AllowedCount(r) == count);
+                CHECK(base::AllowedCount(r) == count);
               }
-              const int64_t begin = plan::KeyBegin(m, q_start),
-                            end = plan::KeyEnd(m, q_start + 30, kv_len);
-              const plan::Columns below = plan::StridedBelow(m, q_start);
+              const int64_t begin = base::KeyBegin(m, q_start),
+                            end = base::KeyEnd(m, q_start + 30, kv_len);
+              const base::StridedColumns below = base::StridedBelow(m, q_start);
               for (int64_t i = 0; i < 30; ++i)
                 for (int64_t j = 0; j < kv_len; ++j)
-                  if (plan::Allowed(m, q_start + i, j)) {
+                  if (base::Allowed(m, q_start + i, j)) {
                     CHECK(j < end);
                     CHECK((j >= begin || below.Has(j)));
                   }
               for (int64_t r0 = 0; r0 < 30; r0 += 6)
                 for (int64_t j0 = 0; j0 < kv_len; j0 += 8) {
-                  const int64_t j1 = plan::MinI(j0 + 8, kv_len);
+                  const int64_t j1 = base::MinI(j0 + 8, kv_len);
                   bool any, all;
                   Pairs(m, q_start + r0, q_start + r0 + 6, j0, j1, &any, &all);
-                  const plan::TileKind kind =
-                      plan::Classify(m, q_start + r0, q_start + r0 + 6, j0, j1, kv_len);
-                  if (kind == plan::kTileEmpty) CHECK(!any);
-                  if (kind == plan::kTileFull) CHECK(all);
-                  if (!m.stride) CHECK((kind == plan::kTileEmpty) == !any);
-                  if (!m.stride) CHECK((kind == plan::kTileFull) == all);
-                  empty += kind == plan::kTileEmpty;
-                  full += kind == plan::kTileFull;
+                  const base::TileKind kind =
+                      base::Classify(m, q_start + r0, q_start + r0 + 6, j0, j1, kv_len);
+                  if (kind == base::kTileEmpty) CHECK(!any);
+                  if (kind == base::kTileFull) CHECK(all);
+                  if (!m.stride) CHECK((kind == base::kTileEmpty) == !any);
+                  if (!m.stride) CHECK((kind == base::kTileFull) == all);
+                  empty += kind == base::kTileEmpty;
+                  full += kind == base::kTileFull;
                 }
             }
   CHECK(empty > 1000);

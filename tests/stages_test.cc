@@ -34,7 +34,7 @@ TEST_CASE("scores, scale, mask, softmax and weighted sum match the reference on 
   scaled.ForEach(
       [&](int64_t a, int64_t b, int64_t c, int64_t d) { scaled.at(a, b, c, d) *= scale; });
   const auto opt = Options(1, 6, 4);
-  octattn::plan::Mask mask{1, 6, 4, Tk - Tq, 0};
+  octattn::base::Mask mask{1, 6, 4, Tk - Tq, 0};
   Tensor masked = scaled;
   want_p = scaled;
   for (int64_t b = 0; b < B; ++b)
@@ -189,7 +189,7 @@ TEST_CASE("the mask stage's kernel equals the formula pair by pair on every targ
     for (const M& m : masks) {
       octattn_attention_options opt = Options(m.causal, m.window, m.stride);
       opt.q_start = m.q_start;
-      const octattn::plan::Mask mask{m.causal, m.window, m.stride,
+      const octattn::base::Mask mask{m.causal, m.window, m.stride,
                                      !m.causal                              ? 0
                                      : m.q_start == OCTATTN_Q_START_DEFAULT ? Tk - Tq
                                                                             : m.q_start,

@@ -17,6 +17,7 @@
 #include "lib/reference/reference.h"
 #include "octattn.h"
 
+namespace base = octattn::base;
 namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
@@ -62,7 +63,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k, api::kFloating));
   OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v, api::kFloating));
   OCTATTN_CHECK(api::ValidateTensor(o, "o", o_role, false, &c->o, api::kFloating));
-  if (c->o.type != kernels::kF32 && c->o.type != c->q.type)
+  if (c->o.type != base::kF32 && c->o.type != c->q.type)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "o's dtype is neither f32 nor q's dtype");
   c->has_lse = lse != nullptr;
   c->has_weights = weights != nullptr;
@@ -193,17 +194,17 @@ kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h) {
   t.k_type = c.k.type;
   t.v_type = c.v.type;
   t.o_type = c.o.type;
-  t.q = kernels::ElemAt(c.q.data, b * c.q.stride[0] + h * c.q.stride[1], t.q_type);
+  t.q = base::ElemAt(c.q.data, b * c.q.stride[0] + h * c.q.stride[1], t.q_type);
   t.q_head = c.q.stride[1];
   t.q_row = c.q.stride[2];
   t.q_dim = c.q.stride[3];
-  t.k = kernels::ElemAt(c.k.data, b * c.k.stride[0] + kvh * c.k.stride[1], t.k_type);
+  t.k = base::ElemAt(c.k.data, b * c.k.stride[0] + kvh * c.k.stride[1], t.k_type);
   t.k_row = c.k.stride[2];
   t.k_dim = c.k.stride[3];
-  t.v = kernels::ElemAt(c.v.data, b * c.v.stride[0] + kvh * c.v.stride[1], t.v_type);
+  t.v = base::ElemAt(c.v.data, b * c.v.stride[0] + kvh * c.v.stride[1], t.v_type);
   t.v_row = c.v.stride[2];
   t.v_dim = c.v.stride[3];
-  t.o = kernels::ElemAt(c.o.data, b * c.o.stride[0] + h * c.o.stride[1], t.o_type);
+  t.o = base::ElemAt(c.o.data, b * c.o.stride[0] + h * c.o.stride[1], t.o_type);
   t.o_head = c.o.stride[1];
   t.o_row = c.o.stride[2];
   t.o_dim = c.o.stride[3];
@@ -229,18 +230,18 @@ kernels::Operands OperandsOf(const AttentionCall& c, int64_t b, int64_t h) {
 
 kernels::Operands OperandsOf(const AttentionCall& c, const plan::Sequence& seq, int64_t h) {
   kernels::Operands t = OperandsOf(c, seq.batch, h);
-  t.q = kernels::ElemAt(t.q, seq.q_row * t.q_row, t.q_type);
-  t.o = kernels::ElemAt(t.o, seq.q_row * t.o_row, t.o_type);
+  t.q = base::ElemAt(t.q, seq.q_row * t.q_row, t.q_type);
+  t.o = base::ElemAt(t.o, seq.q_row * t.o_row, t.o_type);
   if (t.lse) t.lse += seq.q_row * t.lse_row;
   if (t.weights) t.weights += seq.q_row * t.w_row + seq.k_col * t.w_col;
   if (seq.paging.blocks) {  // block 0 of the kv head; rows through the block table
     const int64_t kvh = h / (c.shape.q_heads / c.shape.kv_heads);
-    t.k = kernels::ElemAt(c.k.data, kvh * c.k.stride[1], t.k_type);
-    t.v = kernels::ElemAt(c.v.data, kvh * c.v.stride[1], t.v_type);
+    t.k = base::ElemAt(c.k.data, kvh * c.k.stride[1], t.k_type);
+    t.v = base::ElemAt(c.v.data, kvh * c.v.stride[1], t.v_type);
     t.paging = &seq.paging;
   } else {
-    t.k = kernels::ElemAt(t.k, seq.k_row * t.k_row, t.k_type);
-    t.v = kernels::ElemAt(t.v, seq.k_row * t.v_row, t.v_type);
+    t.k = base::ElemAt(t.k, seq.k_row * t.k_row, t.k_type);
+    t.v = base::ElemAt(t.v, seq.k_row * t.v_row, t.v_type);
   }
   if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
   if (t.mods.mask) t.mods.mask += seq.q_row * t.mods.mask_row + seq.k_col * t.mods.mask_col;
@@ -349,7 +350,7 @@ void WriteEmptyRows(const kernels::Operands& op) {
   const float lse = op.mods.sinks ? *op.mods.sinks : -INFINITY;
   for (int64_t i = 0; i < op.q_len; ++i) {
     for (int64_t d = 0; d < op.value_dim; ++d)
-      kernels::StoreElem(op.o, i * op.o_row + d * op.o_dim, op.o_type, 0.0f);
+      base::StoreElem(op.o, i * op.o_row + d * op.o_dim, op.o_type, 0.0f);
     if (op.lse) op.lse[i * op.lse_row] = lse;
   }
 }
@@ -853,7 +854,7 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
       OCTATTN_CHECK(octattn::api::AcquireScratch(ctx, plan::WorkspaceBytes(sizes, threads),
                                                  workspace, workspace_size, &scratch));
       const plan::SequenceTables tables = plan::TablesAfter(
-          plan::SatAdd(plan::SatMul(sizes.slot_bytes, plan::Count(threads)), sizes.shared_bytes),
+          base::SatAdd(base::SatMul(sizes.slot_bytes, base::Count(threads)), sizes.shared_bytes),
           sizes.count, true);
       char* base = static_cast<char*>(scratch);
       octattn::api::BindSequences(&c, base + tables.offset);

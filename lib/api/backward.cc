@@ -13,6 +13,7 @@
 #include "lib/reference/reference.h"
 #include "octattn.h"
 
+namespace base = octattn::base;
 namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
@@ -55,7 +56,7 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
   OCTATTN_CHECK(
       api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, api::Role::kInput));
   for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
-    if (t->type != octattn::kernels::kF32)
+    if (t->type != octattn::base::kF32)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");
   if (c->fwd.sequences.paged)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
@@ -181,7 +182,7 @@ plan::Schedule BackwardSchedule(const BackwardCall& c) {
   }
   if (sinks)
     s.shared_bytes =
-        plan::RoundUp(plan::SatMul(plan::SatMul(plan::Count(n), plan::Count(sh.q_heads)), 8), 64);
+        base::RoundUp(base::SatMul(base::SatMul(base::Count(n), base::Count(sh.q_heads)), 8), 64);
   return s;
 }
 
@@ -315,7 +316,7 @@ octattn_status octattn_attention_backward(
     OCTATTN_CHECK(api::AcquireScratch(ctx, plan::WorkspaceBytes(s, threads, c.fwd.sequences.count),
                                       workspace, workspace_size, &scratch));
     const size_t used =
-        plan::SatAdd(plan::SatMul(s.slot_bytes, plan::Count(threads)), s.shared_bytes);
+        base::SatAdd(base::SatMul(s.slot_bytes, base::Count(threads)), s.shared_bytes);
     if (c.fwd.sequences.count > 0)
       api::BindSequences(&c.fwd, static_cast<char*>(scratch) +
                                      plan::TablesAfter(used, c.fwd.sequences.count, false).offset);

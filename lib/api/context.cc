@@ -33,8 +33,8 @@ const kernels::Table* SelectTable(const octattn_context& ctx) { return ctx.table
 
 Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t workspace_size,
                      void** out) {
-  constexpr size_t kAlign = plan::kAlign;
-  if (bytes == SIZE_MAX)  // sizes are computed saturating (plan::SatMul)
+  constexpr size_t kAlign = base::kAlign;
+  if (bytes == SIZE_MAX)  // sizes are computed saturating (base::SatMul)
     return Fail(OCTATTN_ERROR_OVERFLOW, "the call's scratch size overflows size_t");
   if (workspace) {
     if (workspace_size < bytes)

@@ -6,9 +6,11 @@
 #include "lib/api/context.h"
 #include "lib/api/validate.h"
 #include "lib/kernels/merge/merge.h"
-#include "lib/plan/plan.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 #include "octattn.h"
 
+namespace base = octattn::base;
 namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
@@ -75,12 +77,12 @@ octattn_status octattn_merge(octattn_context* ctx, size_t parts, const octattn_t
     }
     const int64_t heads = to.shape[1], rows = to.shape[2], value_dim = to.shape[3];
     const size_t slot =
-        plan::RoundUp(plan::SatAdd(plan::SatMul(parts, sizeof(kernels::PartialRow)),
-                                   plan::SatMul(plan::Count(value_dim), sizeof(double))),
+        base::RoundUp(base::SatAdd(base::SatMul(parts, sizeof(kernels::PartialRow)),
+                                   base::SatMul(base::Count(value_dim), sizeof(double))),
                       kAlign);
     void* scratch = nullptr;
     OCTATTN_CHECK(api::AcquireScratch(
-        ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), kAlign), nullptr,
+        ctx, base::SatAdd(base::SatMul(slot, base::Count(ctx->pool->threads())), kAlign), nullptr,
         0, &scratch));
     auto at = [](const octattn_tensor& t, int64_t b, int64_t h, int64_t i) {
       return static_cast<float*>(t.data) + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
@@ -89,7 +91,7 @@ octattn_status octattn_merge(octattn_context* ctx, size_t parts, const octattn_t
       const int64_t b = task / heads, h = task % heads;
       auto* partial = static_cast<kernels::PartialRow*>(s);
       double* acc = reinterpret_cast<double*>(
-          static_cast<char*>(s) + plan::RoundUp(parts * sizeof(kernels::PartialRow), kAlign / 8));
+          static_cast<char*>(s) + base::RoundUp(parts * sizeof(kernels::PartialRow), kAlign / 8));
       for (int64_t i = 0; i < rows; ++i) {
         for (size_t p = 0; p < parts; ++p)
           partial[p] = {at(o_parts[p], b, h, i), o_parts[p].stride[3], *at(lse_parts[p], b, h, i)};

@@ -7,9 +7,11 @@
 #include "lib/api/validate.h"
 #include "lib/kernels/kernels.h"
 #include "lib/kernels/layout/layout.h"
-#include "lib/plan/plan.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 #include "octattn.h"
 
+namespace base = octattn::base;
 namespace api = octattn::api;
 namespace kernels = octattn::kernels;
 namespace plan = octattn::plan;
@@ -38,10 +40,10 @@ api::Check NoSequences(const octattn_attention_options& opt) {
 template <class Body>
 api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t slot_floats,
                       Body&& body) {
-  const size_t slot = plan::RoundUp(plan::SatMul(slot_floats, sizeof(float)), plan::kAlign);
+  const size_t slot = base::RoundUp(base::SatMul(slot_floats, sizeof(float)), base::kAlign);
   void* scratch = nullptr;
   OCTATTN_CHECK(octattn::api::AcquireScratch(
-      ctx, plan::SatAdd(plan::SatMul(slot, plan::Count(ctx->pool->threads())), plan::kAlign),
+      ctx, base::SatAdd(base::SatMul(slot, base::Count(ctx->pool->threads())), base::kAlign),
       nullptr, 0, &scratch));
   octattn::api::RunTasks(ctx, batch * heads, scratch, slot, [&](int64_t task, void* s) {
     body(task / heads, task % heads, static_cast<float*>(s));
@@ -70,17 +72,17 @@ int64_t KvHead(int64_t h, int64_t q_heads, int64_t kv_heads) { return h / (q_hea
 // A 16-bit operand of a stage is widened head by head into its task's scratch (exact):
 // the stage's result is that of the f32 stage on the widened values.
 size_t Widened(const api::TensorInfo& t, int64_t rows, int64_t cols) {
-  if (t.type == kernels::kF32) return 0;
-  return plan::RoundUp(plan::SatMul(plan::Count(rows), plan::Count(cols)),
-                       plan::kAlign / sizeof(float));
+  if (t.type == base::kF32) return 0;
+  return base::RoundUp(base::SatMul(base::Count(rows), base::Count(cols)),
+                       base::kAlign / sizeof(float));
 }
 // Head (b, h) of t as a matrix: the caller's, or its rows widened into `buf`.
 kernels::ConstMatrix HeadOrWidened(const api::TensorInfo& t, int64_t b, int64_t h, int64_t rows,
                                    int64_t cols, float* buf) {
-  const float* head = kernels::ElemAt(t.data, b * t.stride[0] + h * t.stride[1], t.type);
-  if (t.type == kernels::kF32) return {head, t.stride[2], t.stride[3]};
+  const float* head = base::ElemAt(t.data, b * t.stride[0] + h * t.stride[1], t.type);
+  if (t.type == base::kF32) return {head, t.stride[2], t.stride[3]};
   for (int64_t i = 0; i < rows; ++i)
-    kernels::WidenRow(kernels::ElemAt(head, i * t.stride[2], t.type), t.stride[3], t.type, cols,
+    base::WidenRow(base::ElemAt(head, i * t.stride[2], t.type), t.stride[3], t.type, cols,
                       buf + i * cols);
   return {buf, cols, 1};
 }
@@ -110,9 +112,9 @@ octattn_status octattn_scores(octattn_context* ctx, const octattn_tensor* q,
     OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tk, "k"));
     const int64_t q_len = tq.shape[2], kv_len = tk.shape[2], head_dim = tq.shape[3];
     const size_t own =
-        plan::RoundUp(table->scores_scratch_floats(kv_len, head_dim), plan::kAlign / sizeof(float));
+        base::RoundUp(table->scores_scratch_floats(kv_len, head_dim), base::kAlign / sizeof(float));
     const size_t qw = Widened(tq, q_len, head_dim), kw = Widened(tk, kv_len, head_dim);
-    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, plan::SatAdd(own, plan::SatAdd(qw, kw)),
+    OCTATTN_CHECK(RunPerHead(ctx, batch, q_heads, base::SatAdd(own, base::SatAdd(qw, kw)),
                              [&](int64_t b, int64_t h, float* scratch) {
                                table->scores_head(
                                    HeadOrWidened(tq, b, h, q_len, head_dim, scratch + own),
@@ -152,7 +154,7 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
-    const plan::Mask mask = api::ResolveMask(opt, q_len, kv_len);
+    const base::Mask mask = api::ResolveMask(opt, q_len, kv_len);
     // Only the mask tensor of the modifiers: the others are octattn_modify_scores'.
     octattn_attention_options only_mask;
     octattn_attention_options_init(&only_mask);
@@ -193,7 +195,7 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
     OCTATTN_CHECK(api::ValidateMods(opt, ts.shape, &mods, &tb, &tm));
     if (mods.bias) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tb, "options.bias"));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
-    const plan::Mask mask = api::ResolveMask(opt, q_len, kv_len);
+    const base::Mask mask = api::ResolveMask(opt, q_len, kv_len);
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->modify_scratch_floats(kv_len),
                              [&](int64_t b, int64_t h, float* scratch) {
                                table->modify_rows(HeadOf(ts, b, h), q_len, kv_len, mask.q_start,
@@ -275,10 +277,10 @@ octattn_status octattn_weighted_sum(octattn_context* ctx, const octattn_tensor* 
     const int64_t q_len = tw.shape[2], kv_len = tw.shape[3], value_dim = tv.shape[3];
     const size_t vw = Widened(tv, kv_len, value_dim);
     const size_t own =
-        plan::RoundUp(table->weighted_sum_scratch_floats(kv_len, value_dim, vw ? 1 : tv.stride[3]),
-                      plan::kAlign / sizeof(float));
+        base::RoundUp(table->weighted_sum_scratch_floats(kv_len, value_dim, vw ? 1 : tv.stride[3]),
+                      base::kAlign / sizeof(float));
     OCTATTN_CHECK(RunPerHead(
-        ctx, batch, q_heads, plan::SatAdd(own, vw), [&](int64_t b, int64_t h, float* scratch) {
+        ctx, batch, q_heads, base::SatAdd(own, vw), [&](int64_t b, int64_t h, float* scratch) {
           table->weighted_sum_head(
               ConstHeadOf(tw, b, h),
               HeadOrWidened(tv, b, KvHead(h, q_heads, kv_heads), kv_len, value_dim, scratch + own),
@@ -297,14 +299,14 @@ namespace {
 kernels::View4 HeadsView(const api::TensorInfo& bhtd) {
   return {bhtd.data,
           {bhtd.stride[0], bhtd.stride[1], bhtd.stride[2], bhtd.stride[3]},
-          kernels::DtypeBytes(bhtd.type)};
+          base::DtypeBytes(bhtd.type)};
 }
 // [B, T, C] with channels [offset, offset + heads * dim) seen as [B, heads, T, dim].
 kernels::View4 SequenceAsHeads(const api::TensorInfo& btc, int64_t offset, int64_t dim) {
   const int64_t c = btc.stride[2];
-  return {kernels::ElemAt(btc.data, offset * c, btc.type),
+  return {base::ElemAt(btc.data, offset * c, btc.type),
           {btc.stride[0], dim * c, btc.stride[1], c},
-          kernels::DtypeBytes(btc.type)};
+          base::DtypeBytes(btc.type)};
 }
 
 // The head layout calls copy elements of any floating dtype: src's and dst's the same.

@@ -60,10 +60,10 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
   } else if (t->dtype != OCTATTN_DTYPE_F32 && dtype != kFloating) {
     return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "this tensor takes f32 data only"));
   }
-  const kernels::Dtype type =
-      dtype == OCTATTN_DTYPE_BOOL ? kernels::kF32 : static_cast<kernels::Dtype>(t->dtype);
+  const base::Dtype type =
+      dtype == OCTATTN_DTYPE_BOOL ? base::kF32 : static_cast<base::Dtype>(t->dtype);
   const uint64_t elem =
-      dtype == OCTATTN_DTYPE_BOOL ? 1 : static_cast<uint64_t>(kernels::DtypeBytes(type));
+      dtype == OCTATTN_DTYPE_BOOL ? 1 : static_cast<uint64_t>(base::DtypeBytes(type));
   if (t->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "reserved is not 0"));
   const int dims = sequence ? 3 : 4;
   if (sequence && t->shape[3] != 1)
@@ -416,8 +416,8 @@ static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
                   offsetof(octattn_run_info, threads) + sizeof(int32_t) == kRunInfoSize_0_1,
               "octattn_run_info grows only by appending");
 
-plan::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len) {
-  plan::Mask m{opt.causal, opt.window, opt.stride, 0, 0};
+base::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len) {
+  base::Mask m{opt.causal, opt.window, opt.stride, 0, 0};
   // Key coordinates: key row j at j, the queries q_start - k_start on (full attention
   // too: ALiBi and chunks use the positions).
   m.q_start = opt.q_start == OCTATTN_Q_START_DEFAULT ? kv_len - q_len : opt.q_start - opt.k_start;

@@ -8,7 +8,8 @@
 #include <string>
 
 #include "lib/kernels/kernels.h"
-#include "lib/plan/plan.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 #include "lib/plan/schedule.h"
 #include "octattn.h"
 
@@ -38,7 +39,7 @@ constexpr int64_t kMaxPosition = int64_t{1} << 62;
 // its elements occupy.
 struct TensorInfo {
   float* data = nullptr;  // the data pointer (bytes for a bool tensor, 16-bit elements)
-  kernels::Dtype type = kernels::kF32;
+  base::Dtype type = base::kF32;
   int64_t shape[4] = {0, 0, 0, 0};
   int64_t stride[4] = {0, 0, 0, 0};
   uintptr_t lo = 0, hi = 0;
@@ -101,9 +102,9 @@ constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
 // `base` past `known` (this library's size) up to `given` are not zero (libbpf's rule).
-// The mask of validated options in the coordinates of the call's keys (plan::Mask):
+// The mask of validated options in the coordinates of the call's keys (base::Mask):
 // default alignment resolved, q_start relative to k_start, the strided columns' phase.
-plan::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len);
+base::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len);
 
 Check ValidateStructSize(size_t given, size_t first, size_t known, const void* base,
                          const char* name);

@@ -9,8 +9,9 @@
 
 #include <type_traits>  // std::integral_constant of the families
 
-#include "lib/kernels/common/dtype.h"
-#include "lib/plan/plan.h"
+#include "lib/base/dtype.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 
 #define OCTATTN_INLINE inline __attribute__((always_inline))
 // The same for a lambda, after its parameter list: the compiler's own choice moves with
@@ -20,6 +21,9 @@
 
 namespace octattn {
 namespace kernels {
+
+// The kernels stand on the ground floor: its dtypes, mask geometry and sizes by name.
+using namespace base;  // NOLINT(google-build-using-namespace)
 
 enum Backend : int32_t { kReference = 0, kHighway = 1, kXsimd = 2 };
 // Numbering matches OCTATTN_TARGET_*.
@@ -89,7 +93,7 @@ struct Operands {
   int64_t w_row, w_col;
   int64_t q_len, kv_len, head_dim, value_dim;
   float scale;
-  plan::Mask mask;
+  base::Mask mask;
   Mods mods;
   const Paging* paging = nullptr;  // null: key j at k + j * k_row (v likewise)
   Dtype q_type = kF32, k_type = kF32, v_type = kF32, o_type = kF32;
@@ -97,7 +101,7 @@ struct Operands {
   bool F32() const { return q_type == kF32 && k_type == kF32 && v_type == kF32 && o_type == kF32; }
 };
 
-namespace {  // internal linkage: included by per-arch units (plan.h says why)
+namespace {  // internal linkage: included by per-arch units (base/mask.h says why)
 
 // Key (value) row j of an op, contiguous or paged.
 inline const float* PagedRow(const float* base, int64_t row, int64_t block, const Paging& p,
@@ -204,7 +208,7 @@ struct BackwardTask {
   double* dsinks;  // with sinks: per head, the sum over its rows of -p_sink * (do . o)
 };
 
-// Scratch sizes are counted in floats with saturating arithmetic (plan::SatMul): a size
+// Scratch sizes are counted in floats with saturating arithmetic (base::SatMul): a size
 // that does not fit in size_t comes back as SIZE_MAX, which no allocation satisfies.
 struct Table {
   Backend backend;
@@ -223,7 +227,7 @@ struct Table {
   void (*softmax_rows)(Matrix scores, int64_t rows, int64_t cols, float* lse, int64_t lse_row,
                        float sink, float* scratch);
   // mask/: entries (i, j) the mask does not allow become -inf, row i at mask.q_start + i.
-  void (*mask_rows)(Matrix scores, int64_t rows, int64_t cols, const plan::Mask& mask);
+  void (*mask_rows)(Matrix scores, int64_t rows, int64_t cols, const base::Mask& mask);
   // mods/: softcap, ALiBi and bias of `mods` (its slope and tensors those of this head)
   // applied in place to the scores of one head, row i at q_start + i; mask entries 0 and
   // -inf biases become -inf, the other entries of the mask tensor are not read.

@@ -9,6 +9,8 @@
 namespace octattn {
 namespace plan {
 
+using namespace base;  // NOLINT(google-build-using-namespace): sizes and masks
+
 namespace {
 
 size_t AlignBytes(size_t n) { return RoundUp(n, kAlign); }

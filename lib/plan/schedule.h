@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 #include "lib/kernels/kernels.h"
-#include "lib/plan/plan.h"
+#include "lib/base/mask.h"
+#include "lib/base/sizes.h"
 
 namespace octattn {
 namespace plan {
@@ -17,15 +18,15 @@ namespace plan {
 struct CallShape {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
   int64_t v_dim;  // element stride of v along value_dim (packed copies when not 1)
-  Mask mask;
+  base::Mask mask;
   kernels::Mods mods;  // the call's modifiers (scratch sizes depend on their presence)
   // Whether the kv heads share key rows (k's and v's strides from one head to the next
   // below those from one row to the next: [T, H, D] layouts, vLLM's pools): decode tasks
   // then cover every kv head of a unit, so that whole rows stream in order.
   bool shared_rows = false;
   // The element types of q, k, v and o (16-bit ones take conversion scratch).
-  kernels::Dtype q_type = kernels::kF32, k_type = kernels::kF32, v_type = kernels::kF32,
-                 o_type = kernels::kF32;
+  base::Dtype q_type = base::kF32, k_type = base::kF32, v_type = base::kF32,
+                 o_type = base::kF32;
 };
 
 enum class Algorithm { kReference, kNaive, kFused };
@@ -71,7 +72,7 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
 struct Sequence {
   int64_t batch, q_row, q_len, k_row, kv_len;
   int64_t seg_row, seg_len;
-  Mask mask;
+  base::Mask mask;
   int64_t k_col = 0;
   kernels::Paging paging{};
 };

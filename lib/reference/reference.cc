@@ -9,10 +9,10 @@ namespace reference {
 
 using kernels::ConstMatrix;
 using kernels::KeyRow;
-using kernels::LoadElem;
+using base::LoadElem;
 using kernels::Matrix;
 using kernels::Operands;
-using kernels::StoreElem;
+using base::StoreElem;
 using kernels::ValueRow;
 
 namespace {
@@ -20,7 +20,7 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 }
 
 size_t HeadScratchDoubles(const Operands& t) {
-  return plan::SatAdd(plan::Count(t.kv_len), plan::Count(t.value_dim));
+  return base::SatAdd(base::Count(t.kv_len), base::Count(t.value_dim));
 }
 
 namespace {
@@ -29,7 +29,7 @@ namespace {
 // bias of -inf (whose entries are read only for pairs the analytic mask allows, and the
 // bias only where the mask tensor allows the pair).
 bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j) {
-  if (!plan::Allowed(t.mask, qpos, j)) return false;
+  if (!base::Allowed(t.mask, qpos, j)) return false;
   const kernels::Mods& m = t.mods;
   if (m.mask && m.mask[i * m.mask_row + j * m.mask_col] == 0) return false;
   if (m.bias && m.bias[i * m.bias_row + j * m.bias_col] == -std::numeric_limits<float>::infinity())
@@ -46,7 +46,7 @@ void AttentionHead(const Operands& t, double* scratch) {
   const double sink = mods.sinks ? static_cast<double>(mods.sinks[0]) : kNegInf;
   for (int64_t i = 0; i < t.q_len; ++i) {
     const int64_t qpos = t.mask.q_start + i;
-    const float* q = kernels::ElemAt(t.q, i * t.q_row, t.q_type);
+    const float* q = base::ElemAt(t.q, i * t.q_row, t.q_type);
     double m = kNegInf;
     for (int64_t j = 0; j < t.kv_len; ++j) {
       if (!PairAllowed(t, i, qpos, j)) {
@@ -66,7 +66,7 @@ void AttentionHead(const Operands& t, double* scratch) {
       if (s[j] > m || std::isnan(s[j])) m = std::isnan(m) ? m : s[j];
     }
     for (int64_t d = 0; d < t.value_dim; ++d) acc[d] = 0.0;
-    float* o = kernels::ElemAt(t.o, i * t.o_row, t.o_type);
+    float* o = base::ElemAt(t.o, i * t.o_row, t.o_type);
     if (m == kNegInf) {  // nothing allowed, or every allowed score is -inf
       for (int64_t d = 0; d < t.value_dim; ++d) StoreElem(o, d * t.o_dim, t.o_type, 0.0f);
       if (t.lse) t.lse[i * t.lse_row] = static_cast<float>(sink);
@@ -97,8 +97,8 @@ void AttentionHead(const Operands& t, double* scratch) {
 
 size_t BackwardScratchDoubles(const kernels::BackwardTask& t) {
   const Operands& op = t.op;
-  size_t n = plan::SatMul(plan::Count(op.kv_len), plan::Count(op.head_dim + op.value_dim + 3));
-  return plan::SatAdd(n, plan::Count(op.value_dim + op.head_dim));
+  size_t n = base::SatMul(base::Count(op.kv_len), base::Count(op.head_dim + op.value_dim + 3));
+  return base::SatAdd(n, base::Count(op.value_dim + op.head_dim));
 }
 
 namespace {
@@ -256,10 +256,10 @@ void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_len, int6
 }
 
 void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv_len,
-              const plan::Mask& mask) {
+              const base::Mask& mask) {
   for (int64_t i = 0; i < q_len; ++i)
     for (int64_t j = 0; j < kv_len; ++j)
-      if (!plan::Allowed(mask, mask.q_start + i, j))
+      if (!base::Allowed(mask, mask.q_start + i, j))
         scores[i * row + j * col] = -std::numeric_limits<float>::infinity();
 }
 

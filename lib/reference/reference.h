@@ -29,9 +29,9 @@ void ScoresHead(kernels::ConstMatrix q, kernels::ConstMatrix k, kernels::Matrix 
 void SoftmaxRow(float* row, int64_t n, int64_t col, float* lse);
 void WeightedSumHead(kernels::ConstMatrix p, kernels::ConstMatrix v, kernels::Matrix o,
                      int64_t q_len, int64_t kv_len, int64_t value_dim);
-// The mask stage pair by pair from the formula (plan::Allowed).
+// The mask stage pair by pair from the formula (base::Allowed).
 void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv_len,
-              const plan::Mask& mask);
+              const base::Mask& mask);
 
 }  // namespace reference
 }  // namespace octattn

@@ -45,13 +45,13 @@ OCTATTN_INLINE void AvRange(const KeyData& kd, const float* const* p, int64_t j0
 // One row's keys in ascending order, skipping the keys whose bit is set in `holes`
 // (relative to kd.base; null: none): the same FMA chains as AvRows for the keys it reads.
 template <int C>
-OCTATTN_INLINE void AvRowHoles(const KeyData& kd, const float* p, const plan::RowKeys& keys,
+OCTATTN_INLINE void AvRowHoles(const KeyData& kd, const float* p, const base::RowKeys& keys,
                                const uint64_t* holes, typename S::V (&acc)[1][C]) {
   const float* pr[1] = {p};
   auto skip = [&](int64_t j) { return holes && HoleAt(holes, j - kd.base); };
   if (keys.stride > 0)
     for (int64_t j =
-             plan::NextOnStride(plan::MaxI(kd.base, keys.strided_begin), keys.stride, keys.phase);
+             base::NextOnStride(base::MaxI(kd.base, keys.strided_begin), keys.stride, keys.phase);
          j < keys.strided_end; j += keys.stride)
       if (!skip(j)) AvRange<1, C>(kd, pr, j, j + 1, 1, acc);
   for (int64_t j = keys.lo; j < keys.hi;) {  // runs between holes
@@ -64,22 +64,22 @@ OCTATTN_INLINE void AvRowHoles(const KeyData& kd, const float* p, const plan::Ro
 }
 
 template <int R, int C>
-OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
+OCTATTN_INLINE void AvRows(const KeyData& kd, const base::RowKeys* keys,
                            typename S::V (&acc)[R][C]) {
   const float* const* p = kd.p;
   int64_t min_lo = keys[0].lo, max_lo = keys[0].lo, min_hi = keys[0].hi;
   int64_t stride = keys[0].stride, phase = keys[0].phase;  // rows without keys: stride 0
   bool same_begin = true;  // every row's strided columns start at the same key
   for (int r = 1; r < R; ++r) {
-    min_lo = plan::MinI(min_lo, keys[r].lo);
-    max_lo = plan::MaxI(max_lo, keys[r].lo);
-    min_hi = plan::MinI(min_hi, keys[r].hi);
+    min_lo = base::MinI(min_lo, keys[r].lo);
+    max_lo = base::MaxI(max_lo, keys[r].lo);
+    min_hi = base::MinI(min_hi, keys[r].hi);
     if (keys[r].stride > stride) stride = keys[r].stride, phase = keys[r].phase;
   }
   int64_t begin = -1;
   for (int r = 0; r < R; ++r)
     if (keys[r].stride > 0) {
-      const int64_t b = plan::MaxI(kd.base, keys[r].strided_begin);
+      const int64_t b = base::MaxI(kd.base, keys[r].strided_begin);
       same_begin &= begin < 0 || b == begin;
       begin = b;
     }
@@ -95,7 +95,7 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
   }
   // 1. strided columns below every row's dense run (shared).
   if (stride > 0)
-    AvRange<R, C>(kd, p, plan::NextOnStride(begin, stride, phase), min_lo, stride, acc);
+    AvRange<R, C>(kd, p, base::NextOnStride(begin, stride, phase), min_lo, stride, acc);
   // 2. each row's keys in [min_lo, max_lo): strided columns, then its dense start.
   for (int r = 0; r < R; ++r) {
     const float* pr[1] = {p[r]};
@@ -103,9 +103,9 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
     const int64_t lo = keys[r].lo;
     if (stride > 0 && keys[r].strided_end > min_lo)
-      AvRange<1, C>(kd, pr, plan::NextOnStride(plan::MaxI(min_lo, begin), stride, phase),
+      AvRange<1, C>(kd, pr, base::NextOnStride(base::MaxI(min_lo, begin), stride, phase),
                     keys[r].strided_end, stride, a);
-    AvRange<1, C>(kd, pr, lo, plan::MinI(max_lo, keys[r].hi), 1, a);
+    AvRange<1, C>(kd, pr, lo, base::MinI(max_lo, keys[r].hi), 1, a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
   }
   // 3. the dense keys every row shares.
@@ -115,7 +115,7 @@ OCTATTN_INLINE void AvRows(const KeyData& kd, const plan::RowKeys* keys,
     const float* pr[1] = {p[r]};
     typename S::V a[1][C];
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
-    AvRange<1, C>(kd, pr, plan::MaxI(min_hi, max_lo), keys[r].hi, 1, a);
+    AvRange<1, C>(kd, pr, base::MaxI(min_hi, max_lo), keys[r].hi, 1, a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
   }
 }
@@ -172,25 +172,25 @@ OCTATTN_INLINE void AvPairRow(const KeyData& kd, const float* p, int64_t j0, int
 // sequence of singles and pairs (AvPairRow over its run) whatever rows share the block:
 // the run every row shares is cut at keys base + 2m.
 template <int R, int C>
-OCTATTN_INLINE void AvRowsPairs(const KeyData& kd, const plan::RowKeys* keys,
+OCTATTN_INLINE void AvRowsPairs(const KeyData& kd, const base::RowKeys* keys,
                                 typename S::V (&acc)[R][C]) {
   int64_t max_lo = keys[0].lo, min_hi = keys[0].hi;
   for (int r = 1; r < R; ++r) {
-    max_lo = plan::MaxI(max_lo, keys[r].lo);
-    min_hi = plan::MinI(min_hi, keys[r].hi);
+    max_lo = base::MaxI(max_lo, keys[r].lo);
+    min_hi = base::MinI(min_hi, keys[r].hi);
   }
   const int64_t m0 = max_lo + (max_lo - kd.base) % 2, m1 = min_hi - (min_hi - kd.base) % 2;
   for (int r = 0; r < R; ++r) {
     typename S::V a[1][C];
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
-    AvPairRow<C>(kd, kd.p[r], keys[r].lo, plan::MinI(m0, keys[r].hi), a);
+    AvPairRow<C>(kd, kd.p[r], keys[r].lo, base::MinI(m0, keys[r].hi), a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
   }
   if (m0 < m1) AvPairRange<R, C>(kd, kd.p, m0, m1, acc);
   for (int r = 0; r < R; ++r) {
     typename S::V a[1][C];
     for (int c = 0; c < C; ++c) a[0][c] = acc[r][c];
-    AvPairRow<C>(kd, kd.p[r], plan::MaxI(keys[r].lo, plan::MaxI(m0, m1)), keys[r].hi, a);
+    AvPairRow<C>(kd, kd.p[r], base::MaxI(keys[r].lo, base::MaxI(m0, m1)), keys[r].hi, a);
     for (int c = 0; c < C; ++c) acc[r][c] = a[0][c];
   }
 }
@@ -202,7 +202,7 @@ constexpr int kAvVecs = S::kRegs >= 32 ? 4 : 2;
 // not full contiguous vectors.
 template <int R>
 static inline void AvStoreRows(float* o, int64_t o_row, int64_t o_dim, int64_t value_dim,
-                               int64_t i0, const KeyData& kd, const plan::RowKeys* keys,
+                               int64_t i0, const KeyData& kd, const base::RowKeys* keys,
                                float* tmp) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t dvp = PadKeys(value_dim);
@@ -233,7 +233,7 @@ static inline void AvStoreRows(float* o, int64_t o_row, int64_t o_dim, int64_t v
 
 // Stage: o = p v over every key of one head.
 static size_t WeightedSumScratchFloats(int64_t kv_len, int64_t value_dim, int64_t v_dim) {
-  return plan::SatAdd(ValuesScratch(kv_len, value_dim, v_dim),
+  return base::SatAdd(ValuesScratch(kv_len, value_dim, v_dim),
                       Piece2(kRowBlock, PadKeys(value_dim)));
 }
 
@@ -241,13 +241,13 @@ static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_le
                             int64_t value_dim, float* scratch) {
   int64_t v_row = 0;
   const float* vv = PrepareValues(v.data, v.row, v.col, value_dim, 0, 0, kv_len,
-                                  plan::Columns{0, 0}, scratch, &v_row);
+                                  base::StridedColumns{0, 0}, scratch, &v_row);
   float* otmp = scratch + ValuesScratch(kv_len, value_dim, v.col);
-  const plan::RowKeys all{0, kv_len, 0, 0, 0};
+  const base::RowKeys all{0, kv_len, 0, 0, 0};
   int64_t i = 0;
   for (; i + kRowBlock <= q_len; i += kRowBlock) {
     const float* pr[kRowBlock];
-    plan::RowKeys keys[kRowBlock];
+    base::RowKeys keys[kRowBlock];
     for (int r = 0; r < kRowBlock; ++r) {
       pr[r] = p.data + (i + r) * p.row;
       keys[r] = all;
@@ -257,7 +257,7 @@ static void WeightedSumHead(ConstMatrix p, ConstMatrix v, Matrix o, int64_t q_le
   }
   for (; i < q_len; ++i) {
     const float* pr[1] = {p.data + i * p.row};
-    plan::RowKeys keys[1] = {all};
+    base::RowKeys keys[1] = {all};
     AvStoreRows<1>(o.data, o.row, o.col, value_dim, i, KeyData{pr, p.col, vv, v_row, 0}, keys,
                    otmp);
   }

@@ -107,15 +107,15 @@ static inline int64_t BwdKp() { return PadKeys(kBwdKeys); }
 static size_t BackwardScratchFloats(const BackwardTask& t) {
   const int64_t dp = PadKeys(t.op.head_dim), dvp = PadKeys(t.op.value_dim), kp = BwdKp();
   size_t n = Piece2(t.op.head_dim, kp);
-  n = plan::SatAdd(n, Piece2(t.op.value_dim, kp));
-  n = plan::SatAdd(n, plan::SatMul(2, Piece2(kBwdKeys, dp)));
-  n = plan::SatAdd(n, Piece2(kBwdKeys, dvp));
-  n = plan::SatAdd(n, plan::SatMul(2, Piece2(kBwdRows, dp)));
-  n = plan::SatAdd(n, Piece2(kBwdRows, dvp));
-  n = plan::SatAdd(n, plan::SatMul(2, Piece2(kBwdRows, kp)));
-  n = plan::SatAdd(n, Piece(plan::Count(plan::MaxI(2 * dvp, kp))));  // dvp < 2^61
-  n = plan::SatAdd(n, plan::SatMul(2, Piece(kBwdRows)));
-  return plan::SatAdd(n, Piece(plan::Count(kBwdRows * kp / 4 + 1)));
+  n = base::SatAdd(n, Piece2(t.op.value_dim, kp));
+  n = base::SatAdd(n, base::SatMul(2, Piece2(kBwdKeys, dp)));
+  n = base::SatAdd(n, Piece2(kBwdKeys, dvp));
+  n = base::SatAdd(n, base::SatMul(2, Piece2(kBwdRows, dp)));
+  n = base::SatAdd(n, Piece2(kBwdRows, dvp));
+  n = base::SatAdd(n, base::SatMul(2, Piece2(kBwdRows, kp)));
+  n = base::SatAdd(n, Piece(base::Count(base::MaxI(2 * dvp, kp))));  // dvp < 2^61
+  n = base::SatAdd(n, base::SatMul(2, Piece(kBwdRows)));
+  return base::SatAdd(n, Piece(base::Count(kBwdRows * kp / 4 + 1)));
 }
 
 static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
@@ -136,7 +136,7 @@ static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
   f.dop = take(Piece2(kBwdRows, dvp));
   f.s = take(Piece2(kBwdRows, kp));
   f.g = take(Piece2(kBwdRows, kp));
-  f.row = take(Piece(plan::Count(plan::MaxI(2 * dvp, kp))));
+  f.row = take(Piece(base::Count(base::MaxI(2 * dvp, kp))));
   f.lse = take(Piece(kBwdRows));
   f.dd = take(Piece(kBwdRows));
   f.ok = reinterpret_cast<uint8_t*>(p);
@@ -171,8 +171,8 @@ static inline float BwdDlse(const BackwardTask& t, int64_t h, int64_t i) {
 
 // Whether row i (at qpos) of head h reads key j: the analytic mask, the mask tensor, a
 // bias of -inf (the tensors read only where the mask before them allows the pair).
-static inline bool BwdPairRead(const plan::Mask& mask, const RowMods& m, int64_t qpos, int64_t j) {
-  if (!plan::Allowed(mask, qpos, j)) return false;
+static inline bool BwdPairRead(const base::Mask& mask, const RowMods& m, int64_t qpos, int64_t j) {
+  if (!base::Allowed(mask, qpos, j)) return false;
   if (m.mask && m.mask[j * m.mask_col] == 0) return false;
   if (m.bias && m.bias[j * m.bias_col] == -__builtin_inff()) return false;
   return true;
@@ -180,7 +180,7 @@ static inline bool BwdPairRead(const plan::Mask& mask, const RowMods& m, int64_t
 
 // Query rows [i0, i0 + nq) of head h against the packed key tile [j0, j0 + nk).
 static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, int64_t i0,
-                        int64_t nq, int64_t j0, int64_t nk, plan::TileKind kind) {
+                        int64_t nq, int64_t j0, int64_t nk, base::TileKind kind) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   using V = typename S::V;
   const Operands& op = t.op;
@@ -212,7 +212,7 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
               BwdDlse(t, h, i);
   }
   // Whether every pair is read (then no pair is checked).
-  bool every = kind == plan::kTileFull && !op.mods.mask && !op.mods.bias;
+  bool every = kind == base::kTileFull && !op.mods.mask && !op.mods.bias;
   for (int64_t r = 0; r < nq && every; ++r) every = f.lse[r] != -__builtin_inff();
   if (!every) {
     bool all = true;
@@ -299,7 +299,7 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
   const Operands& op = t.op;
   const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
   const BwdScratch f = BwdCarve(t, scratch);
-  const plan::Mask& mask = op.mask;
+  const base::Mask& mask = op.mask;
   for (int64_t h = 0; h < t.heads; ++h)
     for (int64_t i = 0; i < op.q_len; ++i) {
       float* dq = t.dq + h * t.dq_head + i * t.dq_row;
@@ -316,7 +316,7 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
         const float lse = op.lse[h * op.lse_head + i * op.lse_row];
         // A row with no key: o = 0 and lse = the sink; only dlse reaches the sink.
         float dd = -BwdDlse(t, h, i);
-        if (plan::AllowedCount(plan::KeysOf(mask, mask.q_start + i, op.kv_len)) > 0) {
+        if (base::AllowedCount(base::KeysOf(mask, mask.q_start + i, op.kv_len)) > 0) {
           BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop);
           dd +=
               BwdRowDot(f.dop, op.o + h * op.o_head + i * op.o_row, op.o_dim, op.value_dim, f.row);
@@ -326,10 +326,10 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
       t.dsinks[h] = sum;
     }
 
-  const int64_t key_end = plan::KeyEnd(mask, mask.q_start + op.q_len, op.kv_len);
+  const int64_t key_end = base::KeyEnd(mask, mask.q_start + op.q_len, op.kv_len);
   const bool k_direct = op.k_dim == 1 && dp == op.head_dim;  // BwdTilePair reads k in place
   for (int64_t j0 = 0; j0 < op.kv_len; j0 += kBwdKeys) {
-    const int64_t nk = plan::MinI(kBwdKeys, op.kv_len - j0);
+    const int64_t nk = base::MinI(kBwdKeys, op.kv_len - j0);
     for (int64_t j = 0; j < nk; ++j) {
       for (int64_t d = 0; d < dp; ++d) f.dk[j * dp + d] = 0.0f;
       for (int64_t d = 0; d < dvp; ++d) f.dv[j * dvp + d] = 0.0f;
@@ -337,10 +337,10 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
     bool packed = false;
     for (int64_t h = 0; h < t.heads && j0 < key_end; ++h)
       for (int64_t i0 = 0; i0 < op.q_len; i0 += kBwdRows) {
-        const int64_t nq = plan::MinI(kBwdRows, op.q_len - i0);
-        const plan::TileKind kind =
-            plan::Classify(mask, mask.q_start + i0, mask.q_start + i0 + nq, j0, j0 + nk, op.kv_len);
-        if (kind == plan::kTileEmpty) continue;
+        const int64_t nq = base::MinI(kBwdRows, op.q_len - i0);
+        const base::TileKind kind =
+            base::Classify(mask, mask.q_start + i0, mask.q_start + i0 + nq, j0, j0 + nk, op.kv_len);
+        if (kind == base::kTileEmpty) continue;
         if (!packed) {  // the tile's keys, transposed and as rows; zeros past nk
           for (int64_t j = 0; j < kp; ++j) {
             const bool real = j < nk;

@@ -7,12 +7,12 @@ constexpr size_t kLine = 16;  // floats per cache line: scratch pieces start on 
 static inline int64_t Lanes() { return static_cast<int64_t>(S::kLanes); }
 // n rounded up to whole vectors.
 static inline int64_t PadKeys(int64_t n) {
-  return static_cast<int64_t>(plan::RoundUp(plan::Count(n), S::kLanes));
+  return static_cast<int64_t>(base::RoundUp(base::Count(n), S::kLanes));
 }
 // A scratch piece of `floats` floats, rounded to a cache line (saturating).
-static inline size_t Piece(size_t floats) { return plan::RoundUp(floats, kLine); }
+static inline size_t Piece(size_t floats) { return base::RoundUp(floats, kLine); }
 static inline size_t Piece2(int64_t a, int64_t b) {
-  return Piece(plan::SatMul(plan::Count(a), plan::Count(b)));
+  return Piece(base::SatMul(base::Count(a), base::Count(b)));
 }
 
 // Row stride of packed keys: one cache line more than the keys, so that the rows of the
@@ -33,7 +33,7 @@ static inline size_t ValuesScratch(int64_t keys, int64_t value_dim, int64_t v_di
 // strided columns `below`: no row reads the others.
 static inline const float* PrepareValues(const float* v, int64_t v_row, int64_t v_dim,
                                          int64_t value_dim, int64_t base, int64_t load, int64_t end,
-                                         plan::Columns below, float* scratch, int64_t* row) {
+                                         base::StridedColumns below, float* scratch, int64_t* row) {
   if (ValuesDirect(v_dim, value_dim)) {
     *row = v_row;
     return v + base * v_row;

@@ -33,7 +33,7 @@ constexpr int kAmxRows = S::kAmx ? 16 : 1;
 // Rows of the scores buffer: a micro-kernel block (an AMX block), or a decode task's rows
 // (the heads of a shared-rows task hold the scores of all their rows at once).
 static inline int64_t SBufRows(const FlashTask& t) {
-  return plan::MaxI(plan::MaxI(kFlashRows, kAmxRows),
+  return base::MaxI(base::MaxI(kFlashRows, kAmxRows),
                     FlashRows(t) <= kPackValueRows ? FlashRows(t) : 0);
 }
 // With bf16 value pairs (FlashPairsV) the buffer holds as many rows more, of the
@@ -78,12 +78,12 @@ static inline void CopyElems(const float* src, int64_t dim, int64_t n, float* ds
 }
 
 static size_t FlashStateFloats(int64_t value_dim) {
-  return Piece(plan::Count(2 + PadKeys(value_dim)));
+  return Piece(base::Count(2 + PadKeys(value_dim)));
 }
 
 // One past the last key any row of the task may read.
 static inline int64_t FlashKeyLimit(const FlashTask& t) {
-  return plan::KeyEnd(t.op.mask, t.op.mask.q_start + t.row_end, t.op.kv_len);
+  return base::KeyEnd(t.op.mask, t.op.mask.q_start + t.row_end, t.op.kv_len);
 }
 
 static inline void ResetState(float* st, int64_t rows, size_t stride, int64_t dvp) {
@@ -142,14 +142,14 @@ static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, fl
 }
 
 // Keys of a row inside the tile [t0, t1).
-static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
-  plan::RowKeys c;
-  c.lo = plan::MinI(plan::MaxI(k.lo, t0), t1);
-  c.hi = plan::MaxI(plan::MinI(plan::MaxI(k.hi, t0), t1), c.lo);
+static inline base::RowKeys ClipKeys(base::RowKeys k, int64_t t0, int64_t t1) {
+  base::RowKeys c;
+  c.lo = base::MinI(base::MaxI(k.lo, t0), t1);
+  c.hi = base::MaxI(base::MinI(base::MaxI(k.hi, t0), t1), c.lo);
   c.stride = k.stride;
   c.phase = k.phase;
-  c.strided_end = plan::MaxI(plan::MinI(k.strided_end, t1), t0);
-  c.strided_begin = plan::MinI(plan::MaxI(k.strided_begin, t0), t1);
+  c.strided_end = base::MaxI(base::MinI(k.strided_end, t1), t0);
+  c.strided_begin = base::MinI(base::MaxI(k.strided_begin, t0), t1);
   return c;
 }
 
@@ -157,7 +157,7 @@ static inline plan::RowKeys ClipKeys(plan::RowKeys k, int64_t t0, int64_t t1) {
 // key g * stride; a row may read g < its count, which is plain causal with position
 // count - 1).
 struct FlashSpace {
-  plan::Mask mask;
+  base::Mask mask;
   int64_t kv_len;       // keys of the space
   bool floors;          // the rows' floors apply (real keys)
   int64_t first, step;  // space key g is real key first + g * step
@@ -179,7 +179,7 @@ struct FlashTile {
       return v + c0;
     }
     const int64_t p0 = c0 / kAvPanel * kAvPanel;
-    *row = plan::MinI(kAvPanel, dvp - p0);
+    *row = base::MinI(kAvPanel, dvp - p0);
     return v + p0 * (pairs ? tpad / 2 : tpad) + (c0 - p0);
   }
 };
@@ -225,7 +225,7 @@ struct FlashPrefetch {
 
 // The weighted sums of the rows with holes, each alone.
 template <int R, int C>
-static inline void FlashHoleRows(const KeyData& kd, const plan::RowKeys* keys, const bool* holey,
+static inline void FlashHoleRows(const KeyData& kd, const base::RowKeys* keys, const bool* holey,
                                  const uint64_t (*holes)[kTileKeys / kHoleBits],
                                  typename S::V (&acc)[R][C]) {
   for (int r = 0; r < R; ++r) {
@@ -320,8 +320,8 @@ static inline void AmxWeightedSums(const int64_t* g0, const int64_t* g1, float* 
   int64_t ga = INT64_MAX, gb = 0;
   for (int r = 0; r < R; ++r)
     if (g0[r] < g1[r]) {
-      ga = plan::MinI(ga, g0[r]);
-      gb = plan::MaxI(gb, g1[r]);
+      ga = base::MinI(ga, g0[r]);
+      gb = base::MaxI(gb, g1[r]);
     }
   if (ga >= gb) return;
   AmxRows<R>();
@@ -329,7 +329,7 @@ static inline void AmxWeightedSums(const int64_t* g0, const int64_t* g1, float* 
   const int64_t a_stride = kTileKeys * 4;
   alignas(64) float c[R][64], keep[R][64];
   for (int64_t c0 = 0; c0 < dvp; c0 += 64) {
-    const int nc = static_cast<int>(plan::MinI(4, (dvp - c0) / 16));
+    const int nc = static_cast<int>(base::MinI(4, (dvp - c0) / 16));
     const size_t bytes = static_cast<size_t>(nc) * 64;
     int64_t v_row = 0;
     const float* v = values(c0, &v_row);
@@ -373,14 +373,14 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     qpos[r] = rows[r].qpos;
     active[r] = !sp.floors || tile.t1 > rows[r].floor;
     any |= active[r];
-    qmin = plan::MinI(qmin, qpos[r]);
-    qmax = plan::MaxI(qmax, qpos[r]);
+    qmin = base::MinI(qmin, qpos[r]);
+    qmax = base::MaxI(qmax, qpos[r]);
   }
-  const plan::TileKind kind =
-      any ? plan::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) : plan::kTileEmpty;
-  if (kind == plan::kTileEmpty) return;
+  const base::TileKind kind =
+      any ? base::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) : base::kTileEmpty;
+  if (kind == base::kTileEmpty) return;
   // Every active row reads every key of a full tile: no panel needs its own mask.
-  const bool full = kind == plan::kTileFull && tile.t1 - tile.t0 == tile.tpad;
+  const bool full = kind == base::kTileFull && tile.t1 - tile.t0 == tile.tpad;
   // Each row's keys in the tile, and the packed columns [a, b) (whole vectors) that
   // hold them: the scores outside are never read, so neither computed nor scanned.
   // Dropping masked scores (-inf, exp 0) changes no max and no sum.
@@ -391,18 +391,18 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   constexpr int64_t kWords = kTileKeys / kHoleBits;
   uint64_t holes[R][kWords];
   bool holey[R];
-  plan::RowKeys keys[R];
+  base::RowKeys keys[R];
   int64_t a[R], b[R], block_a = tile.tpad, block_b = 0;
   for (int r = 0; r < R; ++r) {
-    keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+    keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
     a[r] = b[r] = 0;
     holey[r] = false;
     if (!active[r]) continue;  // below the row's floor: another unit holds these keys
-    plan::RowKeys k = ClipKeys(plan::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
+    base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
     const RowMods& mod = rows[r].mod;
     if (sp.floors && mod.mask) {  // the dense run within the row's mask envelope
-      k.lo = plan::MinI(plan::MaxI(k.lo, rows[r].env_lo), k.hi);
-      k.hi = plan::MaxI(plan::MinI(k.hi, rows[r].env_hi), k.lo);
+      k.lo = base::MinI(base::MaxI(k.lo, rows[r].env_lo), k.hi);
+      k.hi = base::MaxI(base::MinI(k.hi, rows[r].env_hi), k.lo);
     }
     const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
     int64_t jb = strided ? k.strided_begin : k.lo;
@@ -417,17 +417,17 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
         // The keys outside the span are holes: dropped from the row's keys here.
         jb = span.begin;
         je = span.end;
-        k.lo = plan::MinI(plan::MaxI(k.lo, jb), je);
-        k.hi = plan::MaxI(plan::MinI(k.hi, je), k.lo);
-        k.strided_begin = plan::MaxI(k.strided_begin, jb);
-        k.strided_end = plan::MaxI(plan::MinI(k.strided_end, je), k.strided_begin);
+        k.lo = base::MinI(base::MaxI(k.lo, jb), je);
+        k.hi = base::MaxI(base::MinI(k.hi, je), k.lo);
+        k.strided_begin = base::MaxI(k.strided_begin, jb);
+        k.strided_end = base::MaxI(base::MinI(k.strided_end, je), k.strided_begin);
       }
     }
     keys[r] = k;
     a[r] = (jb - tile.t0) / L * L;
-    b[r] = plan::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
-    block_a = plan::MinI(block_a, a[r]);
-    block_b = plan::MaxI(block_b, b[r]);
+    b[r] = base::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
+    block_a = base::MinI(block_a, a[r]);
+    block_b = base::MaxI(block_b, b[r]);
   }
   float* s[R];
   for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
@@ -462,7 +462,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int r = 0; r < R; ++r) {
     if (a[r] == b[r]) continue;  // no key of the row here: no change
     if (!SoftmaxTile(s[r], a[r], b[r], st[r], dvp)) {
-      keys[r] = plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+      keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
       holey[r] = false;
     }
   }
@@ -483,12 +483,12 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
           // Row r's keys: [lo, g0) on vector pairs, the groups [g0, g1) on AMX, [g1, hi)
           // on vector pairs, in this order.
           int64_t g0[R], g1[R];
-          plan::RowKeys before[R], after[R];
+          base::RowKeys before[R], after[R];
           bool any_before = false, any_after = false;
           for (int r = 0; r < R; ++r) {
             const int64_t lo = keys[r].lo - tile.t0, hi = keys[r].hi - tile.t0;
             g0[r] = (lo + kAmxKeys - 1) / kAmxKeys;
-            g1[r] = plan::MaxI(g0[r], hi / kAmxKeys);
+            g1[r] = base::MaxI(g0[r], hi / kAmxKeys);
             before[r] = after[r] = keys[r];
             if (g0[r] == g1[r]) {  // no whole group: every key on vector pairs
               after[r].hi = after[r].lo;
@@ -499,7 +499,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
             any_before |= before[r].hi > before[r].lo;
             any_after |= after[r].hi > after[r].lo;
           }
-          auto pairs = [&](const plan::RowKeys* ks) {
+          auto pairs = [&](const base::RowKeys* ks) {
             Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
               AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, ks, acc);
             });
@@ -522,10 +522,10 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   for (int r = 0; r < R; ++r) p[r] = s[r];
   // Rows with holes sum their keys alone, skipping the holes (same chains otherwise).
   bool any_holey = false;
-  plan::RowKeys block_keys[R];
+  base::RowKeys block_keys[R];
   for (int r = 0; r < R; ++r) {
     any_holey |= holey[r];
-    block_keys[r] = holey[r] ? plan::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
+    block_keys[r] = holey[r] ? base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
   }
   Columns<R>(tile, st, dvp, p, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
     constexpr int C = AccVecs<decltype(acc)>();
@@ -708,7 +708,7 @@ struct DirectTile {
   int64_t Run(int64_t g, int64_t end) const {
     if (!op->paging) return end;  // (staged keys are never paged: StageRows)
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
-    return plan::MinI(end, g + size - r % size);
+    return base::MinI(end, g + size - r % size);
   }
   // Row i of the stream and its bytes (none past the stream: null).
   OCTATTN_INLINE const char* Row(int64_t i, int64_t* bytes) const {
@@ -839,7 +839,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
     float* out[R];
     for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
     for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
-      const int64_t d1 = plan::MinI(hd, d0 + kDotBlock);
+      const int64_t d1 = base::MinI(hd, d0 + kDotBlock);
       typename S::V acc[R][Vecs];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
@@ -851,7 +851,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         // chains in the same order as f32, a third of the shuffles.
         auto steps = [&](auto pairs) {
           for (; d + 16 <= d1; d += 16) {
-            for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 2) * per, KP); ++e)
+            for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 2) * per, KP); ++e)
               dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
             typename S::V kp[Vecs][8];
             for (int g = 0; g < Vecs; ++g)
@@ -888,7 +888,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
       }
       for (; d < d1; d += 8) {
         // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
-        for (int64_t e = d / 8 * per; e < plan::MinI((d / 8 + 1) * per, KP); ++e)
+        for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
           dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
         typename S::V kv[Vecs][8];
         for (int g = 0; g < Vecs; ++g)
@@ -912,7 +912,7 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
   const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
   for (int64_t g0 = g_begin; g0 < g_end; g0 += kDirectKeys) {
-    const int64_t g1 = plan::MinI(g0 + kDirectKeys, dt.t1);
+    const int64_t g1 = base::MinI(g0 + kDirectKeys, dt.t1);
     if constexpr (T == kBf16 && S::kDotBf16) {
       if (FlashPairsV(t.op)) {
         // bf16 pairs (FlashPairsV): the group's keys two at a time (g0 - t0 and g1 - t0
@@ -1059,16 +1059,16 @@ static inline size_t FlashRowsFloats(const FlashTask& t) {
 }
 
 static size_t FlashTaskScratchFloats(const FlashTask& t) {
-  const size_t state = plan::SatMul(FlashStateFloats(t.op.value_dim), plan::Count(FlashRows(t)));
-  size_t n = plan::SatMul(2, state);
-  n = plan::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
-  n = plan::SatAdd(n, Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys));
-  n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
-  n = plan::SatAdd(n, FlashRowsFloats(t));
-  if (t.op.q_type != kF32) n = plan::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
+  const size_t state = base::SatMul(FlashStateFloats(t.op.value_dim), base::Count(FlashRows(t)));
+  size_t n = base::SatMul(2, state);
+  n = base::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
+  n = base::SatAdd(n, Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys));
+  n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  n = base::SatAdd(n, FlashRowsFloats(t));
+  if (t.op.q_type != kF32) n = base::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
   if (FlashWidens(t)) {
-    n = plan::SatAdd(n, Piece2(kTileKeys, t.op.head_dim));
-    n = plan::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+    n = base::SatAdd(n, Piece2(kTileKeys, t.op.head_dim));
+    n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   }
   return n;
 }
@@ -1077,7 +1077,7 @@ static size_t FlashTaskScratchFloats(const FlashTask& t) {
 static size_t FlashScratchFloats(const FlashTask& t) {
   FlashTask one = t;
   one.kv_heads = 1;
-  return plan::SatMul(FlashTaskScratchFloats(one), plan::Count(t.kv_heads));
+  return base::SatMul(FlashTaskScratchFloats(one), base::Count(t.kv_heads));
 }
 
 static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
@@ -1100,16 +1100,16 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
 // the padded row), zero past value_dim. Keys below `load` other than the strided columns
 // `below` are no row's: not loaded.
 static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim, int64_t value_dim,
-                                   int64_t t0, int64_t load, int64_t t1, plan::Columns below,
+                                   int64_t t0, int64_t load, int64_t t1, base::StridedColumns below,
                                    int64_t tpad, float* dst) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t dvp = PadKeys(value_dim);
   // Blocks of 8 source rows, each block's rows read once into every panel: the reads
   // stay in a few lines, the writes in 8 consecutive rows of each panel.
   for (int64_t b0 = t0; b0 < t1; b0 += 8) {
-    const int64_t b1 = plan::MinI(b0 + 8, t1);
+    const int64_t b1 = base::MinI(b0 + 8, t1);
     for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
-      const int64_t w = plan::MinI(kAvPanel, dvp - p0), real = plan::MinI(w, value_dim - p0);
+      const int64_t w = base::MinI(kAvPanel, dvp - p0), real = base::MinI(w, value_dim - p0);
       for (int64_t j = b0; j < b1; ++j) {
         float* row = dst + p0 * tpad + (j - t0) * w;
         const float* src = v + j * v_row + p0 * v_dim;
@@ -1130,7 +1130,7 @@ static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim,
 // p, pair m holds columns [p * kAvPanel, ...) of keys t0 + 2m and t0 + 2m + 1 (PairRows),
 // zero for keys that are not loaded (below `load` and not in `below`) or past t1.
 static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_dim, int64_t first,
-                                  int64_t t0, int64_t load, int64_t t1, plan::Columns below,
+                                  int64_t t0, int64_t load, int64_t t1, base::StridedColumns below,
                                   int64_t tpad, float* dst) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t dvp = PadKeys(value_dim);
@@ -1145,7 +1145,7 @@ static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_d
     const bool za = a == reinterpret_cast<const float*>(zero),
                zb = b == reinterpret_cast<const float*>(zero);
     for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
-      const int64_t w = plan::MinI(kAvPanel, dvp - p0);
+      const int64_t w = base::MinI(kAvPanel, dvp - p0);
       float* out = dst + p0 * (tpad / 2) + m * w;
       for (int64_t c = 0; c < w; c += L)
         S::Store(S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
@@ -1159,7 +1159,7 @@ static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_d
 // rows of the padded width. Eight keys in a row of one block are transposed as a block
 // where the target has a fast one, as contiguous keys are.
 static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, FlashTile* tile,
-                                 int64_t load, int64_t first, int64_t step, plan::Columns below) {
+                                 int64_t load, int64_t first, int64_t step, base::StridedColumns below) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const Operands& op = t.op;
   const KeyLayout lay{kQkPanel, kQkPanel * op.head_dim, kQkPanel};
@@ -1220,7 +1220,7 @@ static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, Flas
 // are rows of head_dim / 2 pairs, each read as one f32 (PackTile moves them as such).
 static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
                                  int64_t load, int64_t t1, int64_t first, int64_t step,
-                                 plan::Columns below) {
+                                 base::StridedColumns below) {
   const Operands& op = t.op;
   const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
   const bool pairs = S::kDotBf16 && op.q_type == kBf16, pairs_v = pairs && FlashPairsV(op);
@@ -1256,12 +1256,12 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
 // zeros in the packed K tile, value rows not loaded.
 static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
                                  int64_t load, int64_t t1, int64_t first, int64_t step,
-                                 plan::Columns below) {
+                                 base::StridedColumns below) {
   FlashTile tile;
   tile.t0 = t0;
   tile.t1 = t1;
-  tile.tpad = static_cast<int64_t>(plan::RoundUp(plan::Count(t1 - t0), kQkPanel));
-  load = plan::MinI(plan::MaxI(load, t0), t1);
+  tile.tpad = static_cast<int64_t>(base::RoundUp(base::Count(t1 - t0), kQkPanel));
+  load = base::MinI(base::MaxI(load, t0), t1);
   if (t.op.paging) {
     PackPagedTile(t, f, &tile, load, first, step, below);
     return tile;
@@ -1311,7 +1311,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging, tn);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
-      const int64_t j1 = plan::MinI(j + kDirectKeys, t1);
+      const int64_t j1 = base::MinI(j + kDirectKeys, t1);
       DirectTile dt = dts[x];
       if (stage_k) dt.Stage(j, j1, fs[0].kt);
       blocks([&](int64_t i, int64_t h) {
@@ -1351,7 +1351,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   }
   for (int64_t g = t0; g < t1; g += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
-      const int64_t g1 = plan::MinI(g + kDirectKeys, t1);
+      const int64_t g1 = base::MinI(g + kDirectKeys, t1);
       const DirectTile& dt = dts[x];
       blocks([&](int64_t i, int64_t h) {
         const float* p[4];
@@ -1383,16 +1383,16 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
   FlashSpace sp;
   int64_t begin, end, first, step, load;
-  plan::Columns below{0, 0};
+  base::StridedColumns below{0, 0};
   if (chunk < 0) {  // gathered strided columns: plain causal in column space
-    sp.mask = plan::Mask{1, 0, 0, 0, 0};
+    sp.mask = base::Mask{1, 0, 0, 0, 0};
     sp.kv_len = 0;
     sp.floors = false;
     sp.first = t.op.mask.phase;
     sp.step = t.op.mask.stride;
     for (int64_t x = 0; x < nh; ++x)
       for (int64_t r = 0; r < rows; ++r) fs[x].rows[r].qpos = fs[x].rows[r].strided - 1;
-    for (int64_t r = 0; r < rows; ++r) sp.kv_len = plan::MaxI(sp.kv_len, f.rows[r].strided);
+    for (int64_t r = 0; r < rows; ++r) sp.kv_len = base::MaxI(sp.kv_len, f.rows[r].strided);
     begin = 0;
     end = sp.kv_len;
     first = t.op.mask.phase;  // column g is key phase + g * stride
@@ -1408,14 +1408,14 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
     for (int64_t x = 0; x < nh; ++x)
       for (int64_t r = 0; r < rows; ++r) {
         fs[x].rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
-        floor = plan::MinI(floor, fs[x].rows[r].floor);
+        floor = base::MinI(floor, fs[x].rows[r].floor);
       }
-    begin = plan::MaxI(chunk * kChunkKeys, floor);
-    end = plan::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
+    begin = base::MaxI(chunk * kChunkKeys, floor);
+    end = base::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
     first = 0;
     step = 1;
-    load = plan::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
-    below = plan::StridedBelow(t.op.mask, t.op.mask.q_start + t.row_begin);
+    load = base::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
+    below = base::StridedBelow(t.op.mask, t.op.mask.q_start + t.row_begin);
   }
   // With a mask tensor (and no strided columns among the real keys), the tiles outside
   // every row's envelope are neither packed nor read.
@@ -1426,8 +1426,8 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
     env_hi = 0;
     for (int64_t r = 0; r < rows; ++r)
       if (f.rows[r].env_lo < f.rows[r].env_hi) {
-        env_lo = plan::MinI(env_lo, f.rows[r].env_lo);
-        env_hi = plan::MaxI(env_hi, f.rows[r].env_hi);
+        env_lo = base::MinI(env_lo, f.rows[r].env_lo);
+        env_hi = base::MaxI(env_hi, f.rows[r].env_hi);
       }
   }
   // Rows are in order of position, so the first and last rows bound what the task reads.
@@ -1435,10 +1435,10 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   // The first tile a row reads at or after t0, or end.
   auto next_tile = [&](int64_t t0) {
     for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
-      const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+      const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
       if (chunk < 0 ||
           (t1 > env_lo && t0 < env_hi &&
-           plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != plan::kTileEmpty))
+           base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty))
         break;  // else no row reads this tile: not even packed
     }
     return t0;
@@ -1466,18 +1466,18 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   // The keys to fetch while the tile before t0 (the next tile read) is computed: that
   // tile's, or after the unit's last tile the next chunk's first.
   auto upcoming = [&](int64_t t0, int64_t* a, int64_t* b) {
-    *a = plan::MaxI(t0, load);
-    *b = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    *a = base::MaxI(t0, load);
+    *b = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
     if (t0 >= end && chunk >= 0 && next >= 0) {
-      *a = plan::MaxI(plan::MaxI(next * kChunkKeys, begin), load);
-      *b = plan::MinI((*a / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
+      *a = base::MaxI(base::MaxI(next * kChunkKeys, begin), load);
+      *b = base::MinI((*a / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
     }
   };
   const bool direct = chunk >= 0 && FlashDirect(t, step);
   for (int64_t t0 = next_tile(begin); t0 < end;) {
-    const int64_t t1 = plan::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
     if (direct && t1 - t0 == kTileKeys &&
-        plan::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == plan::kTileFull) {
+        base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
       const int64_t t_next = next_tile(t1);
       const FetchTo to = DirectFetch(t.op, t.tuning);
@@ -1511,7 +1511,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       int64_t tfirst = first, tstep = step;
       if (FlashWidens(ts[x])) {
         wide = ts[x];
-        wide.op = WidenTile(ts[x], fs[x], t0, plan::MinI(plan::MaxI(load, t0), t1), t1, first, step,
+        wide.op = WidenTile(ts[x], fs[x], t0, base::MinI(base::MaxI(load, t0), t1), t1, first, step,
                             below);
         tt = &wide;
         tfirst = -t0;
@@ -1551,15 +1551,15 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
       row.q = f.qw + r * hd;
     }
     const int64_t qpos = t.op.mask.q_start + i;
-    const plan::RowKeys k = plan::KeysOf(t.op.mask, qpos, t.op.kv_len);
+    const base::RowKeys k = base::KeysOf(t.op.mask, qpos, t.op.kv_len);
     row.floor = k.lo / kTileKeys * kTileKeys;
     // With chunks, a row's strided columns lie in its chunk: read among the real keys
     // (from the chunk's tile on), not gathered.
     if (has_strided && t.op.mask.chunk > 0)
-      row.floor = plan::MinI(row.floor, k.strided_begin / kTileKeys * kTileKeys);
+      row.floor = base::MinI(row.floor, k.strided_begin / kTileKeys * kTileKeys);
     row.strided = has_strided && t.op.mask.chunk <= 0
-                      ? plan::StridedCount(t.op.mask.stride, t.op.mask.phase,
-                                           plan::MinI(row.floor, k.strided_end))
+                      ? base::StridedCount(t.op.mask.stride, t.op.mask.phase,
+                                           base::MinI(row.floor, k.strided_end))
                       : 0;
     row.mod = RowModsOf(t.op.mods, h, i, qpos);
     row.env_lo = k.lo;
@@ -1568,7 +1568,7 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
       // The mask rows' ends are read backward, each from a new place: fetched a few rows
       // ahead, so that the lines arrive before their row's scan.
       const int64_t ra = r + kEnvelopeAhead, ha = ra / nq, ia = t.row_begin + ra % nq;
-      const int64_t end = plan::KeysOf(t.op.mask, t.op.mask.q_start + ia, t.op.kv_len).hi;
+      const int64_t end = base::KeysOf(t.op.mask, t.op.mask.q_start + ia, t.op.kv_len).hi;
       const uint8_t* m = t.op.mods.mask + ha * t.op.mods.mask_head + ia * t.op.mods.mask_row;
       if (end > 0) __builtin_prefetch(m + (end - 1) * t.op.mods.mask_col, 0, 0);
       if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.mask_col, 0, 0);
@@ -1601,7 +1601,7 @@ static void FinishRows(const FlashTask& t, const FlashScratch& f) {
 }
 
 static void FlashTaskRun(const FlashTask& task, float* scratch) {
-  const int64_t nh = plan::MinI(plan::MaxI(task.kv_heads, 1), kMaxTaskKvHeads);
+  const int64_t nh = base::MinI(base::MaxI(task.kv_heads, 1), kMaxTaskKvHeads);
   const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);
   const size_t stride = FlashStateFloats(task.op.value_dim);
   FlashTask one = task;

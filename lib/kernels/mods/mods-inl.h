@@ -233,18 +233,18 @@ static inline void ModRow(float* s, int64_t a, int64_t b, int64_t key_base, int6
 // Scores [a, b) of a row with space keys `keys`: those of keys outside them, at or past
 // key_end, or on a hole become -inf. Returns whether a hole lies among the row's keys.
 static inline bool MaskRowLanes(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
-                                const plan::RowKeys& keys, const uint64_t* holes) {
+                                const base::RowKeys& keys, const uint64_t* holes) {
   const float ninf = -__builtin_inff();
-  const int64_t lo = plan::MinI(plan::MaxI(keys.lo - key_base, a), b);
-  const int64_t hi = plan::MaxI(plan::MinI(plan::MinI(keys.hi, key_end) - key_base, b), lo);
+  const int64_t lo = base::MinI(base::MaxI(keys.lo - key_base, a), b);
+  const int64_t hi = base::MaxI(base::MinI(base::MinI(keys.hi, key_end) - key_base, b), lo);
   // Below the dense run: the strided columns in [strided_begin, strided_end) stay.
   int64_t jj = a;
   int64_t col_end = a;  // one past the last strided column kept
   if (keys.stride > 0 && keys.strided_end > keys.strided_begin) {
     int64_t c =
-        plan::NextOnStride(plan::MaxI(keys.strided_begin, key_base + a), keys.stride, keys.phase) -
+        base::NextOnStride(base::MaxI(keys.strided_begin, key_base + a), keys.stride, keys.phase) -
         key_base;
-    const int64_t end = plan::MinI(plan::MinI(keys.strided_end, key_end) - key_base, lo);
+    const int64_t end = base::MinI(base::MinI(keys.strided_end, key_end) - key_base, lo);
     for (; c < end; c += keys.stride) {
       FillRun(s, 1, jj, c, ninf);
       jj = c + 1;
@@ -277,7 +277,7 @@ static inline bool MaskRowLanes(float* s, int64_t a, int64_t b, int64_t key_base
 __attribute__((noinline)) static bool ModifyAndMask(float* s, int64_t a, int64_t b,
                                                     int64_t key_base, int64_t key_end,
                                                     int64_t first, int64_t step, const RowMods& m,
-                                                    const plan::RowKeys& keys, uint64_t* holes) {
+                                                    const base::RowKeys& keys, uint64_t* holes) {
   ModRow(s, a, b, key_base, key_end, first, step, m, holes);
   return MaskRowLanes(s, a, b, key_base, key_end, keys, holes);
 }
@@ -285,16 +285,16 @@ __attribute__((noinline)) static bool ModifyAndMask(float* s, int64_t a, int64_t
 // Stage: the modifiers of one head in place, row i at q_start + i, through a padded
 // copy of each row; -inf biases mask their entries (-inf, whatever the score was).
 static size_t ModifyScratchFloats(int64_t cols) {
-  return plan::SatAdd(Piece(plan::Count(PadKeys(cols))),
-                      Piece(plan::SatMul(plan::Count(HoleWords(cols)), 2)));
+  return base::SatAdd(Piece(base::Count(PadKeys(cols))),
+                      Piece(base::SatMul(base::Count(HoleWords(cols)), 2)));
 }
 
 static void ModifyRows(Matrix s, int64_t rows, int64_t cols, int64_t q_start, const Mods& mods,
                        float* scratch) {
   const int64_t padded = PadKeys(cols);
   float* buf = scratch;
-  uint64_t* holes = reinterpret_cast<uint64_t*>(scratch + Piece(plan::Count(padded)));
-  const plan::RowKeys all{0, cols, 0, 0, 0};
+  uint64_t* holes = reinterpret_cast<uint64_t*>(scratch + Piece(base::Count(padded)));
+  const base::RowKeys all{0, cols, 0, 0, 0};
   for (int64_t i = 0; i < rows; ++i) {
     float* row = s.data + i * s.row;
     for (int64_t j = 0; j < cols; ++j) buf[j] = row[j * s.col];

@@ -3,21 +3,21 @@
 // S, after the common, qk, softmax, mods and av families.
 
 static size_t NaiveF32ScratchFloats(const Operands& t) {
-  const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
+  const int64_t kend = base::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
   const int64_t kpad = PadKeys(kend);
   size_t n = Piece2(t.head_dim, KtStride(kpad));
-  n = plan::SatAdd(n, Piece2(t.q_len, kpad));
-  n = plan::SatAdd(n, plan::SatMul(2, Piece(plan::Count(t.q_len))));  // row_lse, row_any
-  n = plan::SatAdd(n, ValuesScratch(kend, t.value_dim, t.v_dim));
-  n = plan::SatAdd(n, Piece2(kRowBlock, PadKeys(t.value_dim)));
+  n = base::SatAdd(n, Piece2(t.q_len, kpad));
+  n = base::SatAdd(n, base::SatMul(2, Piece(base::Count(t.q_len))));  // row_lse, row_any
+  n = base::SatAdd(n, ValuesScratch(kend, t.value_dim, t.v_dim));
+  n = base::SatAdd(n, Piece2(kRowBlock, PadKeys(t.value_dim)));
   // With modifiers: each row's hole bits (two floats per word).
-  if (t.mods.Scores()) n = plan::SatAdd(n, Piece2(t.q_len, 2 * HoleWords(kpad)));
+  if (t.mods.Scores()) n = base::SatAdd(n, Piece2(t.q_len, 2 * HoleWords(kpad)));
   return n;
 }
 
 // o row i = sum of the row's keys other than its holes, one row at a time.
 static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p, const float* v,
-                                   int64_t v_row, const plan::RowKeys& keys, const uint64_t* holes,
+                                   int64_t v_row, const base::RowKeys& keys, const uint64_t* holes,
                                    float* tmp) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t dvp = PadKeys(t.value_dim);
@@ -36,17 +36,17 @@ static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p,
 static void NaiveF32Head(const Operands& t, float* scratch) {
   // Keys [kbegin, kend) and the strided columns below are the only ones a row of this
   // head may read: nothing else is loaded (other packed keys are zeros, and masked).
-  const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
-  const int64_t kbegin = plan::MinI(plan::KeyBegin(t.mask, t.mask.q_start), kend);
-  const plan::Columns below = plan::StridedBelow(t.mask, t.mask.q_start);
+  const int64_t kend = base::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
+  const int64_t kbegin = base::MinI(base::KeyBegin(t.mask, t.mask.q_start), kend);
+  const base::StridedColumns below = base::StridedBelow(t.mask, t.mask.q_start);
   const int64_t kpad = PadKeys(kend);
   const bool modded = t.mods.Scores();
   const int64_t hole_words = HoleWords(kpad);
   float* kt = scratch;
   float* s = kt + Piece2(t.head_dim, KtStride(kpad));
   float* row_lse = s + Piece2(t.q_len, kpad);
-  float* row_any = row_lse + Piece(plan::Count(t.q_len));
-  float* vpack = row_any + Piece(plan::Count(t.q_len));
+  float* row_any = row_lse + Piece(base::Count(t.q_len));
+  float* vpack = row_any + Piece(base::Count(t.q_len));
   float* otmp = vpack + ValuesScratch(kend, t.value_dim, t.v_dim);
   uint64_t* holes = reinterpret_cast<uint64_t*>(otmp + Piece2(kRowBlock, PadKeys(t.value_dim)));
   PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, below, kpad, t.head_dim, kt,
@@ -65,8 +65,8 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
               modded);
   }
 
-  const plan::RowKeys none{0, 0, 0, 0, 0};
-  auto keys_of = [&](int64_t row) { return plan::KeysOf(t.mask, t.mask.q_start + row, t.kv_len); };
+  const base::RowKeys none{0, 0, 0, 0, 0};
+  auto keys_of = [&](int64_t row) { return base::KeysOf(t.mask, t.mask.q_start + row, t.kv_len); };
   // With modifiers: the raw scores get them, then the analytic mask and the holes.
   auto row_holes = [&](int64_t row) { return holes + row * hole_words; };
   if (modded) {
@@ -75,12 +75,12 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
       for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
       const int64_t qpos = t.mask.q_start + i;
       const RowMods m = RowModsOf(t.mods, 0, i, qpos);
-      const plan::RowKeys k = keys_of(i);
+      const base::RowKeys k = keys_of(i);
       if (m.mask) {
         const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
         const int64_t jb = strided ? k.strided_begin : k.lo;
         const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
-        ScanMaskRow(m.mask, m.mask_col, 0, 1, 0, jb, plan::MaxI(jb, je), h);
+        ScanMaskRow(m.mask, m.mask_col, 0, 1, 0, jb, base::MaxI(jb, je), h);
       }
       float* row = s + i * kpad;
       ModRow(row, 0, kpad, 0, kend, 0, 1, m, h);
@@ -117,7 +117,7 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
   i = 0;
   for (; i + kRowBlock <= t.q_len; i += kRowBlock) {
     const float* p[kRowBlock];
-    plan::RowKeys keys[kRowBlock];
+    base::RowKeys keys[kRowBlock];
     bool holey = false;
     for (int r = 0; r < kRowBlock; ++r) {
       p[r] = s + (i + r) * kpad;
@@ -134,7 +134,7 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
   }
   for (; i < t.q_len; ++i) {
     const float* p[1] = {s + i * kpad};
-    plan::RowKeys keys[1] = {keys_av(i)};
+    base::RowKeys keys[1] = {keys_av(i)};
     if (has_holes(i)) {
       AvStoreRowHoles(t, i, p[0], v, v_row, keys[0], row_holes(i), otmp);
     } else {
@@ -148,7 +148,7 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
 // even).
 // Null `scratch`: only the widened operands' strides (for the size function).
 static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
-  const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
+  const int64_t kend = base::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
   const int64_t hd = t.head_dim, dv = t.value_dim;
   Operands w = t;
   w.q_row = w.k_row = hd, w.v_row = w.o_row = dv;
@@ -164,8 +164,8 @@ static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
     WidenRowV(ElemAt(t.q, i * t.q_row, t.q_type), t.q_dim, t.q_type, hd, q + i * hd);
   // Only the rows a query may read (as NaiveF32Head loads them): the others stay
   // unloaded, whatever memory they are in.
-  const int64_t kbegin = plan::MinI(plan::KeyBegin(t.mask, t.mask.q_start), kend);
-  const plan::Columns below = plan::StridedBelow(t.mask, t.mask.q_start);
+  const int64_t kbegin = base::MinI(base::KeyBegin(t.mask, t.mask.q_start), kend);
+  const base::StridedColumns below = base::StridedBelow(t.mask, t.mask.q_start);
   for (int64_t j = 0; j < kend; ++j) {
     if (j < kbegin && !below.Has(j)) continue;
     WidenRowV(KeyRow(t, j), t.k_dim, t.k_type, hd, k + j * hd);
@@ -174,16 +174,16 @@ static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
   return w;
 }
 static size_t NaiveWidenFloats(const Operands& t) {
-  const int64_t kend = plan::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
-  size_t n = plan::SatAdd(Piece2(t.q_len, t.head_dim), Piece2(kend, t.head_dim));
-  n = plan::SatAdd(n, Piece2(kend, t.value_dim));
-  return plan::SatAdd(n, Piece2(t.q_len, t.value_dim));
+  const int64_t kend = base::KeyEnd(t.mask, t.mask.q_start + t.q_len, t.kv_len);
+  size_t n = base::SatAdd(Piece2(t.q_len, t.head_dim), Piece2(kend, t.head_dim));
+  n = base::SatAdd(n, Piece2(kend, t.value_dim));
+  return base::SatAdd(n, Piece2(t.q_len, t.value_dim));
 }
 
 static size_t NaiveScratchFloats(const Operands& t) {
   if (t.F32()) return NaiveF32ScratchFloats(t);
   float* o = nullptr;
-  return plan::SatAdd(NaiveWidenFloats(t), NaiveF32ScratchFloats(NaiveWidened(t, nullptr, &o)));
+  return base::SatAdd(NaiveWidenFloats(t), NaiveF32ScratchFloats(NaiveWidened(t, nullptr, &o)));
 }
 
 static void NaiveHead(const Operands& t, float* scratch) {

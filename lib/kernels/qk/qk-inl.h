@@ -23,20 +23,20 @@ struct KeyLayout {
 // and the strided columns `below` under j_load; zero for the other keys below j_load (no
 // row of the task may read them: never loaded) and up to `padded` keys.
 static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64_t j_begin,
-                             int64_t j_load, int64_t j_end, plan::Columns below, int64_t padded,
+                             int64_t j_load, int64_t j_end, base::StridedColumns below, int64_t padded,
                              int64_t head_dim, float* kt, KeyLayout lay) {
   const int64_t skip = j_load - j_begin, n = j_end - j_begin, row = lay.row;
   for (int64_t lo = 0; lo < padded;) {
     const int64_t hi =
-        plan::MinI(padded, lay.width == INT64_MAX ? padded : (lo / lay.width + 1) * lay.width);
+        base::MinI(padded, lay.width == INT64_MAX ? padded : (lo / lay.width + 1) * lay.width);
     float* base = lay.Base(kt, lo);
     int64_t jj = lo;
-    for (; jj < plan::MinI(hi, skip); ++jj) {
+    for (; jj < base::MinI(hi, skip); ++jj) {
       const bool readable = below.Has(j_begin + jj);
       const float* src = k + (j_begin + jj) * k_row;
       for (int64_t d = 0; d < head_dim; ++d) base[d * row + jj] = readable ? src[d * k_dim] : 0.0f;
     }
-    const int64_t end = plan::MaxI(jj, plan::MinI(hi, n));
+    const int64_t end = base::MaxI(jj, base::MinI(hi, n));
     int64_t j8 = jj, d8 = 0;  // the part done by 8x8 block transposes
     if constexpr (S::kBlockTranspose) {
       if (k_dim == 1) {
@@ -111,7 +111,7 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
-    const int64_t d1 = plan::MinI(head_dim, d0 + kBlock);
+    const int64_t d1 = base::MinI(head_dim, d0 + kBlock);
     QkChain<R, C, P>(q, q_dim, kt, kt_stride, d0, d1, acc);
     StoreDotBlock<R, C>(acc, out, d0 > 0, d1 == head_dim, vs);
   }
@@ -179,22 +179,22 @@ OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t k
 template <int R, int C, bool P = false, bool A = false>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
-                           int64_t kv_len, const plan::Mask& mask, const int64_t* qpos, float scale,
+                           int64_t kv_len, const base::Mask& mask, const int64_t* qpos, float scale,
                            float* const* dst, bool all_allowed = false) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
-  const int64_t a1 = plan::MinI(a0 + C * L, key_end);
+  const int64_t a1 = base::MinI(a0 + C * L, key_end);
   float* out[R];
   int64_t qmin = qpos[0], qmax = qpos[0];
   for (int r = 0; r < R; ++r) {
     out[r] = dst[r] + j0;
-    qmin = plan::MinI(qmin, qpos[r]);
-    qmax = plan::MaxI(qmax, qpos[r]);
+    qmin = base::MinI(qmin, qpos[r]);
+    qmax = base::MaxI(qmax, qpos[r]);
   }
-  const plan::TileKind kind = all_allowed ? plan::kTileFull
-                              : a1 <= a0  ? plan::kTileEmpty
-                                          : plan::Classify(mask, qmin, qmax + 1, a0, a1, kv_len);
-  if (kind == plan::kTileEmpty) {
+  const base::TileKind kind = all_allowed ? base::kTileFull
+                              : a1 <= a0  ? base::kTileEmpty
+                                          : base::Classify(mask, qmin, qmax + 1, a0, a1, kv_len);
+  if (kind == base::kTileEmpty) {
     const typename S::V ninf = S::Set(-__builtin_inff());
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
@@ -205,12 +205,12 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
   } else {
     QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   }
-  if (kind == plan::kTilePartial || a1 < a0 + C * L) {
+  if (kind == base::kTilePartial || a1 < a0 + C * L) {
     // Each row's keys as ranges (the mask's own description of a row): a dense run and
     // the strided columns below it, stepped to without a division per key.
     for (int r = 0; r < R; ++r) {
-      const plan::RowKeys k = plan::KeysOf(mask, qpos[r], kv_len);
-      int64_t column = k.stride > 0 ? plan::NextOnStride(a0, k.stride, k.phase) : a1;
+      const base::RowKeys k = base::KeysOf(mask, qpos[r], kv_len);
+      int64_t column = k.stride > 0 ? base::NextOnStride(a0, k.stride, k.phase) : a1;
       for (int64_t jj = 0; jj < C * L; ++jj) {
         const int64_t j = a0 + jj;
         bool allowed = j < a1 && j >= k.lo && j < k.hi;
@@ -232,7 +232,7 @@ constexpr int kQkVecs = 2;
 template <int R>
 static inline void QkRows(const float* q, int64_t q_row, int64_t q_dim, int64_t head_dim,
                           int64_t i0, const float* kt, int64_t padded, int64_t key_end,
-                          int64_t kv_len, const plan::Mask& mask, float scale, float* const* dst,
+                          int64_t kv_len, const base::Mask& mask, float scale, float* const* dst,
                           bool raw = false) {
   const int64_t kt_stride = KtStride(padded);
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
@@ -254,7 +254,7 @@ static inline void QkRows(const float* q, int64_t q_row, int64_t q_dim, int64_t 
 // Stage: unscaled, unmasked q k^T of one head, kRowBlock rows at a time.
 static size_t ScoresScratchFloats(int64_t kv_len, int64_t head_dim) {
   const int64_t kpad = PadKeys(kv_len);
-  return plan::SatAdd(Piece2(head_dim, KtStride(kpad)), Piece2(kRowBlock, kpad));
+  return base::SatAdd(Piece2(head_dim, KtStride(kpad)), Piece2(kRowBlock, kpad));
 }
 
 static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_len, int64_t kv_len,
@@ -262,11 +262,11 @@ static void ScoresHead(ConstMatrix q, ConstMatrix k, Matrix scores, int64_t q_le
   const int64_t kpad = PadKeys(kv_len);
   float* kt = scratch;
   float* s = kt + Piece2(head_dim, KtStride(kpad));
-  PackKeysT(k.data, k.row, k.col, 0, 0, kv_len, plan::Columns{0, 0}, kpad, head_dim, kt,
+  PackKeysT(k.data, k.row, k.col, 0, 0, kv_len, base::StridedColumns{0, 0}, kpad, head_dim, kt,
             KeyLayout::Flat(KtStride(kpad)));
-  const plan::Mask full{0, 0, 0, 0, 0};
+  const base::Mask full{0, 0, 0, 0, 0};
   for (int64_t i = 0; i < q_len; i += kRowBlock) {
-    const int64_t rows = plan::MinI(kRowBlock, q_len - i);
+    const int64_t rows = base::MinI(kRowBlock, q_len - i);
     float* dst[kRowBlock];
     for (int r = 0; r < kRowBlock; ++r) dst[r] = s + r * kpad;
     if (rows == kRowBlock) {

@@ -61,7 +61,7 @@ static void ScaleRows(Matrix s, int64_t rows, int64_t cols, float scale) {
 }
 
 // Stage: softmax of each row through a padded copy in scratch (PadKeys(cols) floats).
-static size_t SoftmaxScratchFloats(int64_t cols) { return Piece(plan::Count(PadKeys(cols))); }
+static size_t SoftmaxScratchFloats(int64_t cols) { return Piece(base::Count(PadKeys(cols))); }
 
 static void SoftmaxRows(Matrix s, int64_t rows, int64_t cols, float* lse, int64_t lse_row,
                         float sink, float* buf) {

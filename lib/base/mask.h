@@ -1,18 +1,19 @@
-// The mask formula as key ranges, the classification of tiles against it, and the
-// saturating size arithmetic of scratch: pure functions of shapes, below both the
-// schedule (schedule.h) and the kernels.
+// The ground floor's mask geometry: the analytic mask's formula as key ranges and the
+// classification of tiles against it, pure functions below both the plan and the
+// kernels.
 //
-// Everything here has internal linkage (unnamed namespace): the header is included by
-// per-arch translation units compiled with wider instruction sets, and an inline
-// function with external linkage could be merged by the linker into one AVX-512 copy.
-#ifndef OCTATTN_LIB_PLAN_PLAN_H_
-#define OCTATTN_LIB_PLAN_PLAN_H_
+// Everything on the ground floor has internal linkage (unnamed namespace): its headers
+// are included by per-arch translation units compiled with wider instruction sets, and
+// an inline function with external linkage could be merged by the linker into one
+// AVX-512 copy that every caller then runs.
+#ifndef OCTATTN_LIB_BASE_MASK_H_
+#define OCTATTN_LIB_BASE_MASK_H_
 
 #include <stddef.h>
 #include <stdint.h>
 
 namespace octattn {
-namespace plan {
+namespace base {
 
 // The mask of one call in the coordinates of its keys: key row j is at position j, query
 // row i at q_start + i (the call's q_start minus its k_start), and the strided columns
@@ -41,7 +42,7 @@ struct RowKeys {
 };
 
 // A set of strided columns: key rows j >= begin with j % stride == phase (stride 0: none).
-struct Columns {
+struct StridedColumns {
   int64_t stride, phase;
   int64_t begin = 0;
   bool Has(int64_t j) const { return stride > 0 && j >= begin && j % stride == phase; }
@@ -75,7 +76,7 @@ inline bool Allowed(const Mask& m, int64_t qpos, int64_t j) {
   const int64_t d = qpos - j;
   if (d < 0) return false;
   if (m.window <= 0) return true;
-  return d < m.window || Columns{m.stride, m.phase}.Has(j);
+  return d < m.window || StridedColumns{m.stride, m.phase}.Has(j);
 }
 
 inline RowKeys KeysOf(const Mask& m, int64_t qpos, int64_t kv_len) {
@@ -166,33 +167,13 @@ inline int64_t KeyBegin(const Mask& m, int64_t qpos_first) {
 }
 // The strided columns below KeyBegin(m, qpos_first) that rows from `qpos_first` on may
 // still read (stride 0: none).
-inline Columns StridedBelow(const Mask& m, int64_t qpos_first) {
-  if (!m.causal || m.window <= 0) return Columns{0, 0};
-  return Columns{m.stride, m.phase, m.chunk > 0 ? MaxI(0, ChunkStart(m, qpos_first)) : 0};
-}
-
-// The alignment of every scratch buffer, slot and table (a cache line).
-constexpr size_t kAlign = 64;
-
-// Sizes of scratch, in size_t with saturating arithmetic: a size that does not fit
-// becomes SIZE_MAX, which no allocation satisfies and validation reports as OVERFLOW.
-inline size_t SatAdd(size_t a, size_t b) {
-  size_t r;
-  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-inline size_t SatMul(size_t a, size_t b) {
-  size_t r;
-  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-// A non-negative count as a size.
-inline size_t Count(int64_t n) { return n < 0 ? 0 : static_cast<size_t>(n); }
-// n rounded up to a multiple of `to` (saturating).
-inline size_t RoundUp(size_t n, size_t to) {
-  return n > SIZE_MAX - to ? SIZE_MAX : (n + to - 1) / to * to;
+inline StridedColumns StridedBelow(const Mask& m, int64_t qpos_first) {
+  if (!m.causal || m.window <= 0) return StridedColumns{0, 0};
+  return StridedColumns{m.stride, m.phase, m.chunk > 0 ? MaxI(0, ChunkStart(m, qpos_first)) : 0};
 }
 
 }  // namespace
-}  // namespace plan
+}  // namespace base
 }  // namespace octattn
 
-#endif  // OCTATTN_LIB_PLAN_PLAN_H_
+#endif  // OCTATTN_LIB_BASE_MASK_H_

@@ -4,8 +4,8 @@
 // by round to nearest even (NaN stays NaN). Scalar and branch-light: the reference, the
 // boundary and the per-target kernels share them (compiled for each target, the loops
 // that call them vectorize there).
-#ifndef OCTATTN_LIB_KERNELS_COMMON_DTYPE_H_
-#define OCTATTN_LIB_KERNELS_COMMON_DTYPE_H_
+#ifndef OCTATTN_LIB_BASE_DTYPE_H_
+#define OCTATTN_LIB_BASE_DTYPE_H_
 
 #include <stdint.h>
 #include <string.h>
@@ -13,10 +13,12 @@
 #include <type_traits>
 
 namespace octattn {
-namespace kernels {
+namespace base {
 
 // Numbering matches OCTATTN_DTYPE_*.
 enum Dtype : int32_t { kF32 = 1, kBf16 = 2, kF16 = 3 };
+
+namespace {  // internal linkage: mask.h says why
 
 inline int64_t DtypeBytes(Dtype t) { return t == kF32 ? 4 : 2; }
 
@@ -105,7 +107,8 @@ inline P* ElemAt(P* p, int64_t i, Dtype t) {
   return reinterpret_cast<P*>(reinterpret_cast<Byte*>(p) + i * DtypeBytes(t));
 }
 
-}  // namespace kernels
+}  // namespace
+}  // namespace base
 }  // namespace octattn
 
-#endif  // OCTATTN_LIB_KERNELS_COMMON_DTYPE_H_
+#endif  // OCTATTN_LIB_BASE_DTYPE_H_
