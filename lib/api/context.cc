@@ -1,7 +1,11 @@
 // Context state: SIMD selection, scratch reuse and the memory limit.
 #include "lib/api/context.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
 
 octattn_context::~octattn_context() { std::free(scratch); }
 
@@ -65,13 +69,144 @@ Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t
   return Check();
 }
 
-void RecordRun(octattn_context* ctx, octattn_algorithm algorithm, const kernels::Table* table) {
+void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::Table* table) {
   ctx->last_run.struct_size = sizeof(octattn_run_info);
-  ctx->last_run.algorithm = algorithm;
-  ctx->last_run.backend = table ? static_cast<octattn_backend>(table->backend) : 0;
-  ctx->last_run.target = table ? static_cast<octattn_target>(table->target) : OCTATTN_TARGET_SCALAR;
+  ctx->last_run.algorithm = algorithm == plan::Algorithm::kReference ? OCTATTN_ALGORITHM_REFERENCE
+                            : algorithm == plan::Algorithm::kNaive   ? OCTATTN_ALGORITHM_NAIVE
+                                                                     : OCTATTN_ALGORITHM_FUSED;
+  ctx->last_run.backend = static_cast<octattn_backend>(table->backend);
+  ctx->last_run.target = static_cast<octattn_target>(table->target);
   ctx->last_run.threads = ctx->pool->threads();
 }
 
 }  // namespace api
 }  // namespace octattn
+
+namespace api = octattn::api;
+namespace kernels = octattn::kernels;
+
+namespace {
+
+// A thread cap from OCTATTN_THREADS: a decimal integer in [0, INT32_MAX], else none (-1).
+int32_t ThreadsFromEnvironment() {
+  const char* text = std::getenv("OCTATTN_THREADS");
+  if (!text || !*text) return -1;
+  int64_t n = 0;
+  for (const char* c = text; *c; ++c) {
+    if (*c < '0' || *c > '9') return -1;
+    n = n * 10 + (*c - '0');
+    if (n > INT32_MAX) return -1;
+  }
+  return static_cast<int32_t>(n);
+}
+
+}  // namespace
+
+extern "C" {
+
+octattn_status octattn_context_create(octattn_context** out) {
+  return api::Guard(nullptr, [&]() -> api::Check {
+    if (!out) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "out is NULL");
+    auto ctx = std::make_unique<octattn_context>();
+    const int32_t threads = ThreadsFromEnvironment();
+    ctx->pool = std::make_unique<octattn::parallel::Pool>(threads < 0 ? 0 : threads);
+    const char* backend = std::getenv("OCTATTN_BACKEND");
+    const char* target = std::getenv("OCTATTN_TARGET");
+    octattn_backend b = OCTATTN_BACKEND_AUTO;
+    octattn_target t = OCTATTN_TARGET_AUTO;
+    if (backend)
+      for (octattn_backend i = OCTATTN_BACKEND_HIGHWAY; i <= OCTATTN_BACKEND_XSIMD; ++i)
+        if (std::strcmp(backend, octattn_backend_name(i)) == 0) b = i;
+    if (target)
+      for (octattn_target i = OCTATTN_TARGET_SCALAR; i <= octattn::kernels::kLastTarget; ++i)
+        if (std::strcmp(target, octattn_target_name(i)) == 0) t = i;
+    const kernels::Table* table = nullptr;
+    if (!octattn::api::ResolveTarget(b, t, &table).failed()) {
+      ctx->backend = b;
+      ctx->target = t;
+    } else if (!octattn::api::ResolveTarget(b, OCTATTN_TARGET_AUTO, &table).failed()) {
+      ctx->backend = b;
+    } else {
+      octattn::api::ResolveTarget(OCTATTN_BACKEND_AUTO, OCTATTN_TARGET_AUTO, &table);
+    }
+    ctx->table = table;
+    *out = ctx.release();
+    return api::Check();
+  });
+}
+
+void octattn_context_destroy(octattn_context* ctx) { delete ctx; }
+
+octattn_status octattn_context_set_threads(octattn_context* ctx, int32_t threads) {
+  return api::Guard(ctx, [&]() -> api::Check {
+    OCTATTN_CHECK(api::NeedContext(ctx));
+    if (threads < 0) return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "threads is negative");
+    ctx->pool = std::make_unique<octattn::parallel::Pool>(threads);
+    return api::Check();
+  });
+}
+
+octattn_status octattn_context_get_threads(const octattn_context* ctx, int32_t* out) {
+  if (!ctx || !out) return OCTATTN_ERROR_NULL_POINTER;
+  *out = ctx->pool->threads();
+  return OCTATTN_OK;
+}
+
+octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend backend,
+                                          octattn_target target) {
+  return api::Guard(ctx, [&]() -> api::Check {
+    OCTATTN_CHECK(api::NeedContext(ctx));
+    const kernels::Table* table;
+    OCTATTN_CHECK(octattn::api::ResolveTarget(backend, target, &table));
+    ctx->backend = backend;
+    ctx->target = target;
+    ctx->table = table;
+    return api::Check();
+  });
+}
+
+octattn_status octattn_context_set_memory_limit(octattn_context* ctx, uint64_t bytes) {
+  if (!ctx) return OCTATTN_ERROR_NULL_POINTER;
+  ctx->memory_limit = bytes;
+  return OCTATTN_OK;
+}
+
+const char* octattn_context_last_error(const octattn_context* ctx) {
+  return ctx ? ctx->last_error.c_str() : "";
+}
+
+octattn_status octattn_context_last_run(const octattn_context* ctx, octattn_run_info* info) {
+  if (!ctx || !info) return OCTATTN_ERROR_NULL_POINTER;
+  if (info->struct_size < octattn::api::kRunInfoSize_0_1) return OCTATTN_ERROR_STRUCT_SIZE;
+  // Only the bytes the caller's struct has: an older caller's struct is shorter.
+  const size_t size = info->struct_size;
+  const size_t n = std::min(size, sizeof(octattn_run_info));
+  std::memcpy(info, &ctx->last_run, n);
+  info->struct_size = size;
+  return OCTATTN_OK;
+}
+
+octattn_status octattn_available_targets(octattn_backend backend, octattn_target* targets,
+                                         size_t capacity, size_t* count) {
+  return api::Guard(nullptr, [&]() -> api::Check {
+    if (!count) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "count is NULL");
+    if (capacity > 0 && !targets) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "targets is NULL");
+    if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
+      return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
+    size_t n = 0;
+    // Best first, then the targets auto never picks (amx_bf16).
+    auto add = [&](octattn_target t) {
+      const kernels::Table* table;
+      if (octattn::api::ResolveTarget(backend, t, &table).failed()) return;
+      if (n < capacity) targets[n] = t;
+      ++n;
+    };
+    for (octattn_target t = octattn::kernels::kLastTarget; t >= OCTATTN_TARGET_SCALAR; --t)
+      if (t != OCTATTN_TARGET_AMX_BF16) add(t);
+    add(OCTATTN_TARGET_AMX_BF16);
+    *count = n;
+    return api::Check();
+  });
+}
+
+}  // extern "C"

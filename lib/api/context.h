@@ -14,6 +14,7 @@
 #include "lib/api/validate.h"
 #include "lib/kernels/kernels.h"
 #include "lib/parallel/parallel.h"
+#include "lib/plan/schedule.h"
 #include "octattn.h"
 
 struct octattn_context {
@@ -47,17 +48,8 @@ Check ResolveTarget(octattn_backend backend, octattn_target target, const kernel
 Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t workspace_size,
                      void** out);
 
-void RecordRun(octattn_context* ctx, octattn_algorithm algorithm, const kernels::Table* table);
-
-// Runs body(task, slot_scratch) for each of `tasks` on the context's pool, each thread's
-// slot being `slot_bytes` of `scratch`. The one runner of the composed call and the stages.
-template <class Body>
-void RunTasks(octattn_context* ctx, int64_t tasks, void* scratch, size_t slot_bytes, Body&& body) {
-  char* base = static_cast<char*>(scratch);
-  ctx->pool->Run(tasks, [&](int64_t task, int slot) {
-    body(task, base + static_cast<size_t>(slot) * slot_bytes);
-  });
-}
+// Notes what a call ran (octattn_context_last_run).
+void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::Table* table);
 
 // Runs body() and maps a Check or an exception to the status it returns, recording the
 // message in the context. Every extern "C" function with a context goes through it.

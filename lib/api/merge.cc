@@ -8,6 +8,7 @@
 #include "lib/kernels/merge/merge.h"
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
+#include "lib/run/run.h"
 #include "octattn.h"
 
 namespace base = octattn::base;
@@ -87,7 +88,7 @@ octattn_status octattn_merge(octattn_context* ctx, size_t parts, const octattn_t
     auto at = [](const octattn_tensor& t, int64_t b, int64_t h, int64_t i) {
       return static_cast<float*>(t.data) + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
     };
-    api::RunTasks(ctx, to.shape[0] * heads, scratch, slot, [&](int64_t task, void* s) {
+    octattn::run::RunTasks(*ctx->pool, to.shape[0] * heads, scratch, slot, [&](int64_t task, void* s) {
       const int64_t b = task / heads, h = task % heads;
       auto* partial = static_cast<kernels::PartialRow*>(s);
       double* acc = reinterpret_cast<double*>(

@@ -9,6 +9,7 @@
 #include "lib/kernels/layout/layout.h"
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
+#include "lib/run/run.h"
 #include "octattn.h"
 
 namespace base = octattn::base;
@@ -45,14 +46,14 @@ api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t
   OCTATTN_CHECK(octattn::api::AcquireScratch(
       ctx, base::SatAdd(base::SatMul(slot, base::Count(ctx->pool->threads())), base::kAlign),
       nullptr, 0, &scratch));
-  octattn::api::RunTasks(ctx, batch * heads, scratch, slot, [&](int64_t task, void* s) {
+  octattn::run::RunTasks(*ctx->pool, batch * heads, scratch, slot, [&](int64_t task, void* s) {
     body(task / heads, task % heads, static_cast<float*>(s));
   });
   return api::Check();
 }
 
 void Record(octattn_context* ctx, const kernels::Table* table) {
-  octattn::api::RecordRun(ctx, OCTATTN_ALGORITHM_NAIVE, table);
+  octattn::api::RecordRun(ctx, plan::Algorithm::kNaive, table);
 }
 
 float* At(const api::TensorInfo& t, int64_t b, int64_t h) {
@@ -167,7 +168,7 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
       const kernels::Matrix m = HeadOf(ts, b, h);
       table->mask_rows(m, q_len, kv_len, mask);
       if (!mods.mask) return;
-      const uint8_t* bits = api::ModsAt(mods, tb, tm, b, h).mask;
+      const uint8_t* bits = octattn::run::ModsAt(mods, tb, tm, b, h).mask;
       for (int64_t i = 0; i < q_len; ++i)
         for (int64_t j = 0; j < kv_len; ++j)
           if (bits[i * mods.mask_row + j * mods.mask_col] == 0)
@@ -199,7 +200,7 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->modify_scratch_floats(kv_len),
                              [&](int64_t b, int64_t h, float* scratch) {
                                table->modify_rows(HeadOf(ts, b, h), q_len, kv_len, mask.q_start,
-                                                  api::ModsAt(mods, tb, tm, b, h), scratch);
+                                                  octattn::run::ModsAt(mods, tb, tm, b, h), scratch);
                              }));
     Record(ctx, table);
     return api::Check();

@@ -392,16 +392,6 @@ Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
   return Check();
 }
 
-kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const TensorInfo& mask,
-                     int64_t b, int64_t h) {
-  kernels::Mods r = m;
-  if (r.slopes) r.slopes += h;
-  if (r.sinks) r.sinks += h;
-  if (r.bias) r.bias += b * bias.stride[0] + h * bias.stride[1];
-  if (r.mask) r.mask += b * mask.stride[0] + h * mask.stride[1];
-  return r;
-}
-
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&

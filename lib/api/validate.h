@@ -11,6 +11,7 @@
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
 #include "lib/plan/schedule.h"
+#include "lib/run/call.h"
 #include "octattn.h"
 
 namespace octattn {
@@ -35,15 +36,8 @@ Check Fail(octattn_status code, std::string message);
 constexpr int64_t kMaxSize = int64_t{1} << 60;
 constexpr int64_t kMaxPosition = int64_t{1} << 62;
 
-// A tensor that passed validation: sizes >= 1, strides >= 0, and the byte range [lo, hi)
-// its elements occupy.
-struct TensorInfo {
-  float* data = nullptr;  // the data pointer (bytes for a bool tensor, 16-bit elements)
-  base::Dtype type = base::kF32;
-  int64_t shape[4] = {0, 0, 0, 0};
-  int64_t stride[4] = {0, 0, 0, 0};
-  uintptr_t lo = 0, hi = 0;
-};
+// A tensor that passed validation (the runners' type).
+using run::TensorInfo;
 
 enum class Role { kInput, kOutput };
 
@@ -115,9 +109,32 @@ Check ValidateStructSize(size_t given, size_t first, size_t known, const void* b
 // extents go to *bias and *mask (hi == 0 when absent), for the aliasing checks.
 Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
                    kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask);
-// Pointers of (batch b, head h) into call-wide modifiers.
-kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const TensorInfo& mask,
-                     int64_t b, int64_t h);
+// NULL_POINTER if the context is NULL.
+Check NeedContext(const octattn_context* ctx);
+
+// Every check of octattn_attention's arguments (lse and weights may be NULL), into c;
+// a padded, ragged or paged call's sequences are kept in *seqs, which c resolves them
+// from (it must outlive c). The backward passes o and lse as inputs (o_role kInput):
+// then they are checked as inputs are, and its own checks keep its outputs apart from
+// them.
+Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
+                        const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
+                        const octattn_tensor* o, const octattn_tensor* lse,
+                        const octattn_tensor* weights, run::Call* c, Sequences* seqs,
+                        Role o_role = Role::kOutput);
+// ALIASING if a caller's workspace overlaps any tensor of the call.
+Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run::Call& c);
+// Every check of octattn_attention_backward's arguments: the forward call's, then the
+// gradients' own.
+Check ValidateBackward(octattn_context* ctx, const octattn_attention_options* options,
+                       const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
+                       const octattn_tensor* o, const octattn_tensor* lse,
+                       const octattn_tensor* dout, const octattn_tensor* dlse,
+                       const octattn_tensor* dq, const octattn_tensor* dk,
+                       const octattn_tensor* dv, const float* dsinks, const octattn_tensor* dbias,
+                       run::BackwardCall* c, Sequences* seqs);
+Check CheckBackwardWorkspaceDisjoint(const void* workspace, size_t size,
+                                     const run::BackwardCall& c);
 
 }  // namespace api
 }  // namespace octattn

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <new>
 
-#include "lib/reference/reference.h"
 
 namespace octattn {
 namespace plan {
@@ -52,13 +51,9 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
   Schedule s;
   s.algorithm = algorithm;
   kernels::FlashTask probe = ProbeTask(c);
-  if (algorithm == Algorithm::kReference || algorithm == Algorithm::kNaive) {
+  if (algorithm != Algorithm::kFused) {  // one task per head (the reference's table too)
     s.tasks = c.batch * c.q_heads;
-    if (algorithm == Algorithm::kReference) {
-      s.slot_bytes = AlignBytes(SatMul(reference::HeadScratchDoubles(probe.op), sizeof(double)));
-    } else {
-      s.slot_bytes = FloatBytes(table->naive_scratch_floats(probe.op));
-    }
+    s.slot_bytes = FloatBytes(table->naive_scratch_floats(probe.op));
     return s;
   }
   const int64_t group = c.q_heads / c.kv_heads, pairs = c.batch * c.kv_heads;
@@ -92,21 +87,27 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
   return s;
 }
 
-Schedule MakeBackwardSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table,
-                              bool sinks) {
+Schedule BackwardSchedule(const CallShape& call, Algorithm algorithm, int64_t sequences,
+                          bool sinks) {
   Schedule s;
   s.algorithm = algorithm;
-  s.tasks = c.batch * c.kv_heads;
-  kernels::BackwardTask probe{};
-  probe.op = ProbeTask(c).op;
-  probe.heads = c.q_heads / c.kv_heads;
-  if (algorithm == Algorithm::kReference) {
-    s.slot_bytes = AlignBytes(SatMul(reference::BackwardScratchDoubles(probe), sizeof(double)));
-  } else {
-    s.slot_bytes = FloatBytes(table->backward_scratch_floats(probe));
-  }
-  if (sinks) s.shared_bytes = AlignBytes(SatMul(SatMul(Count(c.batch), Count(c.q_heads)), 8));
+  s.tasks = sequences * call.kv_heads;
+  if (sinks) s.shared_bytes = AlignBytes(SatMul(SatMul(Count(sequences), Count(call.q_heads)), 8));
   return s;
+}
+
+void AddBackwardSequence(const CallShape& call, const Sequence& seq, const kernels::Table* table,
+                         Schedule* s) {
+  if (seq.q_len == 0 || seq.kv_len == 0) return;  // no task of its runs a kernel
+  CallShape one = call;
+  one.batch = 1;
+  one.q_len = seq.q_len;
+  one.kv_len = seq.kv_len;
+  one.mask = seq.mask;
+  kernels::BackwardTask probe{};
+  probe.op = ProbeTask(one).op;
+  probe.heads = one.q_heads / one.kv_heads;
+  s->slot_bytes = std::max(s->slot_bytes, FloatBytes(table->backward_scratch_floats(probe)));
 }
 
 size_t WorkspaceBytes(const Schedule& s, int threads, int64_t sequences) {
@@ -114,6 +115,37 @@ size_t WorkspaceBytes(const Schedule& s, int threads, int64_t sequences) {
   if (sequences == 0) return SatAdd(used, kAlign);
   return SatAdd(TablesAfter(used, sequences, false).end, kAlign);
 }
+
+namespace {
+
+// Adds a plan of shape `p.shape` (its batch entries: the next p.shape.batch sequences).
+void AddPlan(SequencePlan p, Algorithm algorithm, const kernels::Table* table, BatchSchedule* b) {
+  const CallShape& c = p.shape;
+  p.first_seq = b->sequences;
+  p.first_task = b->tasks;
+  p.first_merge = b->merges;
+  if (c.q_len > 0 && c.kv_len == 0) {
+    p.empty = true;
+    p.tasks = c.batch * c.q_heads;
+    b->tasks += p.tasks;
+  } else if (c.q_len > 0) {
+    p.schedule = MakeSchedule(c, algorithm, table);
+    p.tasks = p.schedule.tasks;
+    b->tasks += p.tasks;
+    b->slot_bytes = std::max(b->slot_bytes, p.schedule.slot_bytes);
+    if (p.schedule.decode) {
+      p.merges = c.batch * c.kv_heads;
+      b->merges += p.merges;
+      p.partials = b->shared_bytes / sizeof(float);
+      b->shared_bytes = SatAdd(b->shared_bytes, p.schedule.shared_bytes);
+    }
+  }
+  if (b->plans) new (&b->plans[b->count]) SequencePlan(p);
+  ++b->count;
+  b->sequences += c.batch;
+}
+
+}  // namespace
 
 void AddSequence(const CallShape& call, const Sequence& seq, Algorithm algorithm,
                  const kernels::Table* table, BatchSchedule* b) {
@@ -123,26 +155,14 @@ void AddSequence(const CallShape& call, const Sequence& seq, Algorithm algorithm
   p.shape.q_len = seq.q_len;
   p.shape.kv_len = seq.kv_len;
   p.shape.mask = seq.mask;
-  p.first_task = b->tasks;
-  p.first_merge = b->merges;
-  if (seq.q_len > 0 && seq.kv_len == 0) {
-    p.empty = true;
-    p.tasks = call.q_heads;
-    b->tasks += p.tasks;
-  } else if (seq.q_len > 0) {
-    p.schedule = MakeSchedule(p.shape, algorithm, table);
-    p.tasks = p.schedule.tasks;
-    b->tasks += p.tasks;
-    b->slot_bytes = std::max(b->slot_bytes, p.schedule.slot_bytes);
-    if (p.schedule.decode) {
-      p.merges = call.kv_heads;
-      b->merges += p.merges;
-      p.partials = b->shared_bytes / sizeof(float);
-      b->shared_bytes = SatAdd(b->shared_bytes, p.schedule.shared_bytes);
-    }
-  }
-  if (b->seqs) new (&b->seqs[b->count]) SequencePlan(p);
-  ++b->count;
+  AddPlan(p, algorithm, table, b);
+}
+
+void AddEntries(const CallShape& call, Algorithm algorithm, const kernels::Table* table,
+                BatchSchedule* b) {
+  SequencePlan p;
+  p.shape = call;
+  AddPlan(p, algorithm, table, b);
 }
 
 SequenceTables TablesAfter(size_t used, int64_t count, bool plans) {
@@ -153,38 +173,39 @@ SequenceTables TablesAfter(size_t used, int64_t count, bool plans) {
   return t;
 }
 
-size_t WorkspaceBytes(const BatchSchedule& s, int threads) {
+size_t WorkspaceBytes(const BatchSchedule& s, int threads, bool tables) {
   const size_t used = SatAdd(SatMul(s.slot_bytes, Count(threads)), s.shared_bytes);
+  if (!tables) return SatAdd(used, kAlign);
   return SatAdd(TablesAfter(used, s.count, true).end, kAlign);
 }
 
 namespace {
 
-// The sequence whose tasks of one phase (first and count: members of SequencePlan) hold
-// task i: the last one that starts at or before i and has tasks (sequences without
-// tasks start where the next one does).
-size_t SequenceOf(const BatchSchedule& s, int64_t i, int64_t SequencePlan::*first,
+// The plan whose tasks of one phase (first and count: members of SequencePlan) hold
+// task i: the last one that starts at or before i and has tasks (plans without tasks
+// start where the next one does).
+size_t PlanOf(const BatchSchedule& s, int64_t i, int64_t SequencePlan::*first,
                   int64_t SequencePlan::*count) {
   size_t lo = 0, hi = Count(s.count);
   while (hi - lo > 1) {
     const size_t mid = (lo + hi) / 2;
-    if (s.seqs[mid].*first <= i)
+    if (s.plans[mid].*first <= i)
       lo = mid;
     else
       hi = mid;
   }
-  while (s.seqs[lo].*count == 0) ++lo;
+  while (s.plans[lo].*count == 0) ++lo;
   return lo;
 }
 
 }  // namespace
 
-size_t SequenceOfTask(const BatchSchedule& s, int64_t i) {
-  return SequenceOf(s, i, &SequencePlan::first_task, &SequencePlan::tasks);
+size_t PlanOfTask(const BatchSchedule& s, int64_t i) {
+  return PlanOf(s, i, &SequencePlan::first_task, &SequencePlan::tasks);
 }
 
-size_t SequenceOfMerge(const BatchSchedule& s, int64_t i) {
-  return SequenceOf(s, i, &SequencePlan::first_merge, &SequencePlan::merges);
+size_t PlanOfMerge(const BatchSchedule& s, int64_t i) {
+  return PlanOf(s, i, &SequencePlan::first_merge, &SequencePlan::merges);
 }
 
 HeadIndex HeadTaskAt(const CallShape& c, int64_t i) { return {i / c.q_heads, i % c.q_heads}; }

@@ -82,29 +82,35 @@ struct Sequence {
 // every sequence's tasks (prefill tiles, decode units, or for reference and naive its
 // heads), the second the merges of the decode-shaped ones. A sequence with no query row
 // has no task; one with no valid key (`empty`) has one task per query head, which
-// writes its empty rows.
+// writes its empty rows. A dense call is the same with one plan over its batch entries,
+// each a sequence of the call's sizes (AddEntries).
 struct SequencePlan {
-  CallShape shape;  // batch 1
+  CallShape shape;  // batch: the sequences it covers (1, or a dense call's batch)
   Schedule schedule;
   bool empty = false;
+  int64_t first_seq = 0;                // the sequence of its batch entry 0
   int64_t first_task = 0, tasks = 0;    // first phase
-  int64_t first_merge = 0, merges = 0;  // second phase (decode: its kv heads)
+  int64_t first_merge = 0, merges = 0;  // second phase (decode: its (entry, kv head) pairs)
   size_t partials = 0;  // decode: its partials' offset from the shared base, in floats
 };
 struct BatchSchedule {
-  SequencePlan* seqs = nullptr;  // the plan of each sequence (null while only sizing)
-  int64_t count = 0;             // sequences added
-  size_t slot_bytes = 0;         // the largest slot of any sequence
-  size_t shared_bytes = 0;       // every decode-shaped sequence's partials
+  SequencePlan* plans = nullptr;  // each plan (null while only sizing)
+  int64_t count = 0;              // plans added
+  int64_t sequences = 0;          // sequences they cover
+  size_t slot_bytes = 0;          // the largest slot of any plan
+  size_t shared_bytes = 0;        // every decode-shaped plan's partials
   int64_t tasks = 0, merges = 0;
 };
 // Adds the next sequence of a call to b (`call`: the call's shape, its sizes those of
-// the tensors); its plan goes to b.seqs[b.count] when b.seqs is set.
+// the tensors); its plan goes to b.plans[b.count] when b.plans is set.
 void AddSequence(const CallShape& call, const Sequence& seq, Algorithm algorithm,
                  const kernels::Table* table, BatchSchedule* b);
-// Bytes of workspace for `threads` slots, the shared bytes and the call's tables (its
-// Sequence and SequencePlan entries, SequenceTables), plus alignment slack.
-size_t WorkspaceBytes(const BatchSchedule& s, int threads);
+// Adds a dense call's batch entries as one plan.
+void AddEntries(const CallShape& call, Algorithm algorithm, const kernels::Table* table,
+                BatchSchedule* b);
+// Bytes of workspace for `threads` slots and the shared bytes, with `tables` the call's
+// Sequence and SequencePlan entries (SequenceTables), plus alignment slack.
+size_t WorkspaceBytes(const BatchSchedule& s, int threads, bool tables);
 // A call of `count` sequences keeps its tables in its scratch, so that a caller's
 // workspace is all the memory it uses: from `offset` (past `used` bytes of slots and
 // shared bytes) its Sequence entries, then, with `plans` (the forward), the SequencePlans.
@@ -112,15 +118,20 @@ struct SequenceTables {
   size_t offset = 0, plans = 0, end = 0;  // byte offsets from the scratch's base
 };
 SequenceTables TablesAfter(size_t used, int64_t count, bool plans);
-// The sequence whose first-phase (merge: second-phase) tasks hold task i.
-size_t SequenceOfTask(const BatchSchedule& s, int64_t i);
-size_t SequenceOfMerge(const BatchSchedule& s, int64_t i);
+// The plan whose first-phase (merge: second-phase) tasks hold task i.
+size_t PlanOfTask(const BatchSchedule& s, int64_t i);
+size_t PlanOfMerge(const BatchSchedule& s, int64_t i);
 
-// The backward (reference or fused): one task per (batch, kv head), its slot the
-// scratch of one group; shared: `batch * q_heads` doubles of per-batch sink sums when
-// `sinks` (the gradient of the sinks is wanted).
-Schedule MakeBackwardSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table,
-                              bool sinks);
+// The backward (reference or fused) of a call of `sequences` sequences (a dense call:
+// its batch entries): one task per (sequence, kv head), its slot the scratch of the
+// largest sequence's group (AddBackwardSequence); shared: `sequences * q_heads` doubles
+// of per-sequence sink sums when `sinks` (the gradient of the sinks is wanted).
+Schedule BackwardSchedule(const CallShape& call, Algorithm algorithm, int64_t sequences,
+                          bool sinks);
+// Grows s's slot to that of one sequence of the call (every sequence of a dense call
+// has the call's sizes: adding one is enough).
+void AddBackwardSequence(const CallShape& call, const Sequence& seq, const kernels::Table* table,
+                         Schedule* s);
 
 // Bytes of workspace for `threads` slots plus the shared bytes and alignment slack, and
 // with `sequences` > 0 the tables of that many Sequence entries (SequenceTables, no

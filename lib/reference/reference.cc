@@ -263,5 +263,38 @@ void MaskHead(float* scores, int64_t row, int64_t col, int64_t q_len, int64_t kv
         scores[i * row + j * col] = -std::numeric_limits<float>::infinity();
 }
 
+namespace {
+
+// The table's entries count scratch in floats: a double is two of them, and the slot
+// is 64-byte aligned.
+size_t HeadFloats(const Operands& op) { return base::SatMul(HeadScratchDoubles(op), 2); }
+void Head(const Operands& op, float* scratch) {
+  AttentionHead(op, reinterpret_cast<double*>(scratch));
+}
+size_t BackwardFloats(const kernels::BackwardTask& t) {
+  return base::SatMul(BackwardScratchDoubles(t), 2);
+}
+void Backward(const kernels::BackwardTask& t, float* scratch) {
+  BackwardGroup(t, reinterpret_cast<double*>(scratch));
+}
+
+kernels::Table MakeTable() {
+  kernels::Table t{};
+  t.backend = kernels::kReference;
+  t.target = kernels::kScalar;
+  t.naive_scratch_floats = &HeadFloats;
+  t.naive_head = &Head;
+  t.backward_scratch_floats = &BackwardFloats;
+  t.backward_task = &Backward;
+  return t;
+}
+
+}  // namespace
+
+const kernels::Table* Table() {
+  static const kernels::Table table = MakeTable();
+  return &table;
+}
+
 }  // namespace reference
 }  // namespace octattn

@@ -23,6 +23,11 @@ void AttentionHead(const kernels::Operands& op, double* scratch);
 size_t BackwardScratchDoubles(const kernels::BackwardTask& t);
 void BackwardGroup(const kernels::BackwardTask& t, double* scratch);
 
+// The reference algorithm as a kernel table: its naive_head is AttentionHead and its
+// backward_task BackwardGroup (scratch counted in floats); it has no fused and no stage
+// entries (the runners call neither for it).
+const kernels::Table* Table();
+
 // Stages on one head, same conventions as the kernel table's.
 void ScoresHead(kernels::ConstMatrix q, kernels::ConstMatrix k, kernels::Matrix scores,
                 int64_t q_len, int64_t kv_len, int64_t head_dim);

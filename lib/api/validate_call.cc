@@ -1,0 +1,302 @@
+// The checks of a whole attention call: its options, tensors and sequences against each
+// other, into a run::Call. Nothing has been written when one fails.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lib/api/context.h"
+#include "lib/api/validate.h"
+#include "lib/reference/reference.h"
+#include "octattn.h"
+
+namespace octattn {
+namespace api {
+
+namespace {
+
+// Sequence n of checked sequences, for the runners (run::SequenceSource).
+void ResolveChecked(const void* arrays, int64_t n, plan::Sequence* out) {
+  ResolveSequence(*static_cast<const Sequences*>(arrays), n, out);  // cannot fail
+}
+
+// The byte range of `n` floats at p (p non-null).
+api::TensorInfo ArrayExtent(const float* p, int64_t n) {
+  api::TensorInfo t;
+  t.lo = reinterpret_cast<uintptr_t>(p);
+  t.hi = t.lo + static_cast<uintptr_t>(n) * sizeof(float);
+  return t;
+}
+
+api::Check SameShape(const api::TensorInfo& t, const char* name, const api::TensorInfo& like,
+                     const char* like_name) {
+  for (int d = 0; d < 4; ++d)
+    if (t.shape[d] != like.shape[d])
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                       std::string(name) + ": shape[" + std::to_string(d) + "] is " +
+                           std::to_string(t.shape[d]) + ", expected " +
+                           std::to_string(like.shape[d]) + " (as " + like_name + ")");
+  return api::Check();
+}
+
+}  // namespace
+
+api::Check NeedContext(const octattn_context* ctx) {
+  if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
+  return api::Check();
+}
+
+api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
+                             const octattn_tensor* q, const octattn_tensor* k,
+                             const octattn_tensor* v, const octattn_tensor* o,
+                             const octattn_tensor* lse, const octattn_tensor* weights,
+                             run::Call* c, Sequences* seqs, Role o_role) {
+  OCTATTN_CHECK(NeedContext(ctx));
+  octattn_attention_options opt;
+  OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+  OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &c->q, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(o, "o", o_role, false, &c->o, api::kFloating));
+  if (c->o.type != base::kF32 && c->o.type != c->q.type)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "o's dtype is neither f32 nor q's dtype");
+  c->has_lse = lse != nullptr;
+  c->has_weights = weights != nullptr;
+  if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", o_role, false, &c->lse));
+  if (weights)
+    OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
+
+  plan::CallShape& sh = c->shape;
+  sh.batch = c->q.shape[0];
+  sh.q_heads = c->q.shape[1];
+  sh.q_len = c->q.shape[2];
+  sh.head_dim = c->q.shape[3];
+  sh.kv_heads = c->k.shape[1];
+  sh.kv_len = c->k.shape[2];
+  sh.value_dim = c->v.shape[3];
+  sh.v_dim = c->v.stride[3];
+  sh.shared_rows = c->k.stride[1] < c->k.stride[2] && c->v.stride[1] < c->v.stride[2];
+  sh.q_type = c->q.type;
+  sh.k_type = c->k.type;
+  sh.v_type = c->v.type;
+  sh.o_type = c->o.type;
+  // A paged cache: k and v are pools [num_blocks, kv_heads, block_size, dim], and a
+  // sequence's logical key rows are block_table_cols blocks.
+  const bool paged = opt.block_table != nullptr;
+  const int64_t num_blocks = paged ? c->k.shape[0] : 0, block_size = paged ? c->k.shape[2] : 0;
+  OCTATTN_CHECK(api::CheckSize(c->k, "k", 3, sh.head_dim, "head_dim of q"));
+  OCTATTN_CHECK(api::CheckSize(c->v, "v", 1, sh.kv_heads, "kv_heads of k"));
+  if (paged) {
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, num_blocks, "num_blocks of k"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, block_size, "block_size of k"));
+    if (__builtin_mul_overflow(opt.block_table_cols, block_size, &sh.kv_len) ||
+        sh.kv_len > api::kMaxSize)
+      return api::Fail(OCTATTN_ERROR_OVERFLOW,
+                       "options.block_table_cols * block_size (a sequence's rows) is too large");
+  } else {
+    OCTATTN_CHECK(api::CheckSize(c->k, "k", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, sh.kv_len, "kv_len of k"));
+  }
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 0, sh.batch, "batch of q"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 1, sh.q_heads, "q_heads of q"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 2, sh.q_len, "q_len of q"));
+  OCTATTN_CHECK(api::CheckSize(c->o, "o", 3, sh.value_dim, "value_dim of v"));
+  OCTATTN_CHECK(api::CheckGroups(sh.q_heads, sh.kv_heads));
+  if (c->has_lse) {
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 1, sh.q_heads, "q_heads of q"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 2, sh.q_len, "q_len of q"));
+    OCTATTN_CHECK(api::CheckSize(c->lse, "lse", 3, 1, "one value per row"));
+  }
+  if (c->has_weights) {
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 1, sh.q_heads, "q_heads of q"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
+    OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
+  }
+  const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
+  OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask));
+  const struct {
+    const api::TensorInfo* t;
+    const char* name;
+    bool present;
+  } outs[] = {{&c->o, "o", true},
+              {&c->lse, "lse", c->has_lse},
+              {&c->weights, "weights", c->has_weights}},
+    ins[] = {{&c->q, "q", true},
+             {&c->k, "k", true},
+             {&c->v, "v", true},
+             {&c->bias, "options.bias", c->bias.hi != 0},
+             {&c->mask, "options.mask", c->mask.hi != 0}};
+  for (const auto& out : outs) {
+    if (!out.present || o_role == Role::kInput) continue;
+    for (const auto& in : ins)
+      if (in.present) OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *in.t, in.name));
+    for (const auto& other : outs)
+      if (other.present && other.t < out.t)
+        OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *other.t, other.name));
+  }
+
+  octattn_algorithm algorithm = opt.algorithm;
+  if (algorithm == OCTATTN_ALGORITHM_AUTO)
+    algorithm = c->has_weights ? OCTATTN_ALGORITHM_NAIVE : OCTATTN_ALGORITHM_FUSED;
+  c->algorithm = algorithm == OCTATTN_ALGORITHM_REFERENCE ? plan::Algorithm::kReference
+                 : algorithm == OCTATTN_ALGORITHM_NAIVE   ? plan::Algorithm::kNaive
+                                                          : plan::Algorithm::kFused;
+  if (algorithm == OCTATTN_ALGORITHM_FUSED && c->has_weights)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the fused algorithm never holds the weights: use naive to get them");
+  if (algorithm == OCTATTN_ALGORITHM_REFERENCE) {
+    c->table = reference::Table();
+  } else {
+    c->table = octattn::api::SelectTable(*ctx);
+    c->tuning = ctx->tuning;
+    if (!c->table)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
+  }
+  sh.mask = api::ResolveMask(opt, sh.q_len, sh.kv_len);
+  OCTATTN_CHECK(api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, num_blocks, block_size,
+                                      seqs));
+  if (paged) {
+    seqs->k_block = c->k.stride[0];
+    seqs->v_block = c->v.stride[0];
+  }
+  c->sequences = seqs->count;
+  c->source = run::SequenceSource{seqs, &ResolveChecked};
+  if (paged && algorithm == OCTATTN_ALGORITHM_NAIVE)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the naive algorithm reads contiguous keys: a paged cache runs fused (no "
+                     "weights) or reference");
+  c->scale = opt.scale != 0.0f
+                 ? opt.scale
+                 : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));
+  return api::Check();
+}
+
+api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run::Call& c) {
+  if (!workspace) return api::Check();
+  api::TensorInfo ws;
+  ws.lo = reinterpret_cast<uintptr_t>(workspace);
+  ws.hi = ws.lo + size;
+  if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
+  const api::TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights, &c.bias, &c.mask};
+  const char* names[] = {"q", "k", "v", "o", "lse", "weights", "options.bias", "options.mask"};
+  for (int i = 0; i < 8; ++i)
+    if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
+  return api::Check();
+}
+
+api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_options* options,
+                            const octattn_tensor* q, const octattn_tensor* k,
+                            const octattn_tensor* v, const octattn_tensor* o,
+                            const octattn_tensor* lse, const octattn_tensor* dout,
+                            const octattn_tensor* dlse, const octattn_tensor* dq,
+                            const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
+                            const octattn_tensor* dbias, run::BackwardCall* c, Sequences* seqs) {
+  OCTATTN_CHECK(
+      api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, seqs, api::Role::kInput));
+  for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
+    if (t->type != octattn::base::kF32)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");
+  if (seqs->paged)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the backward writes dk and dv of contiguous keys: it takes no paged cache");
+  if (!lse)
+    return api::Fail(OCTATTN_ERROR_NULL_POINTER, "lse is NULL: the backward reads the forward's");
+  const plan::CallShape& sh = c->fwd.shape;
+  OCTATTN_CHECK(api::ValidateTensor(dout, "dout", api::Role::kInput, false, &c->dout));
+  OCTATTN_CHECK(SameShape(c->dout, "dout", c->fwd.o, "o"));
+  if (dlse) {
+    OCTATTN_CHECK(api::ValidateTensor(dlse, "dlse", api::Role::kInput, false, &c->dlse));
+    OCTATTN_CHECK(SameShape(c->dlse, "dlse", c->fwd.lse, "lse"));
+  }
+  OCTATTN_CHECK(api::ValidateTensor(dq, "dq", api::Role::kOutput, false, &c->dq));
+  OCTATTN_CHECK(SameShape(c->dq, "dq", c->fwd.q, "q"));
+  OCTATTN_CHECK(api::ValidateTensor(dk, "dk", api::Role::kOutput, false, &c->dk));
+  OCTATTN_CHECK(SameShape(c->dk, "dk", c->fwd.k, "k"));
+  OCTATTN_CHECK(api::ValidateTensor(dv, "dv", api::Role::kOutput, false, &c->dv));
+  OCTATTN_CHECK(SameShape(c->dv, "dv", c->fwd.v, "v"));
+  if (dbias) {
+    OCTATTN_CHECK(api::ValidateTensor(dbias, "dbias", api::Role::kOutput, false, &c->dbias));
+    const int64_t want[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
+    static const char* const kDims[4] = {"batch", "q_heads", "q_len", "kv_len"};
+    for (int d = 0; d < 4; ++d)
+      OCTATTN_CHECK(api::CheckSize(c->dbias, "dbias", d, want[d], kDims[d]));
+  }
+  if (sh.mods.sinks) c->sinks = ArrayExtent(sh.mods.sinks, sh.q_heads);
+  if (sh.mods.slopes) c->slopes = ArrayExtent(sh.mods.slopes, sh.q_heads);
+  if (dsinks) {
+    if (!sh.mods.sinks)
+      return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "dsinks needs options.sinks");
+    if (reinterpret_cast<uintptr_t>(dsinks) % alignof(float) != 0)
+      return api::Fail(OCTATTN_ERROR_MISALIGNED, "dsinks is not aligned to 4 bytes");
+    c->dsinks = ArrayExtent(dsinks, sh.q_heads);
+    c->dsinks_data = const_cast<float*>(dsinks);
+  }
+  if (c->fwd.algorithm == plan::Algorithm::kNaive)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the backward has the fused and reference algorithms, not naive");
+  const struct {
+    const api::TensorInfo* t;
+    const char* name;
+  } outs[] = {{&c->dq, "dq"},
+              {&c->dk, "dk"},
+              {&c->dv, "dv"},
+              {&c->dbias, "dbias"},
+              {&c->dsinks, "dsinks"}},
+    ins[] = {{&c->fwd.q, "q"},
+             {&c->fwd.k, "k"},
+             {&c->fwd.v, "v"},
+             {&c->fwd.o, "o"},
+             {&c->fwd.lse, "lse"},
+             {&c->dout, "dout"},
+             {&c->dlse, "dlse"},
+             {&c->fwd.bias, "options.bias"},
+             {&c->fwd.mask, "options.mask"},
+             {&c->sinks, "options.sinks"},
+             {&c->slopes, "options.alibi_slopes"}};
+  for (const auto& out : outs) {
+    if (out.t->hi == 0) continue;
+    for (const auto& in : ins)
+      if (in.t->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *in.t, in.name));
+    for (const auto& other : outs)
+      if (other.t->hi != 0 && other.t < out.t)
+        OCTATTN_CHECK(api::CheckDisjoint(*out.t, out.name, *other.t, other.name));
+  }
+  return api::Check();
+}
+
+api::Check CheckBackwardWorkspaceDisjoint(const void* workspace, size_t size,
+                                          const run::BackwardCall& c) {
+  if (!workspace) return api::Check();
+  api::TensorInfo ws;
+  ws.lo = reinterpret_cast<uintptr_t>(workspace);
+  ws.hi = ws.lo + size;
+  if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
+  const api::TensorInfo* all[] = {&c.fwd.q, &c.fwd.k,    &c.fwd.v,    &c.fwd.o, &c.fwd.lse, &c.dout,
+                                  &c.dlse,  &c.fwd.bias, &c.fwd.mask, &c.dq,    &c.dk,      &c.dv,
+                                  &c.dbias, &c.dsinks,   &c.sinks,    &c.slopes};
+  const char* names[] = {"q",
+                         "k",
+                         "v",
+                         "o",
+                         "lse",
+                         "dout",
+                         "dlse",
+                         "options.bias",
+                         "options.mask",
+                         "dq",
+                         "dk",
+                         "dv",
+                         "dbias",
+                         "dsinks",
+                         "options.sinks",
+                         "options.alibi_slopes"};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i)
+    if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
+  return api::Check();
+}
+
+}  // namespace api
+}  // namespace octattn

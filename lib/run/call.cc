@@ -1,0 +1,138 @@
+// The descriptors of a call's kernels: one builder each, from a sequence and a head.
+#include "lib/run/call.h"
+
+namespace octattn {
+namespace run {
+
+kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const TensorInfo& mask,
+                     int64_t b, int64_t h) {
+  kernels::Mods r = m;
+  if (r.slopes) r.slopes += h;
+  if (r.sinks) r.sinks += h;
+  if (r.bias) r.bias += b * bias.stride[0] + h * bias.stride[1];
+  if (r.mask) r.mask += b * mask.stride[0] + h * mask.stride[1];
+  return r;
+}
+
+plan::Sequence SequenceAt(const Call& c, int64_t n) {
+  if (c.seqs) return c.seqs[n];
+  plan::Sequence seq{};
+  if (c.sequences > 0) {
+    c.source.resolve(c.source.arrays, n, &seq);
+    return seq;
+  }
+  const plan::CallShape& sh = c.shape;
+  seq.batch = n;
+  seq.q_len = sh.q_len;
+  seq.kv_len = sh.kv_len;
+  seq.seg_len = sh.kv_len;
+  seq.mask = sh.mask;
+  return seq;
+}
+
+kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h) {
+  const plan::CallShape& sh = c.shape;
+  const int64_t b = seq.batch, kvh = h / (sh.q_heads / sh.kv_heads);
+  kernels::Operands t{};
+  t.q_type = c.q.type;
+  t.k_type = c.k.type;
+  t.v_type = c.v.type;
+  t.o_type = c.o.type;
+  t.q_head = c.q.stride[1];
+  t.q_row = c.q.stride[2];
+  t.q_dim = c.q.stride[3];
+  t.q = base::ElemAt(c.q.data, b * c.q.stride[0] + h * t.q_head + seq.q_row * t.q_row, t.q_type);
+  t.k_row = c.k.stride[2];
+  t.k_dim = c.k.stride[3];
+  t.v_row = c.v.stride[2];
+  t.v_dim = c.v.stride[3];
+  if (seq.paging.blocks) {  // block 0 of the kv head; rows through the block table
+    t.k = base::ElemAt(c.k.data, kvh * c.k.stride[1], t.k_type);
+    t.v = base::ElemAt(c.v.data, kvh * c.v.stride[1], t.v_type);
+    t.paging = &seq.paging;
+  } else {
+    t.k = base::ElemAt(c.k.data, b * c.k.stride[0] + kvh * c.k.stride[1] + seq.k_row * t.k_row,
+                       t.k_type);
+    t.v = base::ElemAt(c.v.data, b * c.v.stride[0] + kvh * c.v.stride[1] + seq.k_row * t.v_row,
+                       t.v_type);
+  }
+  t.o_head = c.o.stride[1];
+  t.o_row = c.o.stride[2];
+  t.o_dim = c.o.stride[3];
+  t.o = base::ElemAt(c.o.data, b * c.o.stride[0] + h * t.o_head + seq.q_row * t.o_row, t.o_type);
+  if (c.has_lse) {
+    t.lse_head = c.lse.stride[1];
+    t.lse_row = c.lse.stride[2];
+    t.lse = c.lse.data + b * c.lse.stride[0] + h * t.lse_head + seq.q_row * t.lse_row;
+  }
+  if (c.has_weights) {
+    t.w_row = c.weights.stride[2];
+    t.w_col = c.weights.stride[3];
+    t.weights = c.weights.data + b * c.weights.stride[0] + h * c.weights.stride[1] +
+                seq.q_row * t.w_row + seq.k_col * t.w_col;
+  }
+  t.q_len = seq.q_len;
+  t.kv_len = seq.kv_len;
+  t.head_dim = sh.head_dim;
+  t.value_dim = sh.value_dim;
+  t.scale = c.scale;
+  t.mask = seq.mask;
+  t.mods = ModsAt(sh.mods, c.bias, c.mask, b, h);
+  if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
+  if (t.mods.mask) t.mods.mask += seq.q_row * t.mods.mask_row + seq.k_col * t.mods.mask_col;
+  return t;
+}
+
+kernels::FlashTask FlashTaskOf(const Call& c, const plan::Sequence& seq, int64_t kvh) {
+  const int64_t group = c.shape.q_heads / c.shape.kv_heads;
+  kernels::FlashTask t{};
+  t.tuning = c.tuning;
+  t.op = OperandsOf(c, seq, kvh * group);
+  t.heads = group;
+  t.row_begin = 0;
+  t.row_end = seq.q_len;
+  t.gathered = 1;
+  t.chunk_begin = 0;
+  t.chunk_end = (seq.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  return t;
+}
+
+kernels::BackwardTask BackwardTaskOf(const BackwardCall& c, const plan::Sequence& seq, int64_t n,
+                                     int64_t kvh, double* sink_sums) {
+  const plan::CallShape& sh = c.fwd.shape;
+  const int64_t group = sh.q_heads / sh.kv_heads, h = kvh * group;
+  const int64_t b = seq.batch, i = seq.q_row, j = seq.k_row;
+  kernels::BackwardTask t{};
+  t.op = OperandsOf(c.fwd, seq, h);
+  t.heads = group;
+  t.do_head = c.dout.stride[1];
+  t.do_row = c.dout.stride[2];
+  t.do_dim = c.dout.stride[3];
+  t.dout = c.dout.data + b * c.dout.stride[0] + h * t.do_head + i * t.do_row;
+  if (c.dlse.hi != 0) {
+    t.dlse_head = c.dlse.stride[1];
+    t.dlse_row = c.dlse.stride[2];
+    t.dlse = c.dlse.data + b * c.dlse.stride[0] + h * t.dlse_head + i * t.dlse_row;
+  }
+  t.dq_head = c.dq.stride[1];
+  t.dq_row = c.dq.stride[2];
+  t.dq_dim = c.dq.stride[3];
+  t.dq = c.dq.data + b * c.dq.stride[0] + h * t.dq_head + i * t.dq_row;
+  t.dk_row = c.dk.stride[2];
+  t.dk_dim = c.dk.stride[3];
+  t.dk = c.dk.data + b * c.dk.stride[0] + kvh * c.dk.stride[1] + j * t.dk_row;
+  t.dv_row = c.dv.stride[2];
+  t.dv_dim = c.dv.stride[3];
+  t.dv = c.dv.data + b * c.dv.stride[0] + kvh * c.dv.stride[1] + j * t.dv_row;
+  if (c.dbias.hi != 0) {
+    t.db_head = c.dbias.stride[1];
+    t.db_row = c.dbias.stride[2];
+    t.db_col = c.dbias.stride[3];
+    t.dbias = c.dbias.data + b * c.dbias.stride[0] + h * t.db_head + i * t.db_row + j * t.db_col;
+  }
+  if (sink_sums) t.dsinks = sink_sums + n * sh.q_heads + h;
+  return t;
+}
+
+}  // namespace run
+}  // namespace octattn

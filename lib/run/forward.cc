@@ -1,0 +1,148 @@
+// The forward runner: every call is a batch of sequences under plans (one plan over a
+// dense call's batch entries, one per sequence of a padded, ragged or paged call). The
+// first phase runs every plan's tasks, the second merges the decode-shaped plans'
+// partials in unit order.
+#include <math.h>
+
+#include "lib/base/sizes.h"
+#include "lib/run/run.h"
+
+namespace octattn {
+namespace run {
+
+namespace {
+
+// The schedule of a call: its sizes only, or with `plans` set each plan written there.
+plan::BatchSchedule ScheduleOf(const Call& c, plan::SequencePlan* plans) {
+  plan::BatchSchedule b;
+  b.plans = plans;
+  if (c.sequences == 0) {
+    plan::AddEntries(c.shape, c.algorithm, c.table, &b);
+    return b;
+  }
+  for (int64_t n = 0; n < c.sequences; ++n)
+    plan::AddSequence(c.shape, SequenceAt(c, n), c.algorithm, c.table, &b);
+  return b;
+}
+
+// The weights of a sequence's rows (query head h) outside its valid keys: 0.
+void ZeroWeightsOutside(const Call& c, const plan::Sequence& seq, int64_t h) {
+  const int64_t all = c.shape.kv_len, end = seq.k_col + seq.kv_len;
+  if (seq.k_col == 0 && end == all) return;
+  const TensorInfo& w = c.weights;
+  for (int64_t i = seq.q_row; i < seq.q_row + seq.q_len; ++i) {
+    float* row = w.data + seq.batch * w.stride[0] + h * w.stride[1] + i * w.stride[2];
+    for (int64_t j = 0; j < seq.k_col; ++j) row[j * w.stride[3]] = 0.0f;
+    for (int64_t j = end; j < all; ++j) row[j * w.stride[3]] = 0.0f;
+  }
+}
+
+// The rows of a sequence with no valid key: zeros, lse -inf (or the sink).
+void WriteEmptyRows(const kernels::Operands& op) {
+  const float lse = op.mods.sinks ? *op.mods.sinks : -INFINITY;
+  for (int64_t i = 0; i < op.q_len; ++i) {
+    for (int64_t d = 0; d < op.value_dim; ++d)
+      base::StoreElem(op.o, i * op.o_row + d * op.o_dim, op.o_type, 0.0f);
+    if (op.lse) op.lse[i * op.lse_row] = lse;
+  }
+}
+
+// A decode task of x.kv_heads kv heads (the first one's task t): the strides to the next
+// kv head's operands and partials.
+void CoverKvHeads(const Call& c, const plan::SequencePlan& p, const plan::DecodeIndex& x,
+                  kernels::FlashTask* t) {
+  if (x.kv_heads <= 1) return;
+  const int64_t group = c.shape.q_heads / c.shape.kv_heads;
+  t->kv_heads = x.kv_heads;
+  t->q_kv = c.q.stride[1] * group;
+  t->k_kv = c.k.stride[1];
+  t->v_kv = c.v.stride[1];
+  t->o_kv = c.o.stride[1] * group;
+  t->lse_kv = c.has_lse ? c.lse.stride[1] * group : 0;
+  t->partial_kv = plan::PartialOffset(p.schedule, p.shape, 1, 0) -
+                  plan::PartialOffset(p.schedule, p.shape, 0, 0);
+}
+
+// First-phase task `task` of plan p: a head (empty rows, naive, reference), a prefill
+// tile or a decode unit.
+void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* shared,
+             void* slot) {
+  float* s = static_cast<float*>(slot);
+  if (p.empty || p.schedule.algorithm != plan::Algorithm::kFused) {
+    const plan::HeadIndex x = plan::HeadTaskAt(p.shape, task);
+    const plan::Sequence seq = SequenceAt(c, p.first_seq + x.batch);
+    const kernels::Operands op = OperandsOf(c, seq, x.head);
+    if (op.weights) ZeroWeightsOutside(c, seq, x.head);
+    if (p.empty) {
+      WriteEmptyRows(op);
+    } else {
+      c.table->naive_head(op, s);
+    }
+    return;
+  }
+  if (!p.schedule.decode) {
+    const plan::PrefillIndex x = plan::PrefillTaskAt(p.schedule, p.shape, task);
+    kernels::FlashTask t = FlashTaskOf(c, SequenceAt(c, p.first_seq + x.batch), x.kv_head);
+    t.row_begin = x.row_begin;
+    t.row_end = x.row_end;
+    c.table->flash_task(t, s);
+    return;
+  }
+  const plan::DecodeIndex x = plan::DecodeTaskAt(p.schedule, p.shape, task);
+  kernels::FlashTask t = FlashTaskOf(c, SequenceAt(c, p.first_seq + x.batch), x.kv_head);
+  t.gathered = x.gathered;
+  t.chunk_begin = x.gathered ? 0 : x.chunk;
+  t.chunk_end = x.gathered ? 0 : x.chunk + 1;
+  t.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, x.pair, x.unit);
+  CoverKvHeads(c, p, x, &t);
+  c.table->flash_task(t, s);
+}
+
+void Run(parallel::Pool& pool, const Call& c, const plan::BatchSchedule& b, void* scratch) {
+  float* shared = reinterpret_cast<float*>(static_cast<char*>(scratch) +
+                                           b.slot_bytes * static_cast<size_t>(pool.threads()));
+  RunTasks(pool, b.tasks, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+    const plan::SequencePlan& p = b.plans[plan::PlanOfTask(b, i)];
+    RunTask(c, p, i - p.first_task, shared, s);
+  });
+  if (b.merges == 0) return;
+  RunTasks(pool, b.merges, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+    const plan::SequencePlan& p = b.plans[plan::PlanOfMerge(b, i)];
+    const int64_t pair = i - p.first_merge, kv_heads = c.shape.kv_heads;
+    const kernels::FlashTask t =
+        FlashTaskOf(c, SequenceAt(c, p.first_seq + pair / kv_heads), pair % kv_heads);
+    c.table->flash_merge(t, shared + p.partials + plan::PartialOffset(p.schedule, p.shape, pair, 0),
+                         p.schedule.units, static_cast<float*>(s));
+  });
+}
+
+// The scratch's bytes before a call of sequences' tables: the slots and the partials.
+size_t UsedBytes(const plan::BatchSchedule& b, int threads) {
+  return base::SatAdd(base::SatMul(b.slot_bytes, base::Count(threads)), b.shared_bytes);
+}
+
+}  // namespace
+
+size_t ForwardWorkspaceBytes(const Call& c, int threads) {
+  return plan::WorkspaceBytes(ScheduleOf(c, nullptr), threads, c.sequences > 0);
+}
+
+void Forward(parallel::Pool& pool, Call* c, void* scratch) {
+  if (c->sequences == 0) {
+    plan::SequencePlan entries;
+    Run(pool, *c, ScheduleOf(*c, &entries), scratch);
+    return;
+  }
+  // Sized first; then the sequences and their plans are laid out in the scratch.
+  const plan::SequenceTables tables =
+      plan::TablesAfter(UsedBytes(ScheduleOf(*c, nullptr), pool.threads()), c->sequences, true);
+  char* base = static_cast<char*>(scratch);
+  plan::Sequence* seqs = reinterpret_cast<plan::Sequence*>(base + tables.offset);
+  for (int64_t n = 0; n < c->sequences; ++n) new (&seqs[n]) plan::Sequence(SequenceAt(*c, n));
+  c->seqs = seqs;
+  Run(pool, *c, ScheduleOf(*c, reinterpret_cast<plan::SequencePlan*>(base + tables.plans)),
+      scratch);
+}
+
+}  // namespace run
+}  // namespace octattn
