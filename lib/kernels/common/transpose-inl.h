@@ -6,6 +6,18 @@
 // families use it only where kBlockTranspose says it is a fast block operation. Included
 // inside each backend's vocabulary struct.
 
+// An instruction this target lacks, as Highway leaves it undefined: a call that is
+// compiled for the target (one its k* constant does not guard with if constexpr) is a
+// compile error, never a stub that computes a wrong value.
+template <class... A>
+static constexpr bool kAbsent = false;
+#define OCTATTN_ABSENT(R, name)                                                         \
+  template <class... A>                                                                 \
+  static R name(A&&...) {                                                               \
+    static_assert(kAbsent<A...>, #name " is not an instruction of this target: guard " \
+                                       "its call with the target's constant");          \
+    return R();                                                                         \
+  }
 #if OCTATTN_AVX_TRANSPOSE
 #include "lib/kernels/common/transpose_avx-inl.h"
 #else
@@ -28,14 +40,14 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 }
 // f16 narrowing by the vector unit (transpose_avx-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
-static OCTATTN_INLINE void StoreF16(V, float*) {}
+OCTATTN_ABSENT(void, StoreF16)
 // bf16 dimension pairs (transpose_avx-inl.h): the AVX targets only.
 static constexpr bool kBf16Pairs = false;
-static OCTATTN_INLINE void TransposeBf16Pairs(const float*, int64_t, V (&)[8]) {}
-static OCTATTN_INLINE V Bf16Even(V pair) { return pair; }
-static OCTATTN_INLINE V Bf16Odd(V pair) { return pair; }
-static OCTATTN_INLINE void Deinterleave(V a, V b, V* even, V* odd) { *even = a, *odd = b; }
-static OCTATTN_INLINE void Interleave(V even, V odd, V* a, V* b) { *a = even, *b = odd; }
+OCTATTN_ABSENT(void, TransposeBf16Pairs)
+OCTATTN_ABSENT(V, Bf16Even)
+OCTATTN_ABSENT(V, Bf16Odd)
+OCTATTN_ABSENT(void, Deinterleave)
+OCTATTN_ABSENT(void, Interleave)
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8 (elements of type T).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
@@ -48,18 +60,19 @@ static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[
 #if !defined(OCTATTN_DOT_BF16)
 // vdpbf16ps and its helpers (transpose_avx-inl.h): the avx512_bf16 unit only.
 static constexpr bool kDotBf16 = false;
-static OCTATTN_INLINE V DotBf16(V, V, V acc) { return acc; }
-static OCTATTN_INLINE V NarrowPairs(V lo, V) { return lo; }
-static OCTATTN_INLINE V PairRows(const float*, const float*) { return Zero(); }
-static OCTATTN_INLINE V Bf16Low(V pair) { return pair; }
+OCTATTN_ABSENT(V, DotBf16)
+OCTATTN_ABSENT(V, NarrowPairs)
+OCTATTN_ABSENT(V, PairRows)
+OCTATTN_ABSENT(V, Bf16Low)
 #endif
 #if !defined(OCTATTN_AMX_BF16)
 // AMX-BF16 tiles (transpose_avx-inl.h): the amx_bf16 unit only.
 static constexpr bool kAmx = false;
-static OCTATTN_INLINE void AmxConfigure(int) {}
-static OCTATTN_INLINE void AmxRelease() {}
-static OCTATTN_INLINE void AmxDot64(const void*, int64_t, const void*, int64_t, int, int, float*) {}
-static OCTATTN_INLINE void AmxLoadSums(const float*, int) {}
-static OCTATTN_INLINE void AmxStoreSums(float*, int) {}
-static OCTATTN_INLINE void AmxStep(const void*, int64_t, const void*, int64_t, int) {}
+OCTATTN_ABSENT(void, AmxConfigure)
+OCTATTN_ABSENT(void, AmxRelease)
+OCTATTN_ABSENT(void, AmxDot64)
+OCTATTN_ABSENT(void, AmxLoadSums)
+OCTATTN_ABSENT(void, AmxStoreSums)
+OCTATTN_ABSENT(void, AmxStep)
 #endif
+#undef OCTATTN_ABSENT

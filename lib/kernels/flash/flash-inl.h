@@ -161,6 +161,7 @@ struct FlashSpace {
   int64_t kv_len;       // keys of the space
   bool floors;          // the rows' floors apply (real keys)
   int64_t first, step;  // space key g is real key first + g * step
+  AmxTiles* amx;        // the task's tiles (FlashAmx)
 };
 
 // The packed tile a block of rows works on.
@@ -315,8 +316,9 @@ constexpr int64_t kAmxKeys = 32;
 // values(c0, &row): the pair rows of value columns [c0, c0 + 64) of group 0 (row floats
 // apart; group g's at + g * 16 rows).
 template <int R, class Values>
-static inline void AmxWeightedSums(const int64_t* g0, const int64_t* g1, float* const* st,
-                                   int64_t dvp, const float* const* pw, Values&& values) {
+static inline void AmxWeightedSums(AmxTiles* amx, const int64_t* g0, const int64_t* g1,
+                                   float* const* st, int64_t dvp, const float* const* pw,
+                                   Values&& values) {
   int64_t ga = INT64_MAX, gb = 0;
   for (int r = 0; r < R; ++r)
     if (g0[r] < g1[r]) {
@@ -324,7 +326,7 @@ static inline void AmxWeightedSums(const int64_t* g0, const int64_t* g1, float* 
       gb = base::MaxI(gb, g1[r]);
     }
   if (ga >= gb) return;
-  AmxRows<R>();
+  amx->Use<R>();
   constexpr int64_t kPairs = kAmxKeys / 2;
   const int64_t a_stride = kTileKeys * 4;
   alignas(64) float c[R][64], keep[R][64];
@@ -435,11 +437,14 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     pf->Step();
     if constexpr (S::kDotBf16) {
       if (t.op.q_type == kBf16) {                  // bf16 pairs (FlashPairs): head_dim counts pairs
-        if (S::kAmx && t.op.head_dim % 16 == 0) {  // FlashAmx
-          QkTile<R, kFlashQkVecs, true, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
-                                              t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                                              sp.mask, qpos, t.op.scale, s, full || modded);
-          continue;
+        if constexpr (S::kAmx) {
+          if (t.op.head_dim % 16 == 0) {  // FlashAmx
+            QkTile<R, kFlashQkVecs, true, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                                                t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                                                sp.mask, qpos, t.op.scale, s, full || modded,
+                                                sp.amx);
+            continue;
+          }
         }
         QkTile<R, kFlashQkVecs, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
                                       j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
@@ -505,7 +510,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
             });
           };
           if (any_before) pairs(before);
-          AmxWeightedSums<R>(g0, g1, st, dvp, pw, [&](int64_t c0, int64_t* row) {
+          AmxWeightedSums<R>(sp.amx, g0, g1, st, dvp, pw, [&](int64_t c0, int64_t* row) {
             return tile.Values(c0, dvp, row);  // the V panel of the columns
           });
           if (any_after) pairs(after);
@@ -679,6 +684,7 @@ struct DirectTile {
   // there, head_dim elements apart (StageRows). Value rows are always read in place.
   const float* ks = nullptr;
   int64_t s0 = 0;
+  AmxTiles* amx = nullptr;  // the task's tiles (FlashAmx)
 
   const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
   OCTATTN_INLINE const float* K(int64_t g) const {
@@ -814,7 +820,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         }
         float* out[R];
         for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
-        AmxQkStore<R, Vecs>(q, kp_buf, KP, hd / 2, t.op.scale, out);
+        AmxQkStore<R, Vecs>(dt.amx, q, kp_buf, KP, hd / 2, t.op.scale, out);
       }
       return;
     }
@@ -941,7 +947,7 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
               ga[r] = 0;
               gb[r] = 1;
             }
-            AmxWeightedSums<R>(ga, gb, st, dvp, pg, [&](int64_t c0, int64_t* row) {
+            AmxWeightedSums<R>(dt.amx, ga, gb, st, dvp, pg, [&](int64_t c0, int64_t* row) {
               *row = dvp;
               return static_cast<const float*>(dt.vbuf + c0);
             });
@@ -1132,24 +1138,26 @@ static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim,
 static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_dim, int64_t first,
                                   int64_t t0, int64_t load, int64_t t1, base::StridedColumns below,
                                   int64_t tpad, float* dst) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  const int64_t dvp = PadKeys(value_dim);
-  alignas(64) uint16_t zero[S::kLanes] = {};
-  auto row = [&](int64_t g) -> const float* {
-    if (g >= t1 || (g < load && !below.Has(g))) return reinterpret_cast<const float*>(zero);
-    return ElemAt(v, (first + g) * v_row, kBf16);
-  };
-  for (int64_t m = 0; m < tpad / 2; ++m) {
-    const int64_t g = t0 + 2 * m;
-    const float *a = row(g), *b = row(g + 1);
-    const bool za = a == reinterpret_cast<const float*>(zero),
-               zb = b == reinterpret_cast<const float*>(zero);
-    for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
-      const int64_t w = base::MinI(kAvPanel, dvp - p0);
-      float* out = dst + p0 * (tpad / 2) + m * w;
-      for (int64_t c = 0; c < w; c += L)
-        S::Store(S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
-                 out + c);
+  if constexpr (S::kDotBf16) {  // FlashPairsV: the avx512_bf16 targets only
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    const int64_t dvp = PadKeys(value_dim);
+    alignas(64) uint16_t zero[S::kLanes] = {};
+    auto row = [&](int64_t g) -> const float* {
+      if (g >= t1 || (g < load && !below.Has(g))) return reinterpret_cast<const float*>(zero);
+      return ElemAt(v, (first + g) * v_row, kBf16);
+    };
+    for (int64_t m = 0; m < tpad / 2; ++m) {
+      const int64_t g = t0 + 2 * m;
+      const float *a = row(g), *b = row(g + 1);
+      const bool za = a == reinterpret_cast<const float*>(zero),
+                 zb = b == reinterpret_cast<const float*>(zero);
+      for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
+        const int64_t w = base::MinI(kAvPanel, dvp - p0);
+        float* out = dst + p0 * (tpad / 2) + m * w;
+        for (int64_t c = 0; c < w; c += L)
+          S::Store(S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
+                   out + c);
+      }
     }
   }
 }
@@ -1375,13 +1383,14 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
 // positions and keys; nh is 1 but for those). `next`: the chunk the tasks run after this
 // unit, or -1: its first tile is prefetched during this unit's last tile (real keys only).
 static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t chunk,
-                      int64_t next, float* const* sts) {
+                      int64_t next, float* const* sts, AmxTiles* amx) {
   const FlashTask& t = ts[0];
   const FlashScratch& f = fs[0];
   const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
   const size_t stride = FlashStateFloats(t.op.value_dim);
   for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
   FlashSpace sp;
+  sp.amx = amx;
   int64_t begin, end, first, step, load;
   base::StridedColumns below{0, 0};
   if (chunk < 0) {  // gathered strided columns: plain causal in column space
@@ -1483,6 +1492,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       const FetchTo to = DirectFetch(t.op, t.tuning);
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
+        dts[x].amx = amx;
         dts[x].vbuf = fs[x].vpack;
         dts[x].fetch = to != kFetchNone;
         dts[x].fetch_l2 = to == kFetchL2;
@@ -1624,21 +1634,21 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
   const bool has_strided =
       task.op.mask.causal && task.op.mask.window > 0 && task.op.mask.stride > 0;
   bool first = true;
+  AmxTiles amx;
   auto unit = [&](int64_t chunk) {
     const int64_t next = chunk >= 0 && chunk + 1 < task.chunk_end ? chunk + 1 : -1;
     float* sts[kMaxTaskKvHeads];
     for (int64_t x = 0; x < nh; ++x) sts[x] = first ? fs[x].run : fs[x].cur;
-    FlashUnit(ts, fs, nh, chunk, next, sts);
+    FlashUnit(ts, fs, nh, chunk, next, sts, &amx);
     if (!first)
       for (int64_t x = 0; x < nh; ++x)
         for (int64_t r = 0; r < rows; ++r)
           MergeState(fs[x].run + r * stride, fs[x].cur + r * stride, dvp);
     first = false;
   };
-  if (FlashAmx(task.op)) amx_rows = 0;  // whatever tiles the thread had are not ours
   if (task.gathered && has_strided) unit(-1);
   for (int64_t c = task.chunk_begin; c < task.chunk_end; ++c) unit(c);
-  if (FlashAmx(task.op)) AmxTaskEnd();
+  amx.Release();
   for (int64_t x = 0; x < nh; ++x) {
     if (first) ResetState(fs[x].run, rows, stride, dvp);
     FinishRows(ts[x], fs[x]);

@@ -70,8 +70,13 @@ OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* k
     for (int c = 0; c < C; ++c) kv[c] = S::Load(kd + c * L);
     for (int r = 0; r < R; ++r) {
       const typename S::V qb = S::Set(q[r][d * q_dim]);
-      for (int c = 0; c < C; ++c)
-        acc[r][c] = P ? S::DotBf16(qb, kv[c], acc[r][c]) : S::MulAdd(qb, kv[c], acc[r][c]);
+      for (int c = 0; c < C; ++c) {
+        if constexpr (P) {
+          acc[r][c] = S::DotBf16(qb, kv[c], acc[r][c]);
+        } else {
+          acc[r][c] = S::MulAdd(qb, kv[c], acc[r][c]);
+        }
+      }
     }
   }
 }
@@ -124,31 +129,34 @@ OCTATTN_INLINE void QkStore(const float* const* q, int64_t q_dim, const float* k
 // from zero (S::AmxDot64), the blocks added and scaled as QkStore adds and scales its
 // chains (StoreDotBlock's operations). The rows' pairs are read pairs * 4 bytes apart
 // from q[0] (a task's rows, PrepareRows), else from a copy.
-// The rows of the AMX tile configuration this thread loaded last (0: none, or unknown:
-// other code on the thread may load its own between calls, so each task that runs on
-// tiles sets 0 first, and releases the tiles at its end: AmxTaskEnd).
-static thread_local int amx_rows = 0;
-static inline void AmxTaskEnd() {
-  if (amx_rows) S::AmxRelease();
-  amx_rows = 0;
-}
-// The tiles configured for R rows (S::AmxConfigure), unless they are.
-template <int R>
-OCTATTN_INLINE void AmxRows() {
-  if (amx_rows != R) {
-    S::AmxConfigure(R);
-    amx_rows = R;
+// The AMX tile configuration a task has loaded (rows 0: none). The task owns it and
+// hands it down to what runs on tiles: it starts unconfigured (other code on the thread
+// may load its own tiles between tasks) and releases the tiles at its end.
+struct AmxTiles {
+  int rows = 0;
+  // The tiles configured for R rows (S::AmxConfigure), unless they are.
+  template <int R>
+  OCTATTN_INLINE void Use() {
+    if (rows != R) {
+      S::AmxConfigure(R);
+      rows = R;
+    }
   }
-}
+  void Release() {
+    if constexpr (S::kAmx)
+      if (rows) S::AmxRelease();
+    rows = 0;
+  }
+};
 template <int R, int C>
-OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t kt_stride,
-                               int64_t pairs, float scale, float* const* out) {
+OCTATTN_INLINE void AmxQkStore(AmxTiles* amx, const float* const* q, const float* kt,
+                               int64_t kt_stride, int64_t pairs, float scale, float* const* out) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   static_assert((C * L % 16 == 0 && C * L <= 64) || !S::kAmx, "AMX blocks of 16 keys");
   static_assert(R <= 16, "a tile holds 16 rows");
   bool even = true;
   for (int r = 1; r < R; ++r) even &= q[r] == q[0] + r * pairs;
-  AmxRows<R>();
+  amx->Use<R>();
   alignas(64) float c[R][64];
   alignas(64) float a[R][32];
   const typename S::V vs = S::Set(scale);
@@ -175,12 +183,13 @@ OCTATTN_INLINE void AmxQkStore(const float* const* q, const float* kt, int64_t k
 // points at row r's score for pack column 0; pack column c holds key key_base + c; keys
 // at or past `key_end` are masked. `all_allowed`: the caller has classified the block as
 // full (every row reads every key up to key_end, and key_end is past the block).
-// P: bf16 pairs (QkStore); A: on AMX tiles (AmxQkStore; P too).
+// P: bf16 pairs (QkStore); A: on AMX tiles (AmxQkStore on the task's `amx`; P too).
 template <int R, int C, bool P = false, bool A = false>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const base::Mask& mask, const int64_t* qpos, float scale,
-                           float* const* dst, bool all_allowed = false) {
+                           float* const* dst, bool all_allowed = false,
+                           AmxTiles* amx = nullptr) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
   const int64_t a1 = base::MinI(a0 + C * L, key_end);
@@ -201,7 +210,7 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
     return;
   }
   if constexpr (A) {
-    AmxQkStore<R, C>(q, kt, kt_stride, head_dim, scale, out);
+    AmxQkStore<R, C>(amx, q, kt, kt_stride, head_dim, scale, out);
   } else {
     QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   }
