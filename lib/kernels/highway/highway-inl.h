@@ -126,7 +126,7 @@ struct S {
 #else
 #define OCTATTN_AVX_TRANSPOSE 0
 #endif
-#include "lib/kernels/common/transpose-inl.h"
+#include "lib/kernels/common/vocabulary-inl.h"
 #undef OCTATTN_AVX_TRANSPOSE
 };
 

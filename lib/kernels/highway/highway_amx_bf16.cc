@@ -1,6 +1,6 @@
 // The Highway backend's amx_bf16 target: the avx512_bf16 unit's code compiled once more
 // with AMX-TILE and AMX-BF16, so that the fused path's bf16 Q K^T runs on AMX tiles
-// (OCTATTN_AMX_BF16: transpose_avx-inl.h's Amx* and qk-inl.h's AmxQkStore); everything
+// (OCTATTN_AMX_BF16: avx_amx-inl.h's Amx* and qk-inl.h's AmxQkStore); everything
 // else is the avx512_bf16 target's code. Its own namespace, octattn::kernels::amx; it
 // runs only where highway.cc's dispatch finds AVX3, AVX512_BF16, AMX and Linux's grant
 // of the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM).

@@ -1,6 +1,6 @@
 // The Highway backend's avx512_bf16 target: Highway's AVX3 target compiled once more,
 // with AVX512_BF16, so that the kernels' bf16 dot products run on vdpbf16ps
-// (OCTATTN_DOT_BF16, transpose_avx-inl.h). This unit's flags (lib/CMakeLists.txt) make
+// (OCTATTN_DOT_BF16, avx_bf16-inl.h). This unit's flags (lib/CMakeLists.txt) make
 // AVX3 Highway's static target, so no foreach_target; its code sits in namespace
 // octattn::kernels::bf16, apart from highway.cc's AVX3 copy, and runs only where
 // highway.cc's dispatch finds AVX3 and a CPU with AVX512_BF16.

@@ -1,10 +1,11 @@
-// The vocabulary's Transpose8x8, an 8x8 float block transpose, TransposeRows, eight
-// dimensions of kLanes keys moved into vectors with the keys in lanes, and LoadAs, a
-// vector of bf16 or f16 elements widened. Its portable form is a
-// plain loop; where the including backend says its target has AVX
-// (OCTATTN_AVX_TRANSPOSE, x86 only) transpose_avx-inl.h defines it with shuffles. The
-// families use it only where kBlockTranspose says it is a fast block operation. Included
-// inside each backend's vocabulary struct.
+// The vocabulary's operations beyond a backend's own: Transpose8x8, an 8x8 float block
+// transpose, TransposeRows, eight dimensions of kLanes keys moved into vectors with the
+// keys in lanes, and LoadAs, a vector of bf16 or f16 elements widened (a plain loop,
+// or where the including backend says its target has AVX, OCTATTN_AVX_TRANSPOSE, x86
+// only, shuffles: avx_transpose-inl.h); bf16 pairs and vdpbf16ps (avx_bf16-inl.h) and
+// AMX tiles (avx_amx-inl.h) where the target has them. The families use the transposes
+// only where kBlockTranspose says they are a fast block operation. Included inside each
+// backend's vocabulary struct.
 
 // An instruction this target lacks, as Highway leaves it undefined: a call that is
 // compiled for the target (one its k* constant does not guard with if constexpr) is a
@@ -19,7 +20,8 @@ static constexpr bool kAbsent = false;
     return R();                                                                         \
   }
 #if OCTATTN_AVX_TRANSPOSE
-#include "lib/kernels/common/transpose_avx-inl.h"
+#include "lib/kernels/common/avx_transpose-inl.h"
+#include "lib/kernels/common/avx_bf16-inl.h"
 #else
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
 static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,
@@ -38,10 +40,10 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
     return Load(lanes);
   }
 }
-// f16 narrowing by the vector unit (transpose_avx-inl.h): the AVX targets only.
+// f16 narrowing by the vector unit (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
 OCTATTN_ABSENT(void, StoreF16)
-// bf16 dimension pairs (transpose_avx-inl.h): the AVX targets only.
+// bf16 dimension pairs (avx_bf16-inl.h): the AVX targets only.
 static constexpr bool kBf16Pairs = false;
 OCTATTN_ABSENT(void, TransposeBf16Pairs)
 OCTATTN_ABSENT(V, Bf16Even)
@@ -58,15 +60,17 @@ static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[
 }
 #endif
 #if !defined(OCTATTN_DOT_BF16)
-// vdpbf16ps and its helpers (transpose_avx-inl.h): the avx512_bf16 unit only.
+// vdpbf16ps and its helpers (avx_bf16-inl.h): the avx512_bf16 and amx_bf16 units.
 static constexpr bool kDotBf16 = false;
 OCTATTN_ABSENT(V, DotBf16)
 OCTATTN_ABSENT(V, NarrowPairs)
 OCTATTN_ABSENT(V, PairRows)
 OCTATTN_ABSENT(V, Bf16Low)
 #endif
-#if !defined(OCTATTN_AMX_BF16)
-// AMX-BF16 tiles (transpose_avx-inl.h): the amx_bf16 unit only.
+#if defined(OCTATTN_AMX_BF16)
+#include "lib/kernels/common/avx_amx-inl.h"
+#else
+// AMX-BF16 tiles (avx_amx-inl.h): the amx_bf16 unit only.
 static constexpr bool kAmx = false;
 OCTATTN_ABSENT(void, AmxConfigure)
 OCTATTN_ABSENT(void, AmxRelease)

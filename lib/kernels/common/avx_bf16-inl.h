@@ -1,0 +1,121 @@
+// bf16 on x86 targets with AVX: dimension pairs moved by the transposes without
+// widening and split into f32 (every AVX target), and vdpbf16ps with its helpers (the
+// avx512_bf16 and amx_bf16 units, OCTATTN_DOT_BF16). Included by vocabulary-inl.h after
+// avx_transpose-inl.h.
+
+// Sixteen bf16 dimensions of kLanes keys as eight vectors of dimension pairs: t[j] lane e
+// holds dimensions 2j (low half) and 2j + 1 (high half) of key e, moved as 32-bit
+// elements by the transposes above without widening: half the shuffles per dimension
+// of TransposeRows<kBf16>. Bf16Even and Bf16Odd then give dimensions 2j and 2j + 1 as
+// f32 (a shift, a mask: exact, and no shuffle).
+template <size_t N = kLanes>
+static OCTATTN_INLINE void TransposeBf16Pairs(const float* rows, int64_t row, V (&t)[8]) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(rows);
+  auto at = [&](int i) { return reinterpret_cast<const __m256i*>(h + i * row); };
+  if constexpr (N == 16) {
+    __m512 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = _mm512_castsi512_ps(_mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(at(i))), _mm256_loadu_si256(at(i + 8)), 1));
+    Transpose16x8Regs(r, t);
+  } else {
+    static_assert(N == 8, "eight or sixteen lanes");
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(at(i)));
+    Transpose8x8Regs(r);
+    for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
+  }
+}
+static constexpr bool kBf16Pairs = true;
+template <size_t N = kLanes, class W = V>  // W: the branch not taken stays unchecked
+static OCTATTN_INLINE V Bf16Even(W pair) {
+  if constexpr (N == 16) {
+    return FromRaw(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(ToRaw(pair)), 16)));
+  } else {
+    return FromRaw(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(ToRaw(pair)), 16)));
+  }
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE V Bf16Odd(W pair) {
+  if constexpr (N == 16) {
+    return FromRaw(_mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  } else {
+    return FromRaw(_mm256_castsi256_ps(_mm256_and_si256(
+        _mm256_castps_si256(ToRaw(pair)), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
+}
+
+// The even and the odd lanes of the 2 * kLanes lanes [a, b] (Deinterleave), and back
+// (Interleave): accumulators of bf16 value rows split by Bf16Even and Bf16Odd.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void Deinterleave(W a, W b, V* even, V* odd) {
+  if constexpr (N == 16) {
+    const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = FromRaw(_mm512_permutex2var_ps(ToRaw(a), e, ToRaw(b)));
+    *odd = FromRaw(_mm512_permutex2var_ps(ToRaw(a), o, ToRaw(b)));
+  } else {
+    const __m256 x = ToRaw(a), y = ToRaw(b);
+    *even = FromRaw(_mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
+                              _MM_SHUFFLE(3, 1, 2, 0))));
+    *odd = FromRaw(_mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))),
+                              _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void Interleave(W even, W odd, V* a, V* b) {
+  if constexpr (N == 16) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *a = FromRaw(_mm512_permutex2var_ps(ToRaw(even), lo, ToRaw(odd)));
+    *b = FromRaw(_mm512_permutex2var_ps(ToRaw(even), hi, ToRaw(odd)));
+  } else {
+    const __m256 x = ToRaw(even), y = ToRaw(odd);
+    const __m256 l = _mm256_unpacklo_ps(x, y), h = _mm256_unpackhi_ps(x, y);
+    *a = FromRaw(_mm256_permute2f128_ps(l, h, 0x20));
+    *b = FromRaw(_mm256_permute2f128_ps(l, h, 0x31));
+  }
+}
+
+#if defined(OCTATTN_DOT_BF16)
+// vdpbf16ps (the avx512_bf16 unit only, which defines OCTATTN_DOT_BF16): acc plus, lane
+// by lane, the products of the bf16 pairs of q and k, dimension 2p + 1 first, then 2p,
+// each added with one rounding (a product of bf16 values is exact in f32), as two FMAs
+// would; bf16 subnormals are read as zero and subnormal sums flushed to zero.
+static_assert(kLanes == 16, "vdpbf16ps on zmm registers");
+static constexpr bool kDotBf16 = true;
+template <class W = V>
+static OCTATTN_INLINE V DotBf16(W q, W k, W acc) {
+  return FromRaw(_mm512_dpbf16_ps(ToRaw(acc), (__m512bh)_mm512_castps_si512(ToRaw(q)),
+                                  (__m512bh)_mm512_castps_si512(ToRaw(k))));
+}
+// Weights as bf16 pairs: 2 * kLanes floats (keys 0 .. 15 in lo, 16 .. 31 in hi) rounded
+// to nearest even (vcvtne2ps2bf16: subnormals to zero), lane m = keys 2m (low half) and
+// 2m + 1 (high half).
+template <class W = V>
+static OCTATTN_INLINE V NarrowPairs(W lo, W hi) {
+  return FromRaw(
+      _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(ToRaw(hi), ToRaw(lo)))));
+}
+// Sixteen bf16 columns of two value rows a (low halves) and b (high halves) as pairs:
+// lane c = column c of a and of b.
+static OCTATTN_INLINE V PairRows(const float* a, const float* b) {
+  const __m512i x = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return FromRaw(_mm512_castsi512_ps(_mm512_permutexvar_epi16(_mm512_load_si512(kIdx), x)));
+}
+// The low bf16 of each pair, the high one zero.
+template <class W = V>
+static OCTATTN_INLINE V Bf16Low(W pair) {
+  return FromRaw(_mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(0xFFFF))));
+}
+#endif  // OCTATTN_DOT_BF16

@@ -1,0 +1,128 @@
+// Transpose8x8 and TransposeRows on x86 targets with AVX (eight floats per ymm register,
+// sixteen per zmm register): unpack, shuffle, then move 128-bit lanes; and LoadAs and
+// StoreF16, 16-bit elements widened and f16 narrowed by the vector unit. Included by
+// vocabulary-inl.h, inside a backend's vocabulary struct, only where the backend says
+// its target has AVX (OCTATTN_AVX_TRANSPOSE), after <immintrin.h>.
+
+// r[c] = column c of the 8x8 block whose row i is r[i], in registers.
+static OCTATTN_INLINE void Transpose8x8Regs(__m256 (&r)[8]) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[c] holds column c (c < 4) of rows 0-3 in its low half and column c + 4 in its
+  // high half; r[c + 4] the same for rows 4-7.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+  }
+  for (int i = 0; i < 8; ++i) r[i] = t[i];
+}
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
+static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,
+                                        int64_t dst_stride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  Transpose8x8Regs(r);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * dst_stride, r[i]);
+}
+
+// Eight elements of type T at p widened to f32 (bf16: moved to the high half of each
+// lane; f16: F16C's conversion; both exact).
+template <Dtype T>
+static OCTATTN_INLINE __m256 Row8(const float* p) {
+  if constexpr (T == kF32) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (T == kBf16)
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+  }
+}
+
+// kLanes elements of type T at p, widened to f32.
+template <Dtype T>
+static OCTATTN_INLINE V LoadAs(const float* p) {
+  if constexpr (T == kF32) {
+    return Load(p);
+  } else if constexpr (kLanes == 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (T == kBf16)
+      return FromRaw(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    return FromRaw(_mm512_cvtph_ps(h));
+  } else {
+    return FromRaw(Row8<T>(p));
+  }
+}
+
+// The sixteen-lane transpose: r[i] holds elements 0-7 of key i in its low half and of
+// key i + 8 in its high half; t[c] gets element c of keys 0-15. Two 8x8 transposes in
+// the halves, then a two-source permute joins keys 0-7 and 8-15. (A template: compiled
+// only where an AVX-512 target calls it.)
+template <size_t N = kLanes>
+static OCTATTN_INLINE void Transpose16x8Regs(__m512 (&r)[8], V (&t)[8]) {
+  __m512 u[8];
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[c] (c < 4), by 128-bit lane: dimension c of keys 0-3, dimension c + 4 of keys
+  // 0-3, dimension c of keys 8-11, dimension c + 4 of keys 8-11; r[c + 4] the same for
+  // keys 4-7 and 12-15.
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int c = 0; c < 4; ++c) {
+    t[c] = FromRaw(_mm512_permutex2var_ps(r[c], lo, r[c + 4]));
+    t[c + 4] = FromRaw(_mm512_permutex2var_ps(r[c], hi, r[c + 4]));
+  }
+}
+
+// kLanes floats narrowed to f16 at p (F16C: round to nearest even, as F32ToF16).
+static constexpr bool kStoreF16 = true;
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreF16(W v, float* p) {
+  if constexpr (N == 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(ToRaw(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(ToRaw(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
+// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
+// keys, keys in lanes, read from the keys' rows (elements of type T, strides in
+// elements) in place (no copy). AVX-512: rows e and e + 8 share a zmm register, whose
+// two halves are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7
+// and 8-15 of each dimension.
+template <Dtype T = kF32, size_t N = kLanes>
+static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
+  if constexpr (N == 16) {
+    __m512 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(Row8<T>(ElemAt(rows, i * row, T))),
+                                Row8<T>(ElemAt(rows, (i + 8) * row, T)), 1);
+    Transpose16x8Regs(r, t);
+  } else {
+    static_assert(N == 8, "eight or sixteen lanes");
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = Row8<T>(ElemAt(rows, i * row, T));
+    Transpose8x8Regs(r);
+    for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
+  }
+}

@@ -1,0 +1,310 @@
+// The fused path, blocks: R rows against a packed tile (scores, softmax update,
+// weighted sums, on vectors or on AMX tiles), and a tile's rows in blocks.
+
+// Vectors per row of a register block acc[R][C].
+template <class A>
+constexpr int AccVecs() {
+  return static_cast<int>(std::extent<std::remove_reference_t<A>, 1>::value);
+}
+
+// The weighted sums of R states over a tile's value columns, a register block at a time
+// (kAvVecs vectors, then single ones): av(kd, acc) adds the tile's keys (weights p) to
+// the block's accumulators.
+template <int R, class Av>
+OCTATTN_INLINE void Columns(const FlashTile& tile, float* const* st, int64_t dvp,
+                            const float* const* p, Av&& av) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  int64_t c0 = 0, v_row = 0;
+  auto block = [&](auto vecs) OCTATTN_LAMBDA_INLINE {
+    constexpr int C = decltype(vecs)::value;
+    typename S::V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+    const float* v = tile.Values(c0, dvp, &v_row);
+    av(KeyData{p, 1, v, v_row, tile.t0}, acc);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+    c0 += C * L;
+  };
+  while (c0 + kAvVecs * L <= dvp) block(std::integral_constant<int, kAvVecs>());
+  while (c0 < dvp) block(std::integral_constant<int, 1>());
+}
+
+// Keys per AMX step of the weighted sums: 16 pairs.
+constexpr int64_t kAmxKeys = 32;
+
+// S::kAmx, bf16 value pairs (FlashPairsV with FlashAmx): the whole groups of kAmxKeys
+// keys from the tile's first key that row r reads, [g0[r], g1[r]) (group numbers), added
+// to the R states on AMX tiles, a group a tdpbf16ps step of each 16-column block: the
+// weights' pairs (pw, rows kTileKeys floats apart, PairWeights) by the V panel's pair
+// rows (the packed tile's panels of kAvPanel columns). A row's sums depend on its own
+// groups alone: a group other rows of the block read and it does not leaves its state
+// as it was (its value rows may hold anything). The keys of a row outside its groups are
+// the vector pairs' (FlashBlock: those before, then the groups, then those after).
+// values(c0, &row): the pair rows of value columns [c0, c0 + 64) of group 0 (row floats
+// apart; group g's at + g * 16 rows).
+template <int R, class Values>
+static inline void AmxWeightedSums(AmxTiles* amx, const int64_t* g0, const int64_t* g1,
+                                   float* const* st, int64_t dvp, const float* const* pw,
+                                   Values&& values) {
+  int64_t ga = INT64_MAX, gb = 0;
+  for (int r = 0; r < R; ++r)
+    if (g0[r] < g1[r]) {
+      ga = base::MinI(ga, g0[r]);
+      gb = base::MaxI(gb, g1[r]);
+    }
+  if (ga >= gb) return;
+  amx->Use<R>();
+  constexpr int64_t kPairs = kAmxKeys / 2;
+  const int64_t a_stride = kTileKeys * 4;
+  alignas(64) float c[R][64], keep[R][64];
+  for (int64_t c0 = 0; c0 < dvp; c0 += 64) {
+    const int nc = static_cast<int>(base::MinI(4, (dvp - c0) / 16));
+    const size_t bytes = static_cast<size_t>(nc) * 64;
+    int64_t v_row = 0;
+    const float* v = values(c0, &v_row);
+    for (int r = 0; r < R; ++r) memcpy(c[r], st[r] + 2 + c0, bytes);
+    S::AmxLoadSums(c[0], nc);
+    for (int64_t g = ga; g < gb; ++g) {
+      bool all = true, none = true;
+      for (int r = 0; r < R; ++r) {
+        const bool in = g >= g0[r] && g < g1[r];
+        all &= in;
+        none &= !in;
+      }
+      if (none) continue;
+      if (!all) S::AmxStoreSums(keep[0], nc);
+      S::AmxStep(pw[0] + g * kPairs, a_stride, v + g * kPairs * v_row, v_row * 4, nc);
+      if (!all) {  // the rows that do not read the group keep their sums
+        S::AmxStoreSums(c[0], nc);
+        for (int r = 0; r < R; ++r)
+          if (g < g0[r] || g >= g1[r]) memcpy(c[r], keep[r], bytes);
+        S::AmxLoadSums(c[0], nc);
+      }
+    }
+    S::AmxStoreSums(c[0], nc);
+    for (int r = 0; r < R; ++r) memcpy(st[r] + 2 + c0, c[r], bytes);
+  }
+}
+
+// R rows against one tile: scores, online softmax update, weighted sum into the states.
+template <int R>
+static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                              const FlashRow* rows, float* const* st, float* s_buf,
+                              FlashPrefetch* pf) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const float* q[R];
+  int64_t qpos[R];
+  bool active[R];
+  bool any = false;
+  int64_t qmin = rows[0].qpos, qmax = rows[0].qpos;
+  for (int r = 0; r < R; ++r) {
+    q[r] = rows[r].q;
+    qpos[r] = rows[r].qpos;
+    active[r] = !sp.floors || tile.t1 > rows[r].floor;
+    any |= active[r];
+    qmin = base::MinI(qmin, qpos[r]);
+    qmax = base::MaxI(qmax, qpos[r]);
+  }
+  const base::TileKind kind =
+      any ? base::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) : base::kTileEmpty;
+  if (kind == base::kTileEmpty) return;
+  // Every active row reads every key of a full tile: no panel needs its own mask.
+  const bool full = kind == base::kTileFull && tile.t1 - tile.t0 == tile.tpad;
+  // Each row's keys in the tile, and the packed columns [a, b) (whole vectors) that
+  // hold them: the scores outside are never read, so neither computed nor scanned.
+  // Dropping masked scores (-inf, exp 0) changes no max and no sum.
+  // With modifiers, keys masked by the tensors are the rows' holes (bits from t0); the
+  // mask tensor is read here, once, and a row none of whose keys it allows here is
+  // skipped like a masked tile.
+  const bool modded = t.op.mods.Scores();
+  constexpr int64_t kWords = kTileKeys / kHoleBits;
+  uint64_t holes[R][kWords];
+  bool holey[R];
+  base::RowKeys keys[R];
+  int64_t a[R], b[R], block_a = tile.tpad, block_b = 0;
+  for (int r = 0; r < R; ++r) {
+    keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+    a[r] = b[r] = 0;
+    holey[r] = false;
+    if (!active[r]) continue;  // below the row's floor: another unit holds these keys
+    base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
+    const RowMods& mod = rows[r].mod;
+    if (sp.floors && mod.mask) {  // the dense run within the row's mask envelope
+      k.lo = base::MinI(base::MaxI(k.lo, rows[r].env_lo), k.hi);
+      k.hi = base::MaxI(base::MinI(k.hi, rows[r].env_hi), k.lo);
+    }
+    const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
+    int64_t jb = strided ? k.strided_begin : k.lo;
+    int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
+    if (je <= jb) continue;
+    if (modded) {
+      for (int64_t w = 0; w < kWords; ++w) holes[r][w] = 0;
+      if (mod.mask) {
+        const KeySpan span =
+            ScanMaskRow(mod.mask, mod.mask_col, sp.first, sp.step, tile.t0, jb, je, holes[r]);
+        if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
+        // The keys outside the span are holes: dropped from the row's keys here.
+        jb = span.begin;
+        je = span.end;
+        k.lo = base::MinI(base::MaxI(k.lo, jb), je);
+        k.hi = base::MaxI(base::MinI(k.hi, je), k.lo);
+        k.strided_begin = base::MaxI(k.strided_begin, jb);
+        k.strided_end = base::MaxI(base::MinI(k.strided_end, je), k.strided_begin);
+      }
+    }
+    keys[r] = k;
+    a[r] = (jb - tile.t0) / L * L;
+    b[r] = base::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
+    block_a = base::MinI(block_a, a[r]);
+    block_b = base::MaxI(block_b, b[r]);
+  }
+  float* s[R];
+  for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
+  for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
+    pf->Step();
+    if constexpr (S::kDotBf16) {
+      if (t.op.q_type == kBf16) {                  // bf16 pairs (FlashPairs): head_dim counts pairs
+        if constexpr (S::kAmx) {
+          if (t.op.head_dim % 16 == 0) {  // FlashAmx
+            QkTile<R, kFlashQkVecs, true, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                                                t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                                                sp.mask, qpos, t.op.scale, s, full || modded,
+                                                sp.amx);
+            continue;
+          }
+        }
+        QkTile<R, kFlashQkVecs, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
+                                      j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
+                                      full || modded);
+        continue;
+      }
+    }
+    QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
+                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
+                            full || modded);
+  }
+  if (modded)  // the raw scores get the modifiers, then the mask and the holes
+    for (int r = 0; r < R; ++r) {
+      if (a[r] == b[r]) continue;
+      holey[r] = ModifyAndMask(s[r], a[r], b[r], tile.t0, tile.t1, sp.first, sp.step, rows[r].mod,
+                               keys[r], holes[r]);
+    }
+
+  const int64_t dvp = PadKeys(t.op.value_dim);
+  for (int r = 0; r < R; ++r) {
+    if (a[r] == b[r]) continue;  // no key of the row here: no change
+    if (!SoftmaxTile(s[r], a[r], b[r], st[r], dvp)) {
+      keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+      holey[r] = false;
+    }
+  }
+
+  if constexpr (S::kDotBf16) {
+    if (tile.pairs) {  // bf16 weight and value pairs (FlashPairsV): no holes, no strides
+      const float* pw[R];
+      for (int r = 0; r < R; ++r) {
+        float* w = PairWeights(t, s_buf, r);
+        pw[r] = w;
+        for (int64_t x = a[r]; x < b[r]; x += 2 * L)
+          S::Store(
+              S::NarrowPairs(S::Load(s[r] + x), x + L < b[r] ? S::Load(s[r] + x + L) : S::Zero()),
+              w + x / 2);
+      }
+      if constexpr (S::kAmx) {
+        if (t.op.head_dim % 16 == 0) {  // FlashAmx: whole groups of keys on AMX tiles
+          // Row r's keys: [lo, g0) on vector pairs, the groups [g0, g1) on AMX, [g1, hi)
+          // on vector pairs, in this order.
+          int64_t g0[R], g1[R];
+          base::RowKeys before[R], after[R];
+          bool any_before = false, any_after = false;
+          for (int r = 0; r < R; ++r) {
+            const int64_t lo = keys[r].lo - tile.t0, hi = keys[r].hi - tile.t0;
+            g0[r] = (lo + kAmxKeys - 1) / kAmxKeys;
+            g1[r] = base::MaxI(g0[r], hi / kAmxKeys);
+            before[r] = after[r] = keys[r];
+            if (g0[r] == g1[r]) {  // no whole group: every key on vector pairs
+              after[r].hi = after[r].lo;
+            } else {
+              before[r].hi = tile.t0 + g0[r] * kAmxKeys;
+              after[r].lo = tile.t0 + g1[r] * kAmxKeys;
+            }
+            any_before |= before[r].hi > before[r].lo;
+            any_after |= after[r].hi > after[r].lo;
+          }
+          auto pairs = [&](const base::RowKeys* ks) {
+            Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
+              AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, ks, acc);
+            });
+          };
+          if (any_before) pairs(before);
+          AmxWeightedSums<R>(sp.amx, g0, g1, st, dvp, pw, [&](int64_t c0, int64_t* row) {
+            return tile.Values(c0, dvp, row);  // the V panel of the columns
+          });
+          if (any_after) pairs(after);
+          return;
+        }
+      }
+      Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
+        AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, keys, acc);
+      });
+      return;
+    }
+  }
+  const float* p[R];
+  for (int r = 0; r < R; ++r) p[r] = s[r];
+  // Rows with holes sum their keys alone, skipping the holes (same chains otherwise).
+  bool any_holey = false;
+  base::RowKeys block_keys[R];
+  for (int r = 0; r < R; ++r) {
+    any_holey |= holey[r];
+    block_keys[r] = holey[r] ? base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
+  }
+  Columns<R>(tile, st, dvp, p, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
+    constexpr int C = AccVecs<decltype(acc)>();
+    AvRows<R, C>(kd, block_keys, acc);
+    if (any_holey) FlashHoleRows<R, C>(kd, keys, holey, holes, acc);
+  });
+}
+
+// The last n < kFlashRows rows of a tile's row list, in blocks of 4, 2 and 1 rows (the
+// row lists of decode: 1, 2 and 4 rows, 8 = 6 + 2, 16 = 6 + 6 + 4). Fewer block heights
+// keep the build small; a row's bytes do not depend on its block.
+static inline void FlashRest(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                             const FlashRow* rows, int64_t n, float* states, size_t stride,
+                             float* s_buf, FlashPrefetch* pf) {
+  for (int64_t i = 0; i < n;) {
+    float* st[4];
+    const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
+    for (int64_t r = 0; r < h; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+    if (h == 4) FlashBlock<4>(t, sp, tile, rows + i, st, s_buf, pf);
+    if (h == 2) FlashBlock<2>(t, sp, tile, rows + i, st, s_buf, pf);
+    if (h == 1) FlashBlock<1>(t, sp, tile, rows + i, st, s_buf, pf);
+    i += h;
+  }
+}
+
+// Rows against one tile, in blocks of kFlashRows consecutive rows (kAmxRows where both
+// Q K^T and the weighted sums run on AMX tiles, whose steps cost about the same for 6
+// rows as for 16).
+static inline void FlashHeadTile(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                                 const FlashRow* rows, int64_t nq, float* states, size_t stride,
+                                 float* s_buf, FlashPrefetch* pf) {
+  float* st[kAmxRows > kFlashRows ? kAmxRows : kFlashRows];
+  int64_t i = 0;
+  const bool amx = S::kAmx && tile.pairs && t.op.head_dim % 16 == 0;  // FlashAmx, FlashPairsV
+  const int64_t block = amx ? kAmxRows : kFlashRows;
+  const int64_t steps = (nq + block - 1) / block * (tile.tpad / kQkPanel);
+  pf->per_step = (pf->end - pf->next + steps - 1) / steps;
+  if constexpr (S::kAmx) {
+    for (; amx && i + kAmxRows <= nq; i += kAmxRows) {
+      for (int r = 0; r < kAmxRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+      FlashBlock<kAmxRows>(t, sp, tile, rows + i, st, s_buf, pf);
+    }
+  }
+  for (; i + kFlashRows <= nq; i += kFlashRows) {
+    for (int r = 0; r < kFlashRows; ++r) st[r] = states + static_cast<size_t>(i + r) * stride;
+    FlashBlock<kFlashRows>(t, sp, tile, rows + i, st, s_buf, pf);
+  }
+  FlashRest(t, sp, tile, rows + i, nq - i, states + i * stride, stride, s_buf, pf);
+}

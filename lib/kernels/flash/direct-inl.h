@@ -1,0 +1,466 @@
+// The fused path, direct tiles. Decode: tiles that every row reads whole, read in place. Q K^T transposes eight
+// dimensions of kLanes keys at a time in registers from the keys' rows (TransposeRows)
+// and runs QkStore's chains on them; the softmax update is SoftmaxTile; the weighted
+// sums read the value rows in place, a group of keys at a time, with AvRange's chains.
+// So a row's bits are those of FlashBlock on the packed tile, with no copy of K or V,
+// and K and V each stream through the core once, in order, each step prefetching the
+// rows of the next.
+// Key vectors per Q K^T step (but see OneKeyVec): two, so that 2R chains hide the FMA
+// latency (docs/PERFORMANCE.md, decode's choices).
+constexpr int kDirectVecs = 2;
+constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
+// f32 rows fetched ahead of the row being read: far enough for memory's latency at its
+// bandwidth, near enough that the fetched rows stay in L1. bf16 rows as many rows ahead;
+// f16 rows (widened by F16C) as many bytes (twice the rows).
+constexpr int64_t kDirectAhead = 32;
+template <Dtype T>
+constexpr int64_t DirectAhead() {
+  return T == kF16 ? 2 * kDirectAhead : kDirectAhead;
+}
+
+// Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
+// whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
+// and values of one element type (16-bit ones widened in registers), no score
+// modifiers, on a target with a fast block transpose.
+// bf16 pairs (FlashPairs) take sixteen dimensions a step.
+static inline bool FlashDirect(const FlashTask& t, int64_t step) {
+  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
+         t.op.k_type == t.op.v_type && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
+         (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
+         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
+}
+
+// Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
+// share a few L1 sets (4 KiB an L1 way on the x86 cores measured here).
+static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * bytes) % 4096 == 0; }
+
+// Whether a direct tile copies each kv head's group of kDirectKeys key rows (`dim`
+// elements of `bytes`, `row` elements apart) into scratch before reading it: where the
+// rows lie a multiple of 4 KiB apart ([T, H, D] layouts with H * D * bytes a multiple of
+// 4096: f32 with 8 kv heads of 128) they all fall in the same few L1 sets, so that the
+// transposes, reading each row's lines in pieces, find them evicted by the group's other
+// rows and by the rows fetched ahead. The copy reads each line once, whole; the
+// transposes read a contiguous block. Same values, same bytes. Where the rows spread over
+// the sets the copy costs more than it saves, and paged rows are read in place. Value
+// rows are never copied: the weighted sums read each line of a value row whole, at one
+// key's step.
+// Whether key rows are read in place whatever their spacing: paged ones, and with
+// Tuning::in_place_rows (Intel cores, where it beat the copy) all, which then take one
+// key vector a step where they share sets (OneKeyVec), as paged rows do.
+static inline bool InPlaceRows(const Paging* paging, const Tuning& tn) {
+  return paging || tn.in_place_rows;
+}
+static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging,
+                             const Tuning& tn) {
+  return !InPlaceRows(paging, tn) && row >= 2 * dim && RowsShareSets(row, bytes);
+}
+// Whether Q K^T steps take one key vector (sixteen keys) at a time, not kDirectVecs:
+// where key rows read in place lie a multiple of 4 KiB apart (vLLM's pools of f32 rows of
+// 8 kv heads of 128), so that each step's rows share a few L1 sets. With sixteen rows a
+// step rather than 32, fewer of a line's first-half readers evict it before its second
+// half is read. Same chains, same bytes. Eight-lane targets already take sixteen rows a
+// step.
+static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging, const Tuning& tn) {
+  return S::kLanes >= 16 && InPlaceRows(paging, tn) && RowsShareSets(row, bytes);
+}
+// Whether the nh kv heads of a task group, whose slices share each key row ([T, H, D]
+// and paged layouts), fetch the rows of a group of keys whole between them (DirectTile::
+// heads) rather than each head its own slice of every row: memory then serves each row's
+// lines together. Same bytes. f32 rows only: 16-bit rows gained nothing so.
+static_assert((kDirectKeys & (kDirectKeys - 1)) == 0, "groups of a power of two keys");
+static inline bool WholeRows(const Operands& op, int64_t nh) {
+  return nh > 1 && kDirectKeys % nh == 0 && op.k_type == kF32;
+}
+// Where a direct tile's fetches bring its rows ahead (DirectTile::FetchAs): L1
+// (prefetcht0), but with Tuning::vendor_fetch (Intel cores) where the rows are [T, H, D]
+// ones (a row stride of at least two rows) 16-bit rows into L2 (prefetcht1) and f32 rows
+// that share L1 sets not at all: there the core's own prefetchers carry them better than
+// prefetcht0, whose misses hold L1's few fill buffers.
+enum FetchTo { kFetchL1, kFetchL2, kFetchNone };
+static inline FetchTo DirectFetch(const Operands& op, const Tuning& tn) {
+  if (op.k_row < 2 * op.head_dim || !tn.vendor_fetch) return kFetchL1;
+  if (op.k_type != kF32) return kFetchL2;
+  return RowsShareSets(op.k_row, DtypeBytes(kF32)) ? kFetchNone : kFetchL1;
+}
+
+// Rows a staged copy fetches ahead of the row it copies.
+constexpr int64_t kStageAhead = 4;
+
+// Where a direct tile's rows are, and the order they are read in: the stream of its key
+// rows, then its value rows, then the next tile's key rows.
+struct DirectTile {
+  const Operands* op;
+  int64_t first;  // space key g is key first + g of op
+  int64_t t0, t1;
+  int64_t next0, next1;  // the next tile's keys (none: next0 == next1)
+  float* scratch;        // kDirectKeys * head_dim floats
+  // With FlashAmx and FlashPairsV: a group's value rows joined into pairs (kDirectKeys /
+  // 2 rows of value_dim pairs).
+  float* vbuf = nullptr;
+  // Staged keys: with ks set, the key rows of keys [s0, s0 + kDirectKeys) are read from
+  // there, head_dim elements apart (StageRows). Value rows are always read in place.
+  const float* ks = nullptr;
+  int64_t s0 = 0;
+  AmxTiles* amx = nullptr;  // the task's tiles (FlashAmx)
+
+  const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
+  OCTATTN_INLINE const float* K(int64_t g) const {
+    return ks ? ElemAt(ks, (g - s0) * op->head_dim, op->k_type) : SrcK(g);
+  }
+  const float* V(int64_t g) const { return ValueRow(*op, first + g); }
+  // Copies the key rows of [a, b) (at most kDirectKeys) into dst and reads them from
+  // there.
+  void Stage(int64_t a, int64_t b, float* dst) {
+    const Dtype t = op->k_type;
+    const size_t bytes = static_cast<size_t>(op->head_dim * DtypeBytes(t));
+    for (int64_t g = a; g < b; ++g) {
+      // The row kStageAhead on, into L1 (the rows fetched a group ahead are in L2 by
+      // now, no longer in L1's few sets that such rows share).
+      if (g + kStageAhead < b) {
+        const char* r = reinterpret_cast<const char*>(SrcK(g + kStageAhead));
+        for (size_t e = 0; e < bytes; e += 64) __builtin_prefetch(r + e, 0, 3);
+      }
+      memcpy(ElemAt(dst, (g - a) * op->head_dim, t), SrcK(g), bytes);
+    }
+    ks = dst;
+    s0 = a;
+  }
+  int64_t KStride() const { return ks ? op->head_dim : op->k_row; }
+  int64_t VStride() const { return op->v_row; }
+  // One past the last key from g (< end) whose row is a row stride after g's.
+  int64_t Run(int64_t g, int64_t end) const {
+    if (!op->paging) return end;  // (staged keys are never paged: StageRows)
+    const int64_t size = op->paging->size, r = op->paging->first + first + g;
+    return base::MinI(end, g + size - r % size);
+  }
+  // Row i of the stream and its bytes (none past the stream: null).
+  OCTATTN_INLINE const char* Row(int64_t i, int64_t* bytes) const {
+    const int64_t n = t1 - t0;
+    const float* row;
+    if (i < n) {
+      *bytes = op->head_dim * DtypeBytes(op->k_type);
+      row = SrcK(t0 + i);
+    } else if (i < 2 * n) {
+      *bytes = op->value_dim * DtypeBytes(op->v_type);
+      row = V(t0 + i - n);
+    } else if (i - 2 * n < next1 - next0) {
+      *bytes = op->head_dim * DtypeBytes(op->k_type);
+      row = SrcK(next0 + i - 2 * n);
+    } else {
+      return nullptr;
+    }
+    return reinterpret_cast<const char*>(row);
+  }
+  // With heads set (WholeRows), the tiles of the 2^lg kv heads whose slices share each
+  // key row: the kDirectKeys rows of a group that this head's far fetches cover are then
+  // a few rows whole, every head's slice of them (from row `row0` of the group on), not
+  // this head's slice of every row. Between them the heads fetch the same lines, each
+  // row's together.
+  const DirectTile* heads = nullptr;
+  int64_t lg = 0, row0 = 0;
+  bool fetch = true;      // whether Fetch fetches (DirectFetch: not kFetchNone)
+  bool fetch_l2 = false;  // whether FetchAs fetches 16-bit rows into L2 (kFetchL2)
+  // The cache lines of stream row i, into L1; not at all where DirectFetch says so.
+  // (Always inlined: a call whose only effect is a prefetch may be dropped.)
+  OCTATTN_INLINE void Fetch(int64_t i) const {
+    if (!fetch) return;
+    int64_t bytes = 0;
+    const char* row = Row(i, &bytes);
+    if (row) FetchLines<3>(row, bytes);
+  }
+  // The cache lines of `bytes` at row, with locality `level` (3: prefetcht0, 2:
+  // prefetcht1).
+  template <int level>
+  static OCTATTN_INLINE void FetchLines(const char* row, int64_t bytes) {
+    const uintptr_t line0 = reinterpret_cast<uintptr_t>(row) >> 6;
+    const uintptr_t line1 = (reinterpret_cast<uintptr_t>(row + bytes) - 1) >> 6;
+    for (uintptr_t l = line0; l <= line1; ++l)
+      __builtin_prefetch(reinterpret_cast<const char*>(l << 6), 0, level);
+  }
+  // Fetch(i), or with heads the row and head that stream row i stands for; 16-bit rows
+  // into L2 where DirectFetch says so (only their instances test it: the f32 ones keep
+  // Fetch's code as it is, which the f32 decode's speed depends on). Only f32 rows take
+  // heads (WholeRows).
+  template <Dtype T>
+  OCTATTN_INLINE void FetchAs(int64_t i) const {
+    if constexpr (T == kF32) {
+      if (heads) {
+        const int64_t k = i & (kDirectKeys - 1);
+        return heads[k & ((int64_t{1} << lg) - 1)].Fetch(i - k + row0 + (k >> lg));
+      }
+    } else {
+      if (fetch_l2) {
+        int64_t bytes = 0;
+        const char* row = Row(i, &bytes);
+        if (row) FetchLines<2>(row, bytes);
+        return;
+      }
+    }
+    Fetch(i);
+  }
+};
+
+// Scaled scores of R rows for the keys of the tile (elements of type T) into
+// s[r][0, t1 - t0), Vecs key vectors a step (kDirectVecs, or one: OneKeyVec).
+template <int R, Dtype T, int Vecs>
+static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const float* const* q,
+                                float* const* s, int64_t j_begin, int64_t j_end) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
+  const int64_t hd = t.op.head_dim, q_dim = t.op.q_dim;
+  const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
+  const typename S::V vs = S::Set(t.op.scale);
+  if constexpr (T == kBf16 && S::kAmx) {
+    if (FlashAmx(t.op)) {
+      // AMX (FlashAmx): each step's key pairs transposed into scratch as a packed panel
+      // holds them (pair rows of KP keys, after the first half of scratch, which holds
+      // staged or copied rows), then AmxQkStore on them: the packed tile's scores.
+      float* kp_buf = dt.scratch + kDirectKeys * hd / 2;
+      for (int64_t j = j_begin; j < j_end; j += KP) {
+        for (int64_t e = 0; e < KP; ++e) dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
+        for (int g = 0; g < Vecs; ++g) {
+          const int64_t j0 = j + g * L;
+          const float* rows = dt.K(j0);
+          int64_t row = dt.KStride();
+          if (dt.Run(j0, j0 + L) < j0 + L) {
+            float* copy = ElemAt(dt.scratch, g * L * hd, T);
+            for (int64_t e = 0; e < L; ++e)
+              memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e),
+                     static_cast<size_t>(hd * DtypeBytes(T)));
+            rows = copy;
+            row = hd;
+          }
+          for (int64_t d = 0; d < hd; d += 16) {
+            typename S::V kp[8];
+            S::TransposeBf16Pairs(ElemAt(rows, d, T), row, kp);
+            for (int i = 0; i < 8; ++i) S::Store(kp[i], kp_buf + (d / 2 + i) * KP + g * L);
+          }
+        }
+        float* out[R];
+        for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+        AmxQkStore<R, Vecs>(dt.amx, q, kp_buf, KP, hd / 2, t.op.scale, out);
+      }
+      return;
+    }
+  }
+  for (int64_t j = j_begin; j < j_end; j += KP) {
+    // Each key vector's rows, a row stride apart: in place, or (paged keys across a block
+    // boundary) copied into scratch.
+    const float* rows[Vecs];
+    int64_t row[Vecs];
+    for (int g = 0; g < Vecs; ++g) {
+      const int64_t j0 = j + g * L;
+      rows[g] = dt.K(j0);
+      row[g] = dt.KStride();
+      if (dt.Run(j0, j0 + L) < j0 + L) {
+        float* copy = ElemAt(dt.scratch, g * L * hd, T);
+        for (int64_t e = 0; e < L; ++e)
+          memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e), static_cast<size_t>(hd * DtypeBytes(T)));
+        rows[g] = copy;
+        row[g] = hd;
+      }
+    }
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+    for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
+      const int64_t d1 = base::MinI(hd, d0 + kDotBlock);
+      typename S::V acc[R][Vecs];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
+      int64_t d = d0;
+      if constexpr (T == kBf16 && S::kBf16Pairs) {
+        // Sixteen bf16 dimensions a step, transposed as eight pairs. With bf16 pairs
+        // (FlashPairs) each pair is one S::DotBf16 with q's pair, as QkChain's pairs on
+        // the packed tile; else the pairs are widened after (Bf16Even, Bf16Odd): the same
+        // chains in the same order as f32, a third of the shuffles.
+        auto steps = [&](auto pairs) {
+          for (; d + 16 <= d1; d += 16) {
+            for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 2) * per, KP); ++e)
+              dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
+            typename S::V kp[Vecs][8];
+            for (int g = 0; g < Vecs; ++g)
+              S::TransposeBf16Pairs(ElemAt(rows[g], d, T), row[g], kp[g]);
+            for (int i = 0; i < 8; ++i) {
+              if constexpr (decltype(pairs)::value) {
+                for (int r = 0; r < R; ++r) {
+                  const typename S::V qb = S::Set(q[r][d / 2 + i]);
+                  for (int g = 0; g < Vecs; ++g) acc[r][g] = S::DotBf16(qb, kp[g][i], acc[r][g]);
+                }
+                continue;
+              }
+              typename S::V ev[Vecs], od[Vecs];
+              for (int g = 0; g < Vecs; ++g) {
+                ev[g] = S::Bf16Even(kp[g][i]);
+                od[g] = S::Bf16Odd(kp[g][i]);
+              }
+              for (int r = 0; r < R; ++r) {
+                const typename S::V qb = S::Set(q[r][(d + 2 * i) * q_dim]);
+                for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, ev[g], acc[r][g]);
+              }
+              for (int r = 0; r < R; ++r) {
+                const typename S::V qb = S::Set(q[r][(d + 2 * i + 1) * q_dim]);
+                for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, od[g], acc[r][g]);
+              }
+            }
+          }
+        };
+        if (S::kDotBf16 && t.op.q_type == kBf16) {
+          steps(std::integral_constant<bool, S::kDotBf16>());
+        } else {
+          steps(std::false_type());
+        }
+      }
+      for (; d < d1; d += 8) {
+        // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
+        for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
+          dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
+        typename S::V kv[Vecs][8];
+        for (int g = 0; g < Vecs; ++g)
+          S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
+        for (int i = 0; i < 8; ++i)
+          for (int r = 0; r < R; ++r) {
+            const typename S::V qb = S::Set(q[r][(d + i) * q_dim]);
+            for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
+          }
+      }
+      StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
+    }
+  }
+}
+
+// Adds the value rows of the tile weighted by p[r][0, t1 - t0) to the R states: groups
+// of keys, each group's columns a register block at a time (elements of type T).
+template <int R, Dtype T>
+static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const float* const* p,
+                                float* const* st, int64_t g_begin, int64_t g_end) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
+  const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
+  for (int64_t g0 = g_begin; g0 < g_end; g0 += kDirectKeys) {
+    const int64_t g1 = base::MinI(g0 + kDirectKeys, dt.t1);
+    if constexpr (T == kBf16 && S::kDotBf16) {
+      if (FlashPairsV(t.op)) {
+        // bf16 pairs (FlashPairsV): the group's keys two at a time (g0 - t0 and g1 - t0
+        // even), each pair's value rows joined by PairRows, one S::DotBf16 per pair with
+        // the weight pair (PairWeights: SBufRows rows on from p): FlashBlock's chains on
+        // the packed pairs.
+        const float* pw[R];
+        for (int r = 0; r < R; ++r) pw[r] = p[r] + SBufRows(t) * kTileKeys;
+        if constexpr (S::kAmx) {
+          if (FlashAmx(t.op) && g1 - g0 == kAmxKeys && (g0 - dt.t0) % kAmxKeys == 0) {
+            // AMX (FlashAmx): the group's value rows joined into pairs in dt.vbuf (the
+            // packed V panel's pair rows), then one AmxWeightedSums step: the packed
+            // tile's sums of a whole group (a direct tile's rows read all its keys).
+            for (int64_t k = g0; k < g1; k += 2) {
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+              const float *v0 = dt.V(k), *v1 = dt.V(k + 1);
+              float* pr = dt.vbuf + (k - g0) / 2 * dvp;
+              for (int64_t c = 0; c < dvp; c += L)
+                S::Store(S::PairRows(ElemAt(v0, c, T), ElemAt(v1, c, T)), pr + c);
+            }
+            const float* pg[R];
+            int64_t ga[R], gb[R];
+            for (int r = 0; r < R; ++r) {
+              pg[r] = pw[r] + (g0 - dt.t0) / 2;
+              ga[r] = 0;
+              gb[r] = 1;
+            }
+            AmxWeightedSums<R>(dt.amx, ga, gb, st, dvp, pg, [&](int64_t c0, int64_t* row) {
+              *row = dvp;
+              return static_cast<const float*>(dt.vbuf + c0);
+            });
+            continue;
+          }
+        }
+        auto columns = [&](auto vecs, int64_t c0) {
+          constexpr int C = decltype(vecs)::value;
+          typename S::V acc[R][C];
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+          for (int64_t k = g0; k < g1; k += 2) {
+            if (c0 == 0) {
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+              dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+            }
+            const float *v0 = ElemAt(dt.V(k), c0, T), *v1 = ElemAt(dt.V(k + 1), c0, T);
+            typename S::V x[C];
+            for (int c = 0; c < C; ++c)
+              x[c] = S::PairRows(ElemAt(v0, c * L, T), ElemAt(v1, c * L, T));
+            for (int r = 0; r < R; ++r) {
+              const typename S::V pb = S::Set(pw[r][(k - dt.t0) / 2]);
+              for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, x[c], acc[r][c]);
+            }
+          }
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+        };
+        int64_t c0 = 0;
+        for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kAvVecs>(), c0);
+        for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0);
+        continue;
+      }
+    }
+    for (int64_t a = g0; a < g1;) {
+      // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step in the
+      // first columns fetches the value row DirectAhead keys on.
+      const int64_t b = dt.Run(a, g1);
+      const float* v = dt.V(a);
+      const float* pa[R];
+      for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
+      int64_t c0 = 0, part = 0;
+      auto fetch = [&](int64_t j) {
+        if (part == 0) dt.template FetchAs<T>(dt.t1 - dt.t0 + j - dt.t0 + DirectAhead<T>());
+      };
+      if constexpr (T == kBf16 && S::kBf16Pairs && kAvVecs % 2 == 0) {
+        // bf16 rows loaded as pairs and split by Bf16Even and Bf16Odd (no widening
+        // shuffle): the accumulators hold the even and the odd columns of each pair of
+        // vectors, the same chains over the keys.
+        for (; c0 + W <= dvp; c0 += W, ++part) {
+          typename S::V acc[R][kAvVecs];
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < kAvVecs; c += 2)
+              S::Deinterleave(S::Load(st[r] + 2 + c0 + c * L),
+                              S::Load(st[r] + 2 + c0 + (c + 1) * L), &acc[r][c], &acc[r][c + 1]);
+          const float* vc = ElemAt(v, c0, T);
+          for (int64_t k = a; k < b; ++k) {
+            fetch(k);
+            const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
+            typename S::V x[kAvVecs];
+            for (int c = 0; c < kAvVecs; c += 2) {
+              const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
+              x[c] = S::Bf16Even(pair);
+              x[c + 1] = S::Bf16Odd(pair);
+            }
+            for (int r = 0; r < R; ++r) {
+              const typename S::V pb = S::Set(pa[r][k - a]);
+              for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
+            }
+          }
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < kAvVecs; c += 2) {
+              typename S::V lo, hi;
+              S::Interleave(acc[r][c], acc[r][c + 1], &lo, &hi);
+              S::Store(lo, st[r] + 2 + c0 + c * L);
+              S::Store(hi, st[r] + 2 + c0 + (c + 1) * L);
+            }
+        }
+      }
+      for (; c0 + W <= dvp; c0 += W, ++part) {
+        typename S::V acc[R][kAvVecs];
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a},
+                                                pa, a, b, 1, acc, fetch);
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+      }
+      for (; c0 < dvp; c0 += L, ++part) {
+        typename S::V acc[R][1];
+        for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
+        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a}, pa, a,
+                                          b, 1, acc, fetch);
+        for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
+      }
+      a = b;
+    }
+  }
+}

@@ -1,0 +1,250 @@
+// The fused path, scratch and packing: a task's scratch pieces, and the tiles it packs
+// (K panels, V panels, bf16 value pairs, paged rows, 16-bit rows widened).
+
+// Scratch pieces of a task. 16-bit operands: qw holds the task's q rows widened (rows of
+// head_dim floats); kw and vw a tile's key and value rows widened (WidenTile).
+struct FlashScratch {
+  float *run, *cur, *kt, *s_buf, *vpack;
+  FlashRow* rows;
+  float *qw, *kw, *vw;
+};
+
+static inline bool FlashWidens(const FlashTask& t) {
+  return t.op.k_type != kF32 || t.op.v_type != kF32;
+}
+
+static inline size_t FlashRowsFloats(const FlashTask& t) {
+  return Piece2(static_cast<int64_t>(sizeof(FlashRow) / sizeof(float)), FlashRows(t));
+}
+
+static size_t FlashTaskScratchFloats(const FlashTask& t) {
+  const size_t state = base::SatMul(FlashStateFloats(t.op.value_dim), base::Count(FlashRows(t)));
+  size_t n = base::SatMul(2, state);
+  n = base::SatAdd(n, Piece2(t.op.head_dim, kTileKeys));
+  n = base::SatAdd(n, Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys));
+  n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  n = base::SatAdd(n, FlashRowsFloats(t));
+  if (t.op.q_type != kF32) n = base::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
+  if (FlashWidens(t)) {
+    n = base::SatAdd(n, Piece2(kTileKeys, t.op.head_dim));
+    n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  }
+  return n;
+}
+
+// A task's scratch: one kv head's, or each of its kv heads' in turn.
+static size_t FlashScratchFloats(const FlashTask& t) {
+  FlashTask one = t;
+  one.kv_heads = 1;
+  return base::SatMul(FlashTaskScratchFloats(one), base::Count(t.kv_heads));
+}
+
+static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
+  const size_t state = FlashStateFloats(t.op.value_dim) * static_cast<size_t>(FlashRows(t));
+  FlashScratch f;
+  f.run = scratch;
+  f.cur = f.run + state;
+  f.kt = f.cur + state;
+  f.s_buf = f.kt + Piece2(t.op.head_dim, kTileKeys);
+  f.vpack = f.s_buf + Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys);
+  f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
+  f.qw = reinterpret_cast<float*>(f.rows) + FlashRowsFloats(t);
+  f.kw = f.qw + (t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0);
+  f.vw = f.kw + (FlashWidens(t) ? Piece2(kTileKeys, t.op.head_dim) : 0);
+  return f;
+}
+
+// V panels of keys [t0, t1) (rows past t1 up to tpad are never read): panel p holds value
+// columns [p * kAvPanel, ...) of every key, kAvPanel wide (the last one what is left of
+// the padded row), zero past value_dim. Keys below `load` other than the strided columns
+// `below` are no row's: not loaded.
+static inline void PackValuePanels(const float* v, int64_t v_row, int64_t v_dim, int64_t value_dim,
+                                   int64_t t0, int64_t load, int64_t t1, base::StridedColumns below,
+                                   int64_t tpad, float* dst) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(value_dim);
+  // Blocks of 8 source rows, each block's rows read once into every panel: the reads
+  // stay in a few lines, the writes in 8 consecutive rows of each panel.
+  for (int64_t b0 = t0; b0 < t1; b0 += 8) {
+    const int64_t b1 = base::MinI(b0 + 8, t1);
+    for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
+      const int64_t w = base::MinI(kAvPanel, dvp - p0), real = base::MinI(w, value_dim - p0);
+      for (int64_t j = b0; j < b1; ++j) {
+        float* row = dst + p0 * tpad + (j - t0) * w;
+        const float* src = v + j * v_row + p0 * v_dim;
+        int64_t d = 0;
+        if (j >= load || below.Has(j)) {
+          if (v_dim == 1)
+            for (; d + L <= real; d += L) S::Store(S::Load(src + d), row + d);
+          for (; d < real; ++d) row[d] = src[d * v_dim];
+        }
+        for (; d < w; ++d) row[d] = 0.0f;
+      }
+    }
+  }
+}
+
+// V panels of bf16 key pairs (FlashPairsV) from staged bf16 rows (WidenTile: key g at
+// row first + g of `v`, rows v_row elements apart, zero padded to whole vectors): panel
+// p, pair m holds columns [p * kAvPanel, ...) of keys t0 + 2m and t0 + 2m + 1 (PairRows),
+// zero for keys that are not loaded (below `load` and not in `below`) or past t1.
+static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_dim, int64_t first,
+                                  int64_t t0, int64_t load, int64_t t1, base::StridedColumns below,
+                                  int64_t tpad, float* dst) {
+  if constexpr (S::kDotBf16) {  // FlashPairsV: the avx512_bf16 targets only
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    const int64_t dvp = PadKeys(value_dim);
+    alignas(64) uint16_t zero[S::kLanes] = {};
+    auto row = [&](int64_t g) -> const float* {
+      if (g >= t1 || (g < load && !below.Has(g))) return reinterpret_cast<const float*>(zero);
+      return ElemAt(v, (first + g) * v_row, kBf16);
+    };
+    for (int64_t m = 0; m < tpad / 2; ++m) {
+      const int64_t g = t0 + 2 * m;
+      const float *a = row(g), *b = row(g + 1);
+      const bool za = a == reinterpret_cast<const float*>(zero),
+                 zb = b == reinterpret_cast<const float*>(zero);
+      for (int64_t p0 = 0; p0 < dvp; p0 += kAvPanel) {
+        const int64_t w = base::MinI(kAvPanel, dvp - p0);
+        float* out = dst + p0 * (tpad / 2) + m * w;
+        for (int64_t c = 0; c < w; c += L)
+          S::Store(S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
+                   out + c);
+      }
+    }
+  }
+}
+
+// PackTile for paged keys and values: each row found through the block table, copied
+// (the same numbers a contiguous call packs, so the same scores and sums); values in
+// rows of the padded width. Eight keys in a row of one block are transposed as a block
+// where the target has a fast one, as contiguous keys are.
+static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, FlashTile* tile,
+                                 int64_t load, int64_t first, int64_t step, base::StridedColumns below) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const Operands& op = t.op;
+  const KeyLayout lay{kQkPanel, kQkPanel * op.head_dim, kQkPanel};
+  const int64_t dvp = PadKeys(op.value_dim), hd = op.head_dim;
+  const int64_t size = op.paging->size, d8 = hd / 8 * 8;
+  auto real = [&](int64_t g) { return g < tile->t1 && (g >= load || below.Has(g)); };
+  for (int64_t jj = 0; jj < tile->tpad;) {
+    const int64_t g = tile->t0 + jj;
+    float* kt = lay.Base(f.kt, jj) + jj;
+    if constexpr (S::kBlockTranspose) {
+      // Eight real keys, consecutive rows of one block, inside one panel: one transpose.
+      const int64_t r = op.paging->first + first + g * step;
+      if (op.k_dim == 1 && step == 1 && jj % 8 == 0 && (jj + 7) / kQkPanel == jj / kQkPanel &&
+          r % size + 8 <= size && g >= load && g + 8 <= tile->t1) {
+        const float* k = KeyRow(op, first + g);
+        for (int64_t d = 0; d < d8; d += 8)
+          S::Transpose8x8(k + d, op.k_row, kt + d * lay.row, lay.row);
+        for (int64_t e = 0; e < 8; ++e)
+          for (int64_t d = d8; d < hd; ++d) kt[d * lay.row + e] = k[e * op.k_row + d];
+        for (int64_t e = 0; e < 8; ++e) {
+          const float* v = ValueRow(op, first + g + e);
+          float* vr = f.vpack + (jj + e) * dvp;
+          int64_t d = 0;
+          if (op.v_dim == 1)
+            for (; d + L <= op.value_dim; d += L) S::Store(S::Load(v + d), vr + d);
+          for (; d < op.value_dim; ++d) vr[d] = v[d * op.v_dim];
+          for (; d < dvp; ++d) vr[d] = 0.0f;
+        }
+        jj += 8;
+        continue;
+      }
+    }
+    float* vr = f.vpack + jj * dvp;
+    int64_t d = 0, e = 0;
+    if (real(g)) {
+      const float* k = KeyRow(op, first + g * step);
+      const float* v = ValueRow(op, first + g * step);
+      for (; d < hd; ++d) kt[d * lay.row] = k[d * op.k_dim];
+      if (op.v_dim == 1)
+        for (; e + L <= op.value_dim; e += L) S::Store(S::Load(v + e), vr + e);
+      for (; e < op.value_dim; ++e) vr[e] = v[e * op.v_dim];
+    }
+    for (; d < hd; ++d) kt[d * lay.row] = 0.0f;
+    for (; e < dvp; ++e) vr[e] = 0.0f;
+    ++jj;
+  }
+  tile->kt = f.kt;
+  tile->v = f.vpack;
+  tile->v_row = dvp;
+}
+
+// 16-bit keys or values: the rows of keys [t0, t1) of a space whose key g is row first +
+// g * step of k and v, those a row may read (as PackTile says), widened into f32 rows of
+// scratch, values zero padded to whole vectors: key g at row g - t0. Returns the
+// operands of these rows (key g is their row g - t0: first -t0, step 1), whose f32
+// tile is the same numbers, so the same bits.
+// bf16 pairs (FlashPairs): the key rows are copied as they are, and the operands' keys
+// are rows of head_dim / 2 pairs, each read as one f32 (PackTile moves them as such).
+static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
+                                 int64_t load, int64_t t1, int64_t first, int64_t step,
+                                 base::StridedColumns below) {
+  const Operands& op = t.op;
+  const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
+  const bool pairs = S::kDotBf16 && op.q_type == kBf16, pairs_v = pairs && FlashPairsV(op);
+  for (int64_t g = t0; g < t1; ++g) {
+    float* vr = f.vw + (g - t0) * dvp;
+    if (g >= load || below.Has(g)) {
+      const float* k = KeyRow(op, first + g * step);
+      if (pairs) {
+        CopyElems(k, op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
+      } else {
+        WidenRowV(k, op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
+      }
+      if (pairs_v) {  // bf16 rows of dvp elements (PackValuePairs)
+        vr = ElemAt(f.vw, (g - t0) * dvp, kBf16);
+        CopyElems(ValueRow(op, first + g * step), op.v_dim, dv, vr);
+        for (int64_t d = dv; d < dvp; ++d) memset(ElemAt(vr, d, kBf16), 0, 2);
+        continue;
+      }
+      WidenRowV(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
+    }
+    for (int64_t d = dv; d < dvp && !pairs_v; ++d) vr[d] = 0.0f;
+  }
+  Operands w = op;
+  w.k = f.kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
+  if (pairs) w.k_row = w.head_dim = hd / 2;
+  w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = pairs_v ? kBf16 : kF32;
+  w.paging = nullptr;
+  return w;
+}
+
+// Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys
+// below `load` other than the strided columns `below` (real keys only) are no row's:
+// zeros in the packed K tile, value rows not loaded.
+static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
+                                 int64_t load, int64_t t1, int64_t first, int64_t step,
+                                 base::StridedColumns below) {
+  FlashTile tile;
+  tile.t0 = t0;
+  tile.t1 = t1;
+  tile.tpad = static_cast<int64_t>(base::RoundUp(base::Count(t1 - t0), kQkPanel));
+  load = base::MinI(base::MaxI(load, t0), t1);
+  if (t.op.paging) {
+    PackPagedTile(t, f, &tile, load, first, step, below);
+    return tile;
+  }
+  PackKeysT(t.op.k + first * t.op.k_row, t.op.k_row * step, t.op.k_dim, t0, load, t1, below,
+            tile.tpad, t.op.head_dim, f.kt,
+            KeyLayout{kQkPanel, kQkPanel * t.op.head_dim, kQkPanel});
+  tile.kt = f.kt;
+  if (S::kDotBf16 && t.op.v_type == kBf16) {  // bf16 value pairs (WidenTile, FlashPairsV)
+    PackValuePairs(t.op.v, t.op.v_row, t.op.value_dim, first, t0, load, t1, below, tile.tpad,
+                   f.vpack);
+    tile.v = f.vpack;
+    tile.v_row = 0;
+    tile.pairs = true;
+  } else if (FlashRows(t) > kPackValueRows) {
+    PackValuePanels(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim, t.op.value_dim, t0,
+                    load, t1, below, tile.tpad, f.vpack);
+    tile.v = f.vpack;
+    tile.v_row = 0;
+  } else {
+    tile.v = PrepareValues(t.op.v + first * t.op.v_row, t.op.v_row * step, t.op.v_dim,
+                           t.op.value_dim, t0, load, t1, below, f.vpack, &tile.v_row);
+  }
+  return tile;
+}

@@ -1,0 +1,381 @@
+// The fused path, the task: its rows prepared, its units of keys run tile by tile
+// (packed or direct), its final states written, and decode's merge of units.
+
+// The rows of nh tasks (one, or kv heads sharing key rows) against a direct tile, in
+// blocks of 4, 2 and 1 rows: the scores of kDirectKeys keys of every block of every
+// head, then the next keys' (the heads' slices of the same key rows are read together,
+// and each group of rows by every block while it is in L1); the softmax updates (a row
+// with no readable score yet skips the sums, as in FlashBlock); the weighted sums the
+// same way. A row's operations do not depend on nh or on its block.
+template <Dtype T>
+static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, const FlashScratch* fs,
+                                 int64_t nh, int64_t n, float* const* sts, size_t stride) {
+  const int64_t t0 = dts[0].t0, t1 = dts[0].t1, dvp = PadKeys(ts[0].op.value_dim);
+  auto blocks = [&](auto&& fn) {
+    for (int64_t i = 0; i < n;) {
+      const int64_t h = n - i >= 4 ? 4 : n - i >= 2 ? 2 : 1;
+      fn(i, h);
+      i += h;
+    }
+  };
+  const Operands& op0 = ts[0].op;
+  const Tuning& tn = ts[0].tuning;
+  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging, tn);
+  const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging, tn);
+  for (int64_t j = t0; j < t1; j += kDirectKeys)
+    for (int64_t x = 0; x < nh; ++x) {
+      const int64_t j1 = base::MinI(j + kDirectKeys, t1);
+      DirectTile dt = dts[x];
+      if (stage_k) dt.Stage(j, j1, fs[0].kt);
+      blocks([&](int64_t i, int64_t h) {
+        const float* q[4];
+        float* s[4];
+        for (int64_t r = 0; r < h; ++r) {
+          q[r] = fs[x].rows[i + r].q;
+          s[r] = fs[x].s_buf + (i + r) * kTileKeys;
+        }
+        auto scores = [&](auto vecs) {
+          constexpr int V = decltype(vecs)::value;
+          if (h == 4) DirectScores<4, T, V>(ts[x], dt, q, s, j, j1);
+          if (h == 2) DirectScores<2, T, V>(ts[x], dt, q, s, j, j1);
+          if (h == 1) DirectScores<1, T, V>(ts[x], dt, q, s, j, j1);
+        };
+        if (one_vec) {
+          scores(std::integral_constant<int, 1>());
+        } else {
+          scores(std::integral_constant<int, kDirectVecs>());
+        }
+      });
+    }
+  bool read[kMaxTaskKvHeads][kPackValueRows];
+  for (int64_t x = 0; x < nh; ++x)
+    for (int64_t r = 0; r < n; ++r)
+      read[x][r] = SoftmaxTile(fs[x].s_buf + r * kTileKeys, 0, t1 - t0,
+                               sts[x] + static_cast<size_t>(r) * stride, dvp);
+  if constexpr (T == kBf16 && S::kDotBf16) {
+    if (FlashPairsV(ts[0].op))  // the weights as bf16 pairs (FlashBlock's rounding)
+      for (int64_t x = 0; x < nh; ++x)
+        for (int64_t r = 0; r < n; ++r) {
+          const float* sr = fs[x].s_buf + r * kTileKeys;
+          float* w = PairWeights(ts[x], fs[x].s_buf, r);
+          for (int64_t k = 0; k < t1 - t0; k += 2 * static_cast<int64_t>(S::kLanes))
+            S::Store(S::NarrowPairs(S::Load(sr + k), S::Load(sr + k + S::kLanes)), w + k / 2);
+        }
+  }
+  for (int64_t g = t0; g < t1; g += kDirectKeys)
+    for (int64_t x = 0; x < nh; ++x) {
+      const int64_t g1 = base::MinI(g + kDirectKeys, t1);
+      const DirectTile& dt = dts[x];
+      blocks([&](int64_t i, int64_t h) {
+        const float* p[4];
+        float* st[4];
+        bool all = true;
+        for (int64_t r = 0; r < h; ++r) {
+          p[r] = fs[x].s_buf + (i + r) * kTileKeys;
+          st[r] = sts[x] + static_cast<size_t>(i + r) * stride;
+          all &= read[x][i + r];
+        }
+        if (all && h == 4) return DirectValues<4, T>(ts[x], dt, p, st, g, g1);
+        if (all && h == 2) return DirectValues<2, T>(ts[x], dt, p, st, g, g1);
+        for (int64_t r = 0; r < h; ++r)
+          if (read[x][i + r]) DirectValues<1, T>(ts[x], dt, &p[r], &st[r], g, g1);
+      });
+    }
+}
+
+// One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states
+// sts[x] of each of the nh tasks ts[x] (kv heads sharing key rows: the same rows,
+// positions and keys; nh is 1 but for those). `next`: the chunk the tasks run after this
+// unit, or -1: its first tile is prefetched during this unit's last tile (real keys only).
+static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t chunk,
+                      int64_t next, float* const* sts, AmxTiles* amx) {
+  const FlashTask& t = ts[0];
+  const FlashScratch& f = fs[0];
+  const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
+  const size_t stride = FlashStateFloats(t.op.value_dim);
+  for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
+  FlashSpace sp;
+  sp.amx = amx;
+  int64_t begin, end, first, step, load;
+  base::StridedColumns below{0, 0};
+  if (chunk < 0) {  // gathered strided columns: plain causal in column space
+    sp.mask = base::Mask{1, 0, 0, 0, 0};
+    sp.kv_len = 0;
+    sp.floors = false;
+    sp.first = t.op.mask.phase;
+    sp.step = t.op.mask.stride;
+    for (int64_t x = 0; x < nh; ++x)
+      for (int64_t r = 0; r < rows; ++r) fs[x].rows[r].qpos = fs[x].rows[r].strided - 1;
+    for (int64_t r = 0; r < rows; ++r) sp.kv_len = base::MaxI(sp.kv_len, f.rows[r].strided);
+    begin = 0;
+    end = sp.kv_len;
+    first = t.op.mask.phase;  // column g is key phase + g * stride
+    step = t.op.mask.stride;
+    load = 0;
+  } else {
+    sp.mask = t.op.mask;
+    sp.kv_len = t.op.kv_len;
+    sp.floors = true;
+    sp.first = 0;
+    sp.step = 1;
+    int64_t floor = f.rows[0].floor;
+    for (int64_t x = 0; x < nh; ++x)
+      for (int64_t r = 0; r < rows; ++r) {
+        fs[x].rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
+        floor = base::MinI(floor, fs[x].rows[r].floor);
+      }
+    begin = base::MaxI(chunk * kChunkKeys, floor);
+    end = base::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
+    first = 0;
+    step = 1;
+    load = base::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
+    below = base::StridedBelow(t.op.mask, t.op.mask.q_start + t.row_begin);
+  }
+  // With a mask tensor (and no strided columns among the real keys), the tiles outside
+  // every row's envelope are neither packed nor read.
+  int64_t env_lo = 0, env_hi = end;
+  if (chunk >= 0 && t.op.mods.mask &&
+      !(t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0)) {
+    env_lo = end;
+    env_hi = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      if (f.rows[r].env_lo < f.rows[r].env_hi) {
+        env_lo = base::MinI(env_lo, f.rows[r].env_lo);
+        env_hi = base::MaxI(env_hi, f.rows[r].env_hi);
+      }
+  }
+  // Rows are in order of position, so the first and last rows bound what the task reads.
+  const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
+  // The first tile a row reads at or after t0, or end.
+  auto next_tile = [&](int64_t t0) {
+    for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
+      const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+      if (chunk < 0 ||
+          (t1 > env_lo && t0 < env_hi &&
+           base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty))
+        break;  // else no row reads this tile: not even packed
+    }
+    return t0;
+  };
+  FlashPrefetch pfs[kMaxTaskKvHeads];
+  const int64_t kb = DtypeBytes(t.op.k_type), vb = DtypeBytes(t.op.v_type);
+  for (int64_t x = 0; x < nh; ++x) {
+    FlashPrefetch& pf = pfs[x];
+    const Operands& op = ts[x].op;
+    if (op.k_dim == 1 && op.v_dim == 1 && op.paging) {  // steps counted in keys
+      pf.paged = &op;
+      pf.first = first;
+      pf.k_step = pf.v_step = step;
+      pf.k_bytes = op.head_dim * kb;
+      pf.v_bytes = op.value_dim * vb;
+    } else if (op.k_dim == 1 && op.v_dim == 1) {
+      pf.k = reinterpret_cast<const char*>(ElemAt(op.k, first * op.k_row, op.k_type));
+      pf.v = reinterpret_cast<const char*>(ElemAt(op.v, first * op.v_row, op.v_type));
+      pf.k_step = op.k_row * step * kb;
+      pf.v_step = op.v_row * step * vb;
+      pf.k_bytes = op.head_dim * kb;
+      pf.v_bytes = op.value_dim * vb;
+    }
+  }
+  // The keys to fetch while the tile before t0 (the next tile read) is computed: that
+  // tile's, or after the unit's last tile the next chunk's first.
+  auto upcoming = [&](int64_t t0, int64_t* a, int64_t* b) {
+    *a = base::MaxI(t0, load);
+    *b = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (t0 >= end && chunk >= 0 && next >= 0) {
+      *a = base::MaxI(base::MaxI(next * kChunkKeys, begin), load);
+      *b = base::MinI((*a / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
+    }
+  };
+  const bool direct = chunk >= 0 && FlashDirect(t, step);
+  for (int64_t t0 = next_tile(begin); t0 < end;) {
+    const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (direct && t1 - t0 == kTileKeys &&
+        base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
+      DirectTile dts[kMaxTaskKvHeads];
+      const int64_t t_next = next_tile(t1);
+      const FetchTo to = DirectFetch(t.op, t.tuning);
+      for (int64_t x = 0; x < nh; ++x) {
+        dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
+        dts[x].amx = amx;
+        dts[x].vbuf = fs[x].vpack;
+        dts[x].fetch = to != kFetchNone;
+        dts[x].fetch_l2 = to == kFetchL2;
+        upcoming(t_next, &dts[x].next0, &dts[x].next1);
+        if (WholeRows(t.op, nh)) {
+          dts[x].heads = dts;
+          dts[x].lg = __builtin_ctzll(static_cast<uint64_t>(nh));
+          dts[x].row0 = x * (kDirectKeys / nh);
+        }
+      }
+      t0 = t_next;
+      if (t.op.k_type == kBf16) {
+        FlashDirectTileHeads<kBf16>(ts, dts, fs, nh, rows, sts, stride);
+      } else if (t.op.k_type == kF16) {
+        FlashDirectTileHeads<kF16>(ts, dts, fs, nh, rows, sts, stride);
+      } else {
+        FlashDirectTileHeads<kF32>(ts, dts, fs, nh, rows, sts, stride);
+      }
+      continue;
+    }
+    const int64_t t_next = next_tile(t1);
+    for (int64_t x = 0; x < nh; ++x) {
+      // 16-bit keys or values: the tile of their widened rows.
+      FlashTask wide;
+      const FlashTask* tt = &ts[x];
+      int64_t tfirst = first, tstep = step;
+      if (FlashWidens(ts[x])) {
+        wide = ts[x];
+        wide.op = WidenTile(ts[x], fs[x], t0, base::MinI(base::MaxI(load, t0), t1), t1, first, step,
+                            below);
+        tt = &wide;
+        tfirst = -t0;
+        tstep = 1;
+      }
+      const FlashTile tile = PackTile(*tt, fs[x], t0, load, t1, tfirst, tstep, below);
+      upcoming(t_next, &pfs[x].next, &pfs[x].end);
+      // All rows of all heads in one list: decode blocks the heads of a GQA group together.
+      FlashHeadTile(*tt, sp, tile, fs[x].rows, rows, sts[x], stride, fs[x].s_buf, &pfs[x]);
+    }
+    t0 = t_next;
+  }
+}
+
+// The task's rows (q widened if 16-bit) into f.rows; returns the task as the units read
+// it (a widened q: f32 rows of head_dim floats).
+static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
+  const int64_t rows = FlashRows(task), nq = task.row_end - task.row_begin;
+  const int64_t hd = task.op.head_dim;
+  // A 16-bit q: the task's rows widened once, read as rows of head_dim floats; with bf16
+  // pairs, copied as they are (q_type stays bf16: the units' sign of pairs).
+  const bool pairs = FlashPairs(task.op);
+  const bool wide_q = task.op.q_type != kF32;
+  FlashTask t = task;
+  if (wide_q) t.op.q_dim = 1, t.op.q_type = pairs ? kBf16 : kF32;
+  const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = r / nq, i = t.row_begin + r % nq;
+    FlashRow& row = f.rows[r];
+    row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
+    if (pairs) {
+      float* qr = ElemAt(f.qw, r * hd, kBf16);
+      CopyElems(row.q, task.op.q_dim, hd, qr);
+      row.q = qr;
+    } else if (wide_q) {
+      WidenRowV(row.q, task.op.q_dim, task.op.q_type, hd, f.qw + r * hd);
+      row.q = f.qw + r * hd;
+    }
+    const int64_t qpos = t.op.mask.q_start + i;
+    const base::RowKeys k = base::KeysOf(t.op.mask, qpos, t.op.kv_len);
+    row.floor = k.lo / kTileKeys * kTileKeys;
+    // With chunks, a row's strided columns lie in its chunk: read among the real keys
+    // (from the chunk's tile on), not gathered.
+    if (has_strided && t.op.mask.chunk > 0)
+      row.floor = base::MinI(row.floor, k.strided_begin / kTileKeys * kTileKeys);
+    row.strided = has_strided && t.op.mask.chunk <= 0
+                      ? base::StridedCount(t.op.mask.stride, t.op.mask.phase,
+                                           base::MinI(row.floor, k.strided_end))
+                      : 0;
+    row.mod = RowModsOf(t.op.mods, h, i, qpos);
+    row.env_lo = k.lo;
+    row.env_hi = k.hi;
+    if (row.mod.mask && r + kEnvelopeAhead < rows) {
+      // The mask rows' ends are read backward, each from a new place: fetched a few rows
+      // ahead, so that the lines arrive before their row's scan.
+      const int64_t ra = r + kEnvelopeAhead, ha = ra / nq, ia = t.row_begin + ra % nq;
+      const int64_t end = base::KeysOf(t.op.mask, t.op.mask.q_start + ia, t.op.kv_len).hi;
+      const uint8_t* m = t.op.mods.mask + ha * t.op.mods.mask_head + ia * t.op.mods.mask_row;
+      if (end > 0) __builtin_prefetch(m + (end - 1) * t.op.mods.mask_col, 0, 0);
+      if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.mask_col, 0, 0);
+    }
+    if (row.mod.mask) {
+      const KeySpan env = MaskEnvelope(row.mod.mask, row.mod.mask_col, k.lo, k.hi);
+      row.env_lo = env.begin;
+      row.env_hi = env.end;
+    }
+  }
+  return t;
+}
+
+// The final states of a task's rows: its partial, or o and lse.
+static void FinishRows(const FlashTask& t, const FlashScratch& f) {
+  const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
+  const size_t stride = FlashStateFloats(t.op.value_dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* st = f.run + r * stride;
+    if (t.partial) {
+      for (size_t d = 0; d < stride; ++d) t.partial[r * stride + d] = st[d];
+      continue;
+    }
+    const int64_t h = r / nq, i = t.row_begin + r % nq;
+    FinishRow(st, dvp, t.op.value_dim,
+              ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
+              t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
+              f.cur, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+  }
+}
+
+static void FlashTaskRun(const FlashTask& task, float* scratch) {
+  const int64_t nh = base::MinI(base::MaxI(task.kv_heads, 1), kMaxTaskKvHeads);
+  const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);
+  const size_t stride = FlashStateFloats(task.op.value_dim);
+  FlashTask one = task;
+  one.kv_heads = 1;
+  const size_t piece = FlashTaskScratchFloats(one);
+  // Each kv head's task, scratch and rows.
+  FlashTask ts[kMaxTaskKvHeads];
+  FlashScratch fs[kMaxTaskKvHeads];
+  for (int64_t x = 0; x < nh; ++x) {
+    FlashTask tx = one;
+    tx.op.q = ElemAt(task.op.q, x * task.q_kv, task.op.q_type);
+    tx.op.k = ElemAt(task.op.k, x * task.k_kv, task.op.k_type);
+    tx.op.v = ElemAt(task.op.v, x * task.v_kv, task.op.v_type);
+    tx.op.o = ElemAt(task.op.o, x * task.o_kv, task.op.o_type);
+    if (task.op.lse) tx.op.lse = task.op.lse + x * task.lse_kv;
+    if (task.partial) tx.partial = task.partial + x * task.partial_kv;
+    fs[x] = Carve(tx, scratch + static_cast<size_t>(x) * piece);
+    ts[x] = PrepareRows(tx, fs[x]);
+  }
+  const bool has_strided =
+      task.op.mask.causal && task.op.mask.window > 0 && task.op.mask.stride > 0;
+  bool first = true;
+  AmxTiles amx;
+  auto unit = [&](int64_t chunk) {
+    const int64_t next = chunk >= 0 && chunk + 1 < task.chunk_end ? chunk + 1 : -1;
+    float* sts[kMaxTaskKvHeads];
+    for (int64_t x = 0; x < nh; ++x) sts[x] = first ? fs[x].run : fs[x].cur;
+    FlashUnit(ts, fs, nh, chunk, next, sts, &amx);
+    if (!first)
+      for (int64_t x = 0; x < nh; ++x)
+        for (int64_t r = 0; r < rows; ++r)
+          MergeState(fs[x].run + r * stride, fs[x].cur + r * stride, dvp);
+    first = false;
+  };
+  if (task.gathered && has_strided) unit(-1);
+  for (int64_t c = task.chunk_begin; c < task.chunk_end; ++c) unit(c);
+  amx.Release();
+  for (int64_t x = 0; x < nh; ++x) {
+    if (first) ResetState(fs[x].run, rows, stride, dvp);
+    FinishRows(ts[x], fs[x]);
+  }
+}
+
+// Merges the unit partials of a task's rows in unit order and writes o and lse.
+// `scratch`: FlashStateFloats + PadKeys(value_dim) floats.
+static void FlashMerge(const FlashTask& t, const float* partials, int64_t units, float* scratch) {
+  const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
+  const size_t stride = FlashStateFloats(t.op.value_dim);
+  // The first partial is copied, the next ones merged: as FlashTaskRun does in one task.
+  float* run = scratch;
+  float* tmp = run + stride;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t d = 0; d < stride; ++d) run[d] = partials[r * stride + d];
+    for (int64_t c = 1; c < units; ++c)
+      MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
+    const int64_t h = r / nq, i = t.row_begin + r % nq;
+    FinishRow(run, dvp, t.op.value_dim,
+              ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
+              t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
+              tmp, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+  }
+}
