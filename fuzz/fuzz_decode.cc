@@ -57,14 +57,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     full.v = std::move(v);
   }
   Context ctx(p, p.threads);
-  FUZZ_CHECK(Attend(ctx, p.opt, full) == OCTATTN_OK);
+  // A short sequence's prefill runs once, whole; a long one's only over the rows a probe
+  // reads and the kPrefillRows before them (a prefill-shaped call still: more rows than
+  // decode's), so that a long input costs a few short ones, not a hundred.
+  constexpr int64_t kPrefillRows = 20;
+  if (!long_seq) FUZZ_CHECK(Attend(ctx, p.opt, full) == OCTATTN_OK);
   for (int probe = 0; probe < 3; ++probe) {
     const int64_t i = in.Range(0, n - 1);
     const int64_t rows = in.Range(1, std::min<int64_t>(i + 1, 4));
     octattn_tensor q = full.q.t, k = full.k.t, v = full.v.t;
+    k.shape[2] = v.shape[2] = i + 1;
+    if (long_seq) {  // rows [first, i] of the prefill into full.o's rows
+      const int64_t first = std::max<int64_t>(0, i + 1 - kPrefillRows);
+      octattn_tensor qp = q, op = full.o.t;
+      qp.data = static_cast<float*>(qp.data) + first * qp.stride[2];
+      op.data = static_cast<float*>(op.data) + first * op.stride[2];
+      qp.shape[2] = op.shape[2] = i + 1 - first;
+      FUZZ_CHECK(Run(p.types, ctx, &p.opt, &qp, &k, &v, &op, nullptr, nullptr) == OCTATTN_OK);
+    }
     q.data = static_cast<float*>(q.data) + (i + 1 - rows) * q.stride[2];
     q.shape[2] = rows;
-    k.shape[2] = v.shape[2] = i + 1;
     Tensor o(p.batch, p.q_heads, rows, p.value_dim, kBHTD);
     octattn_attention_options opt = p.opt;
     octattn_tensor bias{}, mask{};

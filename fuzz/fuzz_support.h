@@ -119,36 +119,89 @@ FUZZ_PLUMBING inline octattn_tensor Narrowed(const octattn_tensor& t, octattn_dt
   return r;
 }
 
+// Blocks of a megabyte or more are kept for the next inputs (a few): a fresh one costs a
+// page fault a page, which took most of a long decode input's time.
+class BigBlocks {
+ public:
+  static constexpr size_t kBig = size_t{1} << 18;  // floats
+  ~BigBlocks() {
+    for (const Block& b : free_) delete[] b.p;
+  }
+  FUZZ_PLUMBING float* Take(size_t n, size_t* cap) {
+    if (n >= kBig)
+      for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i].cap >= n && free_[i].cap / 2 <= n) {
+          float* p = free_[i].p;
+          *cap = free_[i].cap;
+          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+          return p;
+        }
+    *cap = n;
+    return new float[n];
+  }
+  FUZZ_PLUMBING void Give(float* p, size_t cap) {
+    if (!p) return;
+    if (cap >= kBig && free_.size() < 6) {
+      free_.push_back({p, cap});
+      return;
+    }
+    delete[] p;
+  }
+  static BigBlocks& Get() {
+    static BigBlocks blocks;
+    return blocks;
+  }
+
+ private:
+  struct Block {
+    float* p;
+    size_t cap;
+  };
+  std::vector<Block> free_;
+};
+
 // A zeroed buffer of floats, made and copied with memset and memcpy: tensors reach
 // megabytes (decode's rows 4 KiB apart), and this file's element loops carry libFuzzer's
 // comparison callbacks, one an element (std::vector's fill and copy loops among them).
 class Floats {
  public:
   Floats() = default;
-  explicit Floats(size_t n) : n_(n), p_(new float[n]) { std::memset(p_.get(), 0, n * 4); }
+  explicit Floats(size_t n) : n_(n), p_(BigBlocks::Get().Take(n, &cap_)) {
+    std::memset(p_, 0, n * 4);
+  }
   Floats(const Floats& o) { *this = o; }
   Floats& operator=(const Floats& o) {
     if (this == &o) return *this;
+    BigBlocks::Get().Give(p_, cap_);
     n_ = o.n_;
-    p_.reset(new float[n_]);
-    std::memcpy(p_.get(), o.p_.get(), n_ * 4);
+    p_ = BigBlocks::Get().Take(n_, &cap_);
+    std::memcpy(p_, o.p_, n_ * 4);
     return *this;
   }
-  Floats(Floats&&) noexcept = default;
-  Floats& operator=(Floats&&) noexcept = default;
-  float* data() { return p_.get(); }
-  const float* data() const { return p_.get(); }
+  Floats(Floats&& o) noexcept : n_(o.n_), cap_(o.cap_), p_(o.p_) { o.p_ = nullptr; }
+  Floats& operator=(Floats&& o) noexcept {
+    if (this == &o) return *this;
+    BigBlocks::Get().Give(p_, cap_);
+    n_ = o.n_;
+    cap_ = o.cap_;
+    p_ = o.p_;
+    o.p_ = nullptr;
+    return *this;
+  }
+  ~Floats() { BigBlocks::Get().Give(p_, cap_); }
+  float* data() { return p_; }
+  const float* data() const { return p_; }
   size_t size() const { return n_; }
   FUZZ_PLUMBING float& operator[](size_t i) { return p_[i]; }
   FUZZ_PLUMBING const float& operator[](size_t i) const { return p_[i]; }
-  float* begin() { return p_.get(); }
-  float* end() { return p_.get() + n_; }
-  const float* begin() const { return p_.get(); }
-  const float* end() const { return p_.get() + n_; }
+  float* begin() { return p_; }
+  float* end() { return p_ + n_; }
+  const float* begin() const { return p_; }
+  const float* end() const { return p_ + n_; }
 
  private:
-  size_t n_ = 0;
-  std::unique_ptr<float[]> p_;
+  size_t n_ = 0, cap_ = 0;
+  float* p_ = nullptr;
 };
 
 // octattn_attention with f32 views, run with q, k, v and o in `ty`: 16-bit copies of the
