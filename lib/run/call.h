@@ -70,7 +70,8 @@ inline int64_t SequenceCount(const Call& c) {
 // bound in the call's scratch (or, before that, resolved from the caller's arrays).
 plan::Sequence SequenceAt(const Call& c, int64_t n);
 // The operands of query head `h` of a sequence: its rows' views, sizes and mask (k and
-// v those of its kv head).
+// v those of its kv head). A paged sequence's operands point at its paging: seq outlives
+// them (and the tasks below).
 kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h);
 // The fused task of kv head `kvh` of a sequence: every query head of its group, every
 // row, every chunk.

@@ -82,14 +82,16 @@ void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* sh
   }
   if (!p.schedule.decode) {
     const plan::PrefillIndex x = plan::PrefillTaskAt(p.schedule, p.shape, task);
-    kernels::FlashTask t = FlashTaskOf(c, SequenceAt(c, p.first_seq + x.batch), x.kv_head);
+    const plan::Sequence seq = SequenceAt(c, p.first_seq + x.batch);
+    kernels::FlashTask t = FlashTaskOf(c, seq, x.kv_head);
     t.row_begin = x.row_begin;
     t.row_end = x.row_end;
     c.table->flash_task(t, s);
     return;
   }
   const plan::DecodeIndex x = plan::DecodeTaskAt(p.schedule, p.shape, task);
-  kernels::FlashTask t = FlashTaskOf(c, SequenceAt(c, p.first_seq + x.batch), x.kv_head);
+  const plan::Sequence seq = SequenceAt(c, p.first_seq + x.batch);
+  kernels::FlashTask t = FlashTaskOf(c, seq, x.kv_head);
   t.gathered = x.gathered;
   t.chunk_begin = x.gathered ? 0 : x.chunk;
   t.chunk_end = x.gathered ? 0 : x.chunk + 1;
@@ -109,8 +111,8 @@ void Run(parallel::Pool& pool, const Call& c, const plan::BatchSchedule& b, void
   RunTasks(pool, b.merges, scratch, b.slot_bytes, [&](int64_t i, void* s) {
     const plan::SequencePlan& p = b.plans[plan::PlanOfMerge(b, i)];
     const int64_t pair = i - p.first_merge, kv_heads = c.shape.kv_heads;
-    const kernels::FlashTask t =
-        FlashTaskOf(c, SequenceAt(c, p.first_seq + pair / kv_heads), pair % kv_heads);
+    const plan::Sequence seq = SequenceAt(c, p.first_seq + pair / kv_heads);
+    const kernels::FlashTask t = FlashTaskOf(c, seq, pair % kv_heads);
     c.table->flash_merge(t, shared + p.partials + plan::PartialOffset(p.schedule, p.shape, pair, 0),
                          p.schedule.units, static_cast<float*>(s));
   });
