@@ -39,8 +39,8 @@ octattn_status Backward(octattn_context* ctx, const Problem& p,
 }
 
 FUZZ_PLUMBING bool SameGrads(const Grads& x, const Grads& y, const Problem& p) {
-  return SameBytes(x.dq, y.dq) && SameBytes(x.dk, y.dk) && SameBytes(x.dv, y.dv) &&
-         (!p.opt.bias || SameBytes(x.dbias, y.dbias)) &&
+  return BytesEqual(x.dq, y.dq) && BytesEqual(x.dk, y.dk) && BytesEqual(x.dv, y.dv) &&
+         (!p.opt.bias || BytesEqual(x.dbias, y.dbias)) &&
          std::memcmp(x.dsinks.data(), y.dsinks.data(), x.dsinks.size() * sizeof(float)) == 0;
 }
 
@@ -93,12 +93,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(SameGrads(threads, g, p));
     Tensors lt(p, other_layout);
     lt.CopyFrom(t);
-    Tensors::Copy(t.o, lt.o);
-    Tensors::Copy(t.lse, lt.lse);
+    lt.o.CopyValuesFrom(t.o);
+    lt.lse.CopyValuesFrom(t.lse);
     Seeds ls{Tensor(p.batch, p.q_heads, p.q_len, p.value_dim, other_layout),
              Tensor(p.batch, p.q_heads, p.q_len, 1, other_layout)};
-    Tensors::Copy(s.dout, ls.dout);
-    Tensors::Copy(s.dlse, ls.dlse);
+    ls.dout.CopyValuesFrom(s.dout);
+    ls.dlse.CopyValuesFrom(s.dlse);
     Grads laid(p, other_layout);
     FUZZ_CHECK(Backward(one, p, p.opt, lt, ls, laid) == OCTATTN_OK);
     FUZZ_CHECK(SameGrads(laid, g, p));

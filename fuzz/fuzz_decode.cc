@@ -51,8 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (rows4k) {
     Tensor k(p.batch, p.kv_heads, n, p.head_dim, kRows4K),
         v(p.batch, p.kv_heads, n, p.value_dim, kRows4K);
-    Tensors::Copy(full.k, k);
-    Tensors::Copy(full.v, v);
+    k.CopyValuesFrom(full.k);
+    v.CopyValuesFrom(full.v);
     full.k = std::move(k);
     full.v = std::move(v);
   }

@@ -231,15 +231,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!dot_bf16) {
     t32.types = Dtypes{};
     FUZZ_CHECK(Attend(two, p.opt, t32) == OCTATTN_OK);
-    FUZZ_CHECK(SameBytes(t.o, t32.o));
-    if (p.lse) FUZZ_CHECK(SameBytes(t.lse, t32.lse));
-    if (p.weights) FUZZ_CHECK(SameBytes(t.w, t32.w));
+    FUZZ_CHECK(BytesEqual(t.o, t32.o));
+    if (p.lse) FUZZ_CHECK(BytesEqual(t.lse, t32.lse));
+    if (p.weights) FUZZ_CHECK(BytesEqual(t.w, t32.w));
   }
   if (p.types.q == OCTATTN_DTYPE_F32) return 0;
   Tensors t16 = t;
   t16.types.o = p.types.q;
   FUZZ_CHECK(Attend(two, p.opt, t16) == OCTATTN_OK);
   Quantize(t32.o, p.types.q);
-  FUZZ_CHECK(SameBytes(t16.o, t32.o));
+  FUZZ_CHECK(BytesEqual(t16.o, t32.o));
   return 0;
 }

@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "lib/base/dtype.h"
 #include "octattn.h"
+#include "tests/harness/tensors.h"
 
 #define FUZZ_CHECK(cond)                                                            \
   do {                                                                              \
@@ -25,17 +25,13 @@
     }                                                                               \
   } while (0)
 
-// The tensors' plumbing (element loops, copies, comparisons of outputs) carries no
-// coverage instrumentation in libFuzzer builds: its comparisons are of indices and
-// bytes, never of the input's choices, and a callback on each cost a fifth of a
-// backward input. The input's parsing (Input, Problem) keeps it.
-#if defined(__clang__)
-#define FUZZ_PLUMBING __attribute__((no_sanitize("coverage")))
-#else
-#define FUZZ_PLUMBING
-#endif
+// The plumbing (loops over elements, comparisons of outputs) carries no coverage
+// instrumentation (tests/harness/tensors.h says why); the input's parsing keeps it.
+#define FUZZ_PLUMBING HARNESS_PLUMBING
 
 namespace fuzz {
+
+using namespace octattn_harness;  // NOLINT(google-build-using-namespace): the one harness
 
 // Reads the input front to back; past its end every read returns zeros.
 class Input {
@@ -69,247 +65,6 @@ class Input {
   const uint8_t* data_;
   size_t size_;
   size_t pos_ = 0;
-};
-
-// kRows4K: [B, T, H, D] with rows 2048 elements apart (8 KiB of f32, 4 KiB of 16-bit
-// elements: every row of a head in the same L1 sets, the rows decode copies a group at a
-// time before reading them); never drawn by Problem::Read.
-enum Layout { kBHTD = 0, kBTHD = 1, kPaddedRows = 2, kDimSlowest = 3, kRows4K = 4 };
-
-// The element types a call passes q, k and v (and o) in: f32 unless a target draws them.
-// The tensors stay f32 buffers; the call narrows copies (Run).
-struct Dtypes {
-  octattn_dtype q = OCTATTN_DTYPE_F32, kv = OCTATTN_DTYPE_F32, o = OCTATTN_DTYPE_F32;
-  bool F32() const {
-    return q == OCTATTN_DTYPE_F32 && kv == OCTATTN_DTYPE_F32 && o == OCTATTN_DTYPE_F32;
-  }
-};
-
-FUZZ_PLUMBING inline uint16_t Narrow(float x, octattn_dtype type) {
-  return type == OCTATTN_DTYPE_BF16 ? octattn::base::F32ToBf16(x)
-                                    : octattn::base::F32ToF16(x);
-}
-FUZZ_PLUMBING inline float Widen(uint16_t h, octattn_dtype type) {
-  return type == OCTATTN_DTYPE_BF16 ? octattn::base::Bf16ToF32(h)
-                                    : octattn::base::F16ToF32(h);
-}
-// Elements a view spans (from its first to one past its last, in elements).
-inline int64_t Span(const octattn_tensor& t) {
-  int64_t n = 1;
-  for (int i = 0; i < 4; ++i) n += (t.shape[i] - 1) * t.stride[i];
-  return n;
-}
-// An f32 view's elements narrowed into buf, as a view of the same strides; the elements
-// between them (padding, which no call reads) are zero.
-FUZZ_PLUMBING inline octattn_tensor Narrowed(const octattn_tensor& t, octattn_dtype type,
-                                             std::vector<uint16_t>* buf) {
-  if (type == OCTATTN_DTYPE_F32) return t;
-  const float* src = static_cast<const float*>(t.data);
-  buf->assign(static_cast<size_t>(Span(t)), 0);
-  for (int64_t a = 0; a < t.shape[0]; ++a)
-    for (int64_t b = 0; b < t.shape[1]; ++b)
-      for (int64_t c = 0; c < t.shape[2]; ++c)
-        for (int64_t d = 0; d < t.shape[3]; ++d) {
-          const int64_t i = a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3];
-          (*buf)[static_cast<size_t>(i)] = Narrow(src[i], type);
-        }
-  octattn_tensor r = t;
-  r.data = buf->data();
-  r.dtype = type;
-  return r;
-}
-
-// Blocks of a megabyte or more are kept for the next inputs (a few): a fresh one costs a
-// page fault a page, which took most of a long decode input's time.
-class BigBlocks {
- public:
-  static constexpr size_t kBig = size_t{1} << 18;  // floats
-  ~BigBlocks() {
-    for (const Block& b : free_) delete[] b.p;
-  }
-  FUZZ_PLUMBING float* Take(size_t n, size_t* cap) {
-    if (n >= kBig)
-      for (size_t i = 0; i < free_.size(); ++i)
-        if (free_[i].cap >= n && free_[i].cap / 2 <= n) {
-          float* p = free_[i].p;
-          *cap = free_[i].cap;
-          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-          return p;
-        }
-    *cap = n;
-    return new float[n];
-  }
-  FUZZ_PLUMBING void Give(float* p, size_t cap) {
-    if (!p) return;
-    if (cap >= kBig && free_.size() < 6) {
-      free_.push_back({p, cap});
-      return;
-    }
-    delete[] p;
-  }
-  static BigBlocks& Get() {
-    static BigBlocks blocks;
-    return blocks;
-  }
-
- private:
-  struct Block {
-    float* p;
-    size_t cap;
-  };
-  std::vector<Block> free_;
-};
-
-// A zeroed buffer of floats, made and copied with memset and memcpy: tensors reach
-// megabytes (decode's rows 4 KiB apart), and this file's element loops carry libFuzzer's
-// comparison callbacks, one an element (std::vector's fill and copy loops among them).
-class Floats {
- public:
-  Floats() = default;
-  explicit Floats(size_t n) : n_(n), p_(BigBlocks::Get().Take(n, &cap_)) {
-    std::memset(p_, 0, n * 4);
-  }
-  Floats(const Floats& o) { *this = o; }
-  Floats& operator=(const Floats& o) {
-    if (this == &o) return *this;
-    BigBlocks::Get().Give(p_, cap_);
-    n_ = o.n_;
-    p_ = BigBlocks::Get().Take(n_, &cap_);
-    std::memcpy(p_, o.p_, n_ * 4);
-    return *this;
-  }
-  Floats(Floats&& o) noexcept : n_(o.n_), cap_(o.cap_), p_(o.p_) { o.p_ = nullptr; }
-  Floats& operator=(Floats&& o) noexcept {
-    if (this == &o) return *this;
-    BigBlocks::Get().Give(p_, cap_);
-    n_ = o.n_;
-    cap_ = o.cap_;
-    p_ = o.p_;
-    o.p_ = nullptr;
-    return *this;
-  }
-  ~Floats() { BigBlocks::Get().Give(p_, cap_); }
-  float* data() { return p_; }
-  const float* data() const { return p_; }
-  size_t size() const { return n_; }
-  FUZZ_PLUMBING float& operator[](size_t i) { return p_[i]; }
-  FUZZ_PLUMBING const float& operator[](size_t i) const { return p_[i]; }
-  float* begin() { return p_; }
-  float* end() { return p_ + n_; }
-  const float* begin() const { return p_; }
-  const float* end() const { return p_ + n_; }
-
- private:
-  size_t n_ = 0, cap_ = 0;
-  float* p_ = nullptr;
-};
-
-// octattn_attention with f32 views, run with q, k, v and o in `ty`: 16-bit copies of the
-// same strides are passed, and a 16-bit o is widened back into its view's elements.
-FUZZ_PLUMBING inline octattn_status Run(const Dtypes& ty, octattn_context* ctx,
-                                        const octattn_attention_options* opt,
-                                        const octattn_tensor* q, const octattn_tensor* k,
-                                        const octattn_tensor* v, octattn_tensor* o,
-                                        octattn_tensor* lse, octattn_tensor* w) {
-  if (ty.F32()) return octattn_attention(ctx, opt, q, k, v, o, lse, w, nullptr, 0);
-  std::vector<uint16_t> qb, kb, vb, ob;
-  const octattn_tensor q16 = Narrowed(*q, ty.q, &qb), k16 = Narrowed(*k, ty.kv, &kb),
-                       v16 = Narrowed(*v, ty.kv, &vb);
-  octattn_tensor o16 = Narrowed(*o, ty.o, &ob);
-  const octattn_status st = octattn_attention(ctx, opt, &q16, &k16, &v16, &o16, lse, w, nullptr, 0);
-  if (st != OCTATTN_OK || ty.o == OCTATTN_DTYPE_F32) return st;
-  float* dst = static_cast<float*>(o->data);
-  for (int64_t a = 0; a < o->shape[0]; ++a)
-    for (int64_t b = 0; b < o->shape[1]; ++b)
-      for (int64_t c = 0; c < o->shape[2]; ++c)
-        for (int64_t d = 0; d < o->shape[3]; ++d) {
-          const int64_t i =
-              a * o->stride[0] + b * o->stride[1] + c * o->stride[2] + d * o->stride[3];
-          dst[i] = Widen(ob[static_cast<size_t>(i)], ty.o);
-        }
-  return st;
-}
-
-// A logical [a, b, c, d] f32 tensor with its own buffer.
-struct Tensor {
-  Floats buf;
-  octattn_tensor t{};
-  Tensor(const Tensor& o) : buf(o.buf), t(o.t) { t.data = buf.data(); }
-  Tensor& operator=(const Tensor& o) {
-    buf = o.buf;
-    t = o.t;
-    t.data = buf.data();
-    return *this;
-  }
-  Tensor(Tensor&& o) noexcept : buf(std::move(o.buf)), t(o.t) { t.data = buf.data(); }
-  Tensor& operator=(Tensor&& o) noexcept {
-    buf = std::move(o.buf);
-    t = o.t;
-    t.data = buf.data();
-    return *this;
-  }
-  Tensor(int64_t a, int64_t b, int64_t c, int64_t d, int layout) {
-    const int64_t s[4] = {a, b, c, d};
-    int64_t* st = t.stride;
-    switch (layout) {
-      case kBTHD:
-        st[3] = 1, st[1] = d, st[2] = b * d, st[0] = b * c * d;
-        break;
-      case kPaddedRows:
-        st[3] = 1, st[2] = d + 1, st[1] = c * (d + 1) + 2, st[0] = b * st[1];
-        break;
-      case kDimSlowest:
-        st[2] = 1, st[3] = c, st[1] = c * d, st[0] = b * c * d;
-        break;
-      case kRows4K:
-        st[3] = 1, st[1] = d, st[2] = (b * d + 2047) / 2048 * 2048, st[0] = c * st[2];
-        break;
-      default:
-        st[3] = 1, st[2] = d, st[1] = c * d, st[0] = b * c * d;
-        break;
-    }
-    int64_t span = 1;
-    for (int i = 0; i < 4; ++i) span += (s[i] - 1) * st[i];
-    buf = Floats(static_cast<size_t>(span));
-    t.data = buf.data();
-    t.dtype = OCTATTN_DTYPE_F32;
-    for (int i = 0; i < 4; ++i) t.shape[i] = s[i];
-  }
-  FUZZ_PLUMBING float& at(int64_t a, int64_t b, int64_t c, int64_t d) {
-    return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
-  }
-  FUZZ_PLUMBING const float& at(int64_t a, int64_t b, int64_t c, int64_t d) const {
-    return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
-  }
-  FUZZ_PLUMBING bool RowEquals(const Tensor& o, int64_t a, int64_t b, int64_t c) const {
-    for (int64_t d = 0; d < t.shape[3]; ++d) {
-      const float x = at(a, b, c, d), y = o.at(a, b, c, d);
-      if (std::memcmp(&x, &y, sizeof(float)) != 0) return false;
-    }
-    return true;
-  }
-};
-
-// A bool tensor (mask) with its own buffer, logical [a, b, c, d]; sizes of 1 broadcast.
-struct BoolTensor {
-  std::vector<uint8_t> buf;
-  octattn_tensor t{};
-  BoolTensor(int64_t a, int64_t b, int64_t c, int64_t d) {
-    const int64_t s[4] = {a, b, c, d};
-    int64_t stride = 1;
-    for (int i = 3; i >= 0; --i) {
-      t.shape[i] = s[i];
-      t.stride[i] = stride;
-      stride *= s[i];
-    }
-    buf.assign(static_cast<size_t>(stride), 1);
-    t.data = buf.data();
-    t.dtype = OCTATTN_DTYPE_BOOL;
-  }
-  FUZZ_PLUMBING uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
-    return buf[(t.shape[0] > 1 ? a : 0) * t.stride[0] + (t.shape[1] > 1 ? b : 0) * t.stride[1] +
-               (t.shape[2] > 1 ? c : 0) * t.stride[2] + d * t.stride[3]];
-  }
 };
 
 // The score modifiers a fuzzed problem draws; opt points into it (shared by copies).
@@ -460,15 +215,9 @@ struct Tensors {
         types(p.types) {}
   // Logical values from `from` (any layout).
   FUZZ_PLUMBING void CopyFrom(const Tensors& from) {
-    Copy(from.q, q);
-    Copy(from.k, k);
-    Copy(from.v, v);
-  }
-  FUZZ_PLUMBING static void Copy(const Tensor& src, Tensor& dst) {
-    for (int64_t a = 0; a < src.t.shape[0]; ++a)
-      for (int64_t b = 0; b < src.t.shape[1]; ++b)
-        for (int64_t c = 0; c < src.t.shape[2]; ++c)
-          for (int64_t d = 0; d < src.t.shape[3]; ++d) dst.at(a, b, c, d) = src.at(a, b, c, d);
+    q.CopyValuesFrom(from.q);
+    k.CopyValuesFrom(from.k);
+    v.CopyValuesFrom(from.v);
   }
 };
 
@@ -552,13 +301,6 @@ FUZZ_PLUMBING inline bool OutputRowsEqual(const Tensors& x, const Tensors& y, in
          (!x.has_w || x.w.RowEquals(y.w, a, b, c));
 }
 
-FUZZ_PLUMBING inline bool SameBytes(const Tensor& x, const Tensor& y) {
-  for (int64_t a = 0; a < x.t.shape[0]; ++a)
-    for (int64_t b = 0; b < x.t.shape[1]; ++b)
-      for (int64_t c = 0; c < x.t.shape[2]; ++c)
-        if (!x.RowEquals(y, a, b, c)) return false;
-  return true;
-}
 
 }  // namespace fuzz
 

@@ -348,7 +348,7 @@ TEST_CASE("backward bytes do not depend on threads, layouts or the batch", "[bac
       CHECK(BytesEqual(g.dv, base.dv));
       CHECK(BytesEqual(g.dbias, base.dbias));
     }
-    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kTransposedDim}) {
+    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kDimSlowest}) {
       Problem l(3, 4, 2, t, t, 16, 16, 31, 1.0f, layout);
       l.q.CopyValuesFrom(p.q);
       l.k.CopyValuesFrom(p.k);

@@ -222,7 +222,7 @@ TEST_CASE("16-bit q, k, v and o give the bytes of the f32 call on the widened va
                                       {4, 1, 2, 1100, 128, 128, Layout::kBTHD, 1, 0, 0},
                                       {4, 2, 1, 600, 64, 64, Layout::kPadded, 0, 0, 0},
                                       {2, 2, 300, 300, 72, 48, Layout::kPadded, 1, 0, 0},
-                                      {4, 2, 1, 600, 24, 16, Layout::kTransposedDim, 1, 0, 0},
+                                      {4, 2, 1, 600, 24, 16, Layout::kDimSlowest, 1, 0, 0},
                                       {2, 1, 90, 1300, 32, 32, Layout::kBHTD, 1, 200, 64},
                                       // kv heads sharing rows: decode tasks cover them all
                                       {8, 4, 1, 4500, 64, 64, Layout::kBTHD, 1, 0, 0}};
@@ -330,7 +330,7 @@ void CheckScoresBitForBit(octattn_target target, std::initializer_list<int64_t> 
                           ScoreOracle oracle) {
   std::mt19937 rng(17);
   for (int64_t d : dims) {
-    for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim}) {
+    for (Layout layout : {Layout::kBHTD, Layout::kDimSlowest}) {
       INFO("D " << d);
       const int64_t heads = 64;
       Problem p(1, heads, heads, 1, 1, d, 16, 5, 1.0f, layout);
@@ -881,7 +881,7 @@ TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype
 TEST_CASE("the stages take 16-bit q, k and v; the head layout calls copy 16-bit elements",
           "[dtype][dispatch]") {
   for (const Target& t : AllTargets())
-    for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim})
+    for (Layout layout : {Layout::kBHTD, Layout::kDimSlowest})
       for (octattn_dtype ty : {OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
         INFO(t.Name() << " " << DtypeName(ty) << " layout " << static_cast<int>(layout));
         Context ctx(t, 2);

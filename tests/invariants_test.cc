@@ -148,7 +148,7 @@ TEST_CASE("layout does not change a byte: BHTD, BTHD, padded, strided dim, packe
     const auto opt = Options(1, 7, 3, path.algorithm);
     Tensor ref = base.Out();
     Attend(ctx, opt, base.q, base.k, base.v, ref);
-    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kTransposedDim}) {
+    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kDimSlowest}) {
       Problem other(B, Hq, Hkv, T, T, D, D, 6, 1.0f, layout);
       other.q.CopyValuesFrom(base.q);
       other.k.CopyValuesFrom(base.k);

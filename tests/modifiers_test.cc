@@ -393,7 +393,7 @@ TEST_CASE("modifiers: thread count and layouts change no byte", "[modifiers][inv
     octattn_attention_options opt = Options(1, 0, 0, algo);
     Owned own;
     Apply(m, p, 81, &own, &opt);
-    Tensor one = p.Out(), many = p.Out(), other = p.Out(Layout::kTransposedDim);
+    Tensor one = p.Out(), many = p.Out(), other = p.Out(Layout::kDimSlowest);
     Context c1(1), c4(4);
     Attend(c1, opt, p.q, p.k, p.v, one);
     Attend(c4, opt, p.q, p.k, p.v, many);
@@ -401,7 +401,7 @@ TEST_CASE("modifiers: thread count and layouts change no byte", "[modifiers][inv
     bthd.q.CopyValuesFrom(p.q);
     bthd.k.CopyValuesFrom(p.k);
     bthd.v.CopyValuesFrom(p.v);
-    Tensor bias2(2, 4, 300, 300, Layout::kTransposedDim);
+    Tensor bias2(2, 4, 300, 300, Layout::kDimSlowest);
     bias2.CopyValuesFrom(*own.bias);
     opt.bias = bias2.ptr();
     Attend(c4, opt, bthd.q, bthd.k, bthd.v, other);

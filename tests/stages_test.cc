@@ -67,7 +67,7 @@ TEST_CASE("scores, scale, mask, softmax and weighted sum match the reference on 
     CHECK(MaxDiff(o, want_o) <= kTolerance * p.v.MaxAbs());
 
     // The stages composed equal the composed call.
-    Tensor s2(B, Hq, Tq, Tk, Layout::kTransposedDim), o2(B, Hq, Tq, Dv), o3(B, Hq, Tq, Dv);
+    Tensor s2(B, Hq, Tq, Tk, Layout::kDimSlowest), o2(B, Hq, Tq, Dv), o3(B, Hq, Tq, Dv);
     REQUIRE(octattn_scores(ctx, p.q.ptr(), p.k.ptr(), s2.ptr()) == OCTATTN_OK);
     REQUIRE(octattn_scale(ctx, s2.ptr(), 1.0f / std::sqrt(float(D))) == OCTATTN_OK);
     REQUIRE(octattn_mask(ctx, &opt, s2.ptr()) == OCTATTN_OK);
@@ -183,7 +183,7 @@ TEST_CASE("the mask stage's kernel equals the formula pair by pair on every targ
                      {1, 0, 0, 100},
                      {0, 0, 0, OCTATTN_Q_START_DEFAULT}};
   const int64_t B = 1, H = 2, Tq = 19, Tk = 53;
-  for (Layout layout : {Layout::kBHTD, Layout::kTransposedDim}) {
+  for (Layout layout : {Layout::kBHTD, Layout::kDimSlowest}) {
     Tensor scores(B, H, Tq, Tk, layout);
     scores.Fill(8);
     for (const M& m : masks) {

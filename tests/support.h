@@ -1,5 +1,6 @@
-// Test support: seeded tensors in any layout, the targets to sweep, and calls of the
-// public API that fail the test with the library's message.
+// Test support: the shared harness (harness/tensors.h: tensors in any layout, 16-bit
+// calls, byte comparisons), the targets to sweep, and calls of the public API that fail
+// the test with the library's message.
 #ifndef OCTATTN_TESTS_SUPPORT_H_
 #define OCTATTN_TESTS_SUPPORT_H_
 
@@ -13,9 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "harness/tensors.h"
 #include "octattn.h"
 
 namespace octtest {
+
+// Tensors, layouts, 16-bit calls and byte comparisons: the harness the fuzz targets share.
+using namespace octattn_harness;  // NOLINT(google-build-using-namespace)
 
 // The [dispatch] tests also run under qemu (tests/CMakeLists.txt sets
 // OCTATTN_TEST_EMULATED there), 10-500x slower than a real core: there they take small
@@ -25,143 +30,6 @@ inline bool Emulated() {
   return emulated;
 }
 inline int64_t Sized(int64_t native, int64_t emulated) { return Emulated() ? emulated : native; }
-
-// A logical [d0, d1, d2, d3] f32 tensor in its own buffer, in one of several layouts.
-enum class Layout { kBHTD, kBTHD, kPadded, kTransposedDim };
-
-struct Tensor {
-  std::vector<float> buf;
-  octattn_tensor t{};
-  int64_t shape[4] = {0, 0, 0, 0};
-
-  Tensor() = default;
-  Tensor(const int64_t s[4], Layout layout = Layout::kBHTD) { Reset(s, layout); }
-  Tensor(int64_t a, int64_t b, int64_t c, int64_t d, Layout layout = Layout::kBHTD) {
-    const int64_t s[4] = {a, b, c, d};
-    Reset(s, layout);
-  }
-  Tensor(const Tensor& o) : buf(o.buf), t(o.t) {
-    std::memcpy(shape, o.shape, sizeof(shape));
-    t.data = buf.data();
-  }
-  Tensor& operator=(const Tensor& o) {
-    buf = o.buf;
-    t = o.t;
-    std::memcpy(shape, o.shape, sizeof(shape));
-    t.data = buf.data();
-    return *this;
-  }
-
-  void Reset(const int64_t s[4], Layout layout) {
-    std::memcpy(shape, s, sizeof(shape));
-    t.dtype = OCTATTN_DTYPE_F32;
-    t.reserved = 0;
-    for (int d = 0; d < 4; ++d) t.shape[d] = s[d];
-    int64_t* st = t.stride;
-    switch (layout) {
-      case Layout::kBHTD:
-        st[3] = 1, st[2] = s[3], st[1] = s[2] * s[3], st[0] = s[1] * s[2] * s[3];
-        break;
-      case Layout::kBTHD:
-        st[3] = 1, st[1] = s[3], st[2] = s[1] * s[3], st[0] = s[1] * s[2] * s[3];
-        break;
-      case Layout::kPadded:  // rows padded by 3 elements, heads by one extra row
-        st[3] = 1, st[2] = s[3] + 3, st[1] = (s[2] + 1) * (s[3] + 3), st[0] = s[1] * st[1] + 5;
-        break;
-      case Layout::kTransposedDim:  // dim is the slowest axis inside a head
-        st[2] = 1, st[3] = s[2], st[1] = s[2] * s[3], st[0] = s[1] * s[2] * s[3];
-        break;
-    }
-    int64_t span = 1;
-    for (int d = 0; d < 4; ++d) span += (s[d] - 1) * st[d];
-    buf.assign(static_cast<size_t>(span), 0.0f);
-    t.data = buf.data();
-  }
-
-  float& at(int64_t a, int64_t b, int64_t c, int64_t d) {
-    return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
-  }
-  float at(int64_t a, int64_t b, int64_t c, int64_t d) const {
-    return buf[a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3]];
-  }
-  octattn_tensor* ptr() { return &t; }
-  const octattn_tensor* ptr() const { return &t; }
-
-  void Fill(uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { at(a, b, c, d) = dist(rng); });
-  }
-  void CopyValuesFrom(const Tensor& o) {
-    ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) { at(a, b, c, d) = o.at(a, b, c, d); });
-  }
-  template <class F>
-  void ForEach(F&& f) const {
-    for (int64_t a = 0; a < shape[0]; ++a)
-      for (int64_t b = 0; b < shape[1]; ++b)
-        for (int64_t c = 0; c < shape[2]; ++c)
-          for (int64_t d = 0; d < shape[3]; ++d) f(a, b, c, d);
-  }
-  float MaxAbs() const {
-    float m = 0;
-    ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
-      m = std::fmax(m, std::fabs(at(a, b, c, d)));
-    });
-    return m;
-  }
-};
-
-// A bool tensor in its own buffer: logical [d0, d1, d2, d3], size-1 dimensions broadcast.
-struct BoolTensor {
-  std::vector<uint8_t> buf;
-  octattn_tensor t{};
-  explicit BoolTensor(const int64_t s[4]) {
-    t.dtype = OCTATTN_DTYPE_BOOL;
-    int64_t stride = 1;
-    for (int d = 3; d >= 0; --d) {
-      t.shape[d] = s[d];
-      t.stride[d] = stride;
-      stride *= s[d];
-    }
-    buf.assign(static_cast<size_t>(stride), 1);
-    t.data = buf.data();
-  }
-  uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
-    return buf[(a % t.shape[0]) * t.stride[0] + (b % t.shape[1]) * t.stride[1] +
-               (c % t.shape[2]) * t.stride[2] + (d % t.shape[3]) * t.stride[3]];
-  }
-};
-
-// Bitwise equality of two rows (c fixed) of same-shaped tensors.
-inline bool RowBytesEqual(const Tensor& x, const Tensor& y, int64_t a, int64_t b, int64_t c) {
-  for (int64_t d = 0; d < x.shape[3]; ++d) {
-    const float u = x.at(a, b, c, d), w = y.at(a, b, c, d);
-    if (std::memcmp(&u, &w, sizeof(float)) != 0) return false;
-  }
-  return true;
-}
-inline bool BytesEqual(const Tensor& x, const Tensor& y) {
-  for (int64_t a = 0; a < x.shape[0]; ++a)
-    for (int64_t b = 0; b < x.shape[1]; ++b)
-      for (int64_t c = 0; c < x.shape[2]; ++c)
-        if (!RowBytesEqual(x, y, a, b, c)) return false;
-  return true;
-}
-
-// max |x - y| over elements; NaN in exactly one of them counts as infinity.
-inline double MaxDiff(const Tensor& x, const Tensor& y) {
-  double m = 0;
-  x.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
-    const float u = x.at(a, b, c, d), w = y.at(a, b, c, d);
-    if (std::isnan(u) || std::isnan(w)) {
-      if (std::isnan(u) != std::isnan(w)) m = INFINITY;
-      return;
-    }
-    if (u == w) return;  // also equal infinities
-    m = std::fmax(m, std::fabs(static_cast<double>(u) - w));
-  });
-  return m;
-}
 
 struct Target {
   octattn_backend backend;
@@ -234,7 +102,7 @@ struct Problem {
   Tensor q, k, v;
   Problem(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t q_len, int64_t kv_len,
           int64_t head_dim, int64_t value_dim, uint32_t seed, float range = 1.0f,
-          Layout layout = Layout::kBHTD)
+          int layout = kBHTD)
       : q(batch, q_heads, q_len, head_dim, layout),
         k(batch, kv_heads, kv_len, head_dim, layout),
         v(batch, kv_heads, kv_len, value_dim, layout) {
@@ -242,7 +110,7 @@ struct Problem {
     k.Fill(seed + 1, -range, range);
     v.Fill(seed + 2);
   }
-  Tensor Out(Layout layout = Layout::kBHTD) const {
+  Tensor Out(int layout = kBHTD) const {
     return Tensor(q.shape[0], q.shape[1], q.shape[2], v.shape[3], layout);
   }
   Tensor Lse() const { return Tensor(q.shape[0], q.shape[1], q.shape[2], 1); }
