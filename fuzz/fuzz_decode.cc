@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.weights = false;  // the fused path never holds them
   p.opt.causal = 1;
   p.opt.q_start = OCTATTN_Q_START_DEFAULT;
-  // Long sequences cross the fused path's 1024-key chunks: one input in 32 draws one
+  // Long sequences cross the fused path's 1024-key spans: one input in 32 draws one
   // (their prefill costs a hundred short inputs: libFuzzer keeps many of them, for the
   // features only they reach).
   const bool long_seq = in.Range(0, 31) == 0;
@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (rows4k) n = std::min<int64_t>(n, 1300);
   if (long_seq) {  // keep an input fast: small heads, a GQA group or several kv heads
     // Not on Highway's scalar target (EMU128): under the sanitizers its emulated lanes
-    // cost ten times a vector target's on such a prefill; fused_test crosses key chunks
+    // cost ten times a vector target's on such a prefill; fused_test crosses key spans
     // on it, decode included, on every target.
     if (p.backend == OCTATTN_BACKEND_HIGHWAY && p.target == OCTATTN_TARGET_SCALAR)
       p.target = OCTATTN_TARGET_AUTO;

@@ -140,7 +140,7 @@ TEST_CASE("batches of sequences with a caller's workspace perform no allocation"
 #else
   // Five sequences: decode-shaped (one query row over many keys: split into units and
   // merged), prefill-shaped, one with no valid key and one with no query row. Emulated
-  // (qemu), one decode-shaped sequence past a key chunk and short others.
+  // (qemu), one decode-shaped sequence past a key span and short others.
   const int64_t long_kv = Sized(1500, 1100), other_kv = Sized(1100, 40), rows = Sized(37, 6);
   const std::vector<int64_t> q_lens = {1, rows, 1, 0, 5}, kv_lens = {long_kv, 60, 0, 9, other_kv};
   const int64_t n = static_cast<int64_t>(q_lens.size()), hq = 4, hkv = 2, d = 32;

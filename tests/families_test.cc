@@ -129,8 +129,8 @@ void Fused(const kernels::Table& table, const Group& g, const base::Mask& mask, 
   t.row_begin = r0;
   t.row_end = r1;
   t.gathered = 1;
-  t.chunk_begin = 0;
-  t.chunk_end = (g.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  t.span_begin = 0;
+  t.span_end = (g.kv_len + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
   t.tuning = kernels::DefaultTuning();
   Buffer scratch(table.flash_scratch_floats(t));
   table.flash_task(t, scratch.get());
@@ -146,7 +146,7 @@ double MaxDiff(const float* a, const float* b, size_t n) {
 }
 
 // The edges: rows around the block height (kBlockRows) and decode's 1, 2 and 4; keys
-// around a vector (4, 8, 16 lanes), a K panel, a tile (kTileKeys) and a chunk; head
+// around a vector (4, 8, 16 lanes), a K panel, a tile (kTileKeys) and a key span; head
 // dimensions around the 8-dimension transpose block.
 const int64_t kRowEdges[] = {1, 2, 4, 5, 6, 7, 12, 13};
 const int64_t kKeyEdges[] = {1, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257};
@@ -182,7 +182,7 @@ TEST_CASE("each table's fused task equals the reference at block, vector and til
 
 TEST_CASE("each table's fused task gives a row the same bytes whatever block it is in") {
   // Rows run alone (decode's one-row blocks) and all together (blocks of kBlockRows
-  // and the rest's 4, 2 and 1), across a tile and a chunk of keys.
+  // and the rest's 4, 2 and 1), across a tile and a key span.
   for (const Named& tb : Tables())
     for (int64_t keys : {int64_t{300}, int64_t{1100}})
       for (int64_t d : kDimEdges) {

@@ -1,4 +1,4 @@
-// The fused path beyond the sweeps of attention_test: shapes around its tile and chunk
+// The fused path beyond the sweeps of attention_test: shapes around its tile and key span
 // sizes, prefix invariance, decode equal to prefill byte for byte, decode with GQA,
 // every value of the core-dependent tuning giving the same bytes, and its memory
 // staying flat.
@@ -44,7 +44,7 @@ std::vector<Target> BestTargets() {
 
 }  // namespace
 
-TEST_CASE("fused matches the reference around tile and chunk sizes", "[fused]") {
+TEST_CASE("fused matches the reference around tile and key span sizes", "[fused]") {
   const auto targets = BestTargets();
   for (int64_t t : {63, 64, 65, 255, 256, 257, 1023, 1024, 1025, 2100}) {
     INFO("T " << t);
@@ -59,13 +59,13 @@ TEST_CASE("fused matches the reference around tile and chunk sizes", "[fused]") 
 TEST_CASE("fused: decode and chunked prefill shapes, windows, full attention",
           "[fused][dispatch]") {
   const auto targets = AllTargets();
-  // Past one key chunk (1024) natively; under emulation just past it, with fewer heads.
+  // Past one key span (1024) natively; under emulation just past it, with fewer heads.
   const int64_t kv = Sized(2500, 1100), heads = Sized(8, 4);
-  INFO("decode, GQA 4, chunks");
+  INFO("decode, GQA 4, key spans");
   CheckFusedAgainstReference(Problem(2, heads, heads / 4, 1, kv, 64, 64, 5), Options(), targets);
   INFO("chunked prefill: 5 new rows after cached keys");
   CheckFusedAgainstReference(Problem(1, 4, 2, 5, kv, 32, 32, 6), Options(), targets);
-  INFO("window 300, stride 97, across chunks");
+  INFO("window 300, stride 97, across key spans");
   // Under emulation the last 40 rows only (a chunked prefill: still the prefill path).
   const int64_t t = Sized(2300, 1100);
   CheckFusedAgainstReference(Problem(1, 2, Sized(2, 1), Sized(t, 40), t, 16, 16, 7),

@@ -195,7 +195,7 @@ TEST_CASE("modifiers alone and combined match the reference", "[modifiers][dispa
   }
 }
 
-TEST_CASE("modifiers across the fused path's tiles and chunks", "[modifiers]") {
+TEST_CASE("modifiers across the fused path's tiles and key spans", "[modifiers]") {
   std::vector<Target> targets;
   for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD})
     targets.push_back({b, OCTATTN_TARGET_AUTO});
@@ -247,7 +247,7 @@ TEST_CASE("softcap and ALiBi keep their formulas at large scores", "[modifiers]"
 
 TEST_CASE("fused decode equals prefill byte for byte with every modifier",
           "[modifiers][invariants]") {
-  // Past one key chunk (1024): decode splits the keys into units. The best target of
+  // Past one key span (1024): decode splits the keys into units. The best target of
   // each backend and Highway's scalar one (the others run the same code at other widths).
   const int64_t T = 1100;
   std::vector<Target> targets{{OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO},

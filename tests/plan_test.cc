@@ -161,13 +161,13 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
     const plan::Schedule s = plan::MakeSchedule(c, plan::Algorithm::kFused, table);
     REQUIRE(s.decode);
     CHECK(s.gathered);
-    CHECK(s.units == 3 + 1);  // 3000 keys: 3 chunks, and the gathered columns
+    CHECK(s.units == 3 + 1);  // 3000 keys: 3 key spans, and the gathered columns
     REQUIRE(s.tasks == 2 * 2 * s.units);
     const size_t rows = 4 * 1;  // GQA group of 4 heads, one row each
     for (int64_t i = 0; i < s.tasks; ++i) {
       const plan::DecodeIndex x = plan::DecodeTaskAt(s, c, i);
       CHECK(x.gathered == (x.unit == 0));
-      if (!x.gathered) CHECK(x.chunk == x.unit - 1);
+      if (!x.gathered) CHECK(x.span == x.unit - 1);
       CHECK(plan::PartialOffset(s, c, x.pair, x.unit) ==
             static_cast<size_t>(i) * rows * s.state_floats);
     }

@@ -163,15 +163,15 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     kernels::Mods mods;
     api::TensorInfo tb, tm;
     OCTATTN_CHECK(api::ValidateMods(only_mask, ts.shape, &mods, &tb, &tm));
-    if (mods.mask) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tm, "options.mask"));
+    if (mods.keep) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tm, "options.mask"));
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
       const kernels::Matrix m = HeadOf(ts, b, h);
       table->mask_rows(m, q_len, kv_len, mask);
-      if (!mods.mask) return;
-      const uint8_t* bits = octattn::run::ModsAt(mods, tb, tm, b, h).mask;
+      if (!mods.keep) return;
+      const uint8_t* bits = octattn::run::ModsAt(mods, tb, tm, b, h).keep;
       for (int64_t i = 0; i < q_len; ++i)
         for (int64_t j = 0; j < kv_len; ++j)
-          if (bits[i * mods.mask_row + j * mods.mask_col] == 0)
+          if (bits[i * mods.keep_row + j * mods.keep_col] == 0)
             m.data[i * m.row + j * m.col] = -HUGE_VALF;
     }));
     Record(ctx, table);

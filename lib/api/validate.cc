@@ -384,10 +384,10 @@ Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
   }
   if (opt.mask) {
     OCTATTN_CHECK(ValidateModTensor(opt.mask, "options.mask", OCTATTN_DTYPE_BOOL, shape, mask));
-    mods->mask = reinterpret_cast<const uint8_t*>(mask->data);
-    mods->mask_head = mask->stride[1];
-    mods->mask_row = mask->stride[2];
-    mods->mask_col = mask->stride[3];
+    mods->keep = reinterpret_cast<const uint8_t*>(mask->data);
+    mods->keep_head = mask->stride[1];
+    mods->keep_row = mask->stride[2];
+    mods->keep_col = mask->stride[3];
   }
   return Check();
 }

@@ -44,8 +44,8 @@ constexpr Target kLastTarget = kAmxBf16;
 
 // The score modifiers of one attention call seen from one (batch, query head), applied
 // in this order to s = scale * q.k: softcap (s = cap * tanh(s / cap)), ALiBi
-// (s += slope * (j - qpos), in key coordinates), bias (s += bias). A pair whose mask entry
-// is 0 or whose bias is -inf is masked like one the analytic mask excludes (its value row
+// (s += slope * (j - qpos), in key coordinates), bias (s += bias). A pair whose keep bit
+// (the mask tensor's entry) is 0 or whose bias is -inf is masked like one the analytic mask excludes (its value row
 // is not read); sinks add exp(sink - m) to the softmax denominator. The per-head arrays
 // point at this head's entry (the next query head's is at +1); the tensors at this head's
 // row 0, key 0, with the strides to the next head, row and key.
@@ -55,10 +55,10 @@ struct Mods {
   const float* sinks = nullptr;   // null: no sinks
   const float* bias = nullptr;    // null: no bias
   int64_t bias_head = 0, bias_row = 0, bias_col = 0;
-  const uint8_t* mask = nullptr;  // null: no mask tensor
-  int64_t mask_head = 0, mask_row = 0, mask_col = 0;
+  const uint8_t* keep = nullptr;  // the mask tensor's keep bits (null: no mask tensor)
+  int64_t keep_head = 0, keep_row = 0, keep_col = 0;
   // Whether any score modifier or tensor is present (else the kernels' plain path runs).
-  bool Scores() const { return softcap > 0.0f || slopes || bias || mask; }
+  bool Scores() const { return softcap > 0.0f || slopes || bias || keep; }
 };
 
 // Paged keys and values (vLLM's PagedAttention): key j of an op is row first + j of its
@@ -134,12 +134,12 @@ struct ConstMatrix {
 
 // Fused path. A row's keys are processed in units: first (with a window and a stride)
 // the strided columns below the key tile its window starts in, gathered into compact
-// tiles; then the keys from that tile on, in chunks of kChunkKeys at fixed positions
+// tiles; then the keys from that tile on, in spans of kSpanKeys at fixed positions
 // (0, 1024, ...). Each unit starts a fresh online softmax and its (max, sum, output) is
 // merged into the row's running state in unit order. A row therefore goes through the
 // same operations whether its units run in one task (prefill) or in parallel tasks
 // merged afterwards (decode), and whatever the other rows of its task are.
-constexpr int64_t kChunkKeys = 1024;
+constexpr int64_t kSpanKeys = 1024;
 constexpr int64_t kTileKeys = 256;  // keys per packed K/V tile (L2-sized)
 // Rows of the fused path's micro-kernel block, on every target.
 constexpr int64_t kBlockRows = 6;
@@ -168,9 +168,10 @@ struct FlashTask {
   Operands op;
   int64_t heads, row_begin, row_end;
   // Units of keys, in this order: the gathered strided columns (if `gathered` and the
-  // mask has them), then key chunks [chunk_begin, chunk_end).
+  // mask has them), then key spans [span_begin, span_end) (units of the fused path,
+  // not the chunks of chunked attention, Mask::chunk).
   int32_t gathered;
-  int64_t chunk_begin, chunk_end;
+  int64_t span_begin, span_end;
   // If set, the unnormalized state of the task's rows is written here (one unit's
   // partial, `flash_state_floats` per row) instead of o and lse.
   float* partial;

@@ -15,7 +15,7 @@ namespace {
 size_t AlignBytes(size_t n) { return RoundUp(n, kAlign); }
 size_t FloatBytes(size_t floats) { return AlignBytes(SatMul(floats, sizeof(float))); }
 
-// The fused task of a call's first (batch, kv head) with every row and every chunk, for
+// The fused task of a call's first (batch, kv head) with every row and every key span, for
 // the size functions (which read shapes only).
 kernels::FlashTask ProbeTask(const CallShape& c) {
   kernels::FlashTask t{};
@@ -57,9 +57,9 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
     return s;
   }
   const int64_t group = c.q_heads / c.kv_heads, pairs = c.batch * c.kv_heads;
-  const int64_t chunks = (CallKeyEnd(c) + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  const int64_t spans = (CallKeyEnd(c) + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
   s.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0;
-  s.units = chunks + (s.gathered ? 1 : 0);
+  s.units = spans + (s.gathered ? 1 : 0);
   s.decode = group * c.q_len <= kDecodeRows && s.units > 1;
   if (s.decode) {
     // Kv heads sharing key rows: one task per (batch, unit) reads every head's slice of
@@ -224,7 +224,7 @@ DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
   d.kv_head = d.pair % c.kv_heads;
   d.kv_heads = s.kv_per_task;
   d.gathered = s.gathered && d.unit == 0;
-  d.chunk = d.unit - (s.gathered ? 1 : 0);
+  d.span = d.unit - (s.gathered ? 1 : 0);
   return d;
 }
 

@@ -33,7 +33,7 @@ enum class Algorithm { kReference, kNaive, kFused };
 
 // Fused calls with at most this many query rows per kv head (the GQA group's heads
 // stacked) are decode-shaped: their keys are split into units run as parallel tasks and
-// merged in unit order, which changes no byte (kernels::kChunkKeys).
+// merged in unit order, which changes no byte (kernels::kSpanKeys).
 constexpr int64_t kDecodeRows = 16;
 // Decode tasks covering every kv head (CallShape::shared_rows) only where a call has at
 // least this many (batch, unit) pairs: fewer would leave threads idle.
@@ -156,12 +156,12 @@ PrefillIndex PrefillTaskAt(const Schedule& s, const CallShape& c, int64_t i);
 
 // Fused decode task i: one (batch, kv head) pair and one key unit, or with kv_per_task >
 // 1 that pair and the next kv_heads - 1 (the batch's other kv heads); unit 0 is the
-// gathered strided columns when the mask has them, the others chunks in key order.
+// gathered strided columns when the mask has them, the others key spans in key order.
 struct DecodeIndex {
   int64_t batch, kv_head, pair, unit;
   int64_t kv_heads;
   bool gathered;
-  int64_t chunk;  // the chunk of a non-gathered unit
+  int64_t span;  // the key span of a non-gathered unit (kernels::kSpanKeys)
 };
 DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i);
 // Offset, in floats from the partials' base, of a pair's (and unit's) partial states:

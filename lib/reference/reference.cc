@@ -31,7 +31,7 @@ namespace {
 bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j) {
   if (!base::Allowed(t.mask, qpos, j)) return false;
   const kernels::Mods& m = t.mods;
-  if (m.mask && m.mask[i * m.mask_row + j * m.mask_col] == 0) return false;
+  if (m.keep && m.keep[i * m.keep_row + j * m.keep_col] == 0) return false;
   if (m.bias && m.bias[i * m.bias_row + j * m.bias_col] == -std::numeric_limits<float>::infinity())
     return false;
   return true;
@@ -113,7 +113,7 @@ Operands HeadOf(const Operands& op, int64_t h) {
   if (m.slopes) m.slopes += h;
   if (m.sinks) m.sinks += h;
   if (m.bias) m.bias += h * m.bias_head;
-  if (m.mask) m.mask += h * m.mask_head;
+  if (m.keep) m.keep += h * m.keep_head;
   return r;
 }
 

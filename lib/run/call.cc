@@ -10,7 +10,7 @@ kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const Tenso
   if (r.slopes) r.slopes += h;
   if (r.sinks) r.sinks += h;
   if (r.bias) r.bias += b * bias.stride[0] + h * bias.stride[1];
-  if (r.mask) r.mask += b * mask.stride[0] + h * mask.stride[1];
+  if (r.keep) r.keep += b * mask.stride[0] + h * mask.stride[1];
   return r;
 }
 
@@ -79,7 +79,7 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
   t.mask = seq.mask;
   t.mods = ModsAt(sh.mods, c.bias, c.mask, b, h);
   if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
-  if (t.mods.mask) t.mods.mask += seq.q_row * t.mods.mask_row + seq.k_col * t.mods.mask_col;
+  if (t.mods.keep) t.mods.keep += seq.q_row * t.mods.keep_row + seq.k_col * t.mods.keep_col;
   return t;
 }
 
@@ -92,8 +92,8 @@ kernels::FlashTask FlashTaskOf(const Call& c, const plan::Sequence& seq, int64_t
   t.row_begin = 0;
   t.row_end = seq.q_len;
   t.gathered = 1;
-  t.chunk_begin = 0;
-  t.chunk_end = (seq.kv_len + kernels::kChunkKeys - 1) / kernels::kChunkKeys;
+  t.span_begin = 0;
+  t.span_end = (seq.kv_len + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
   return t;
 }
 

@@ -74,7 +74,7 @@ plan::Sequence SequenceAt(const Call& c, int64_t n);
 // them (and the tasks below).
 kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h);
 // The fused task of kv head `kvh` of a sequence: every query head of its group, every
-// row, every chunk.
+// row, every key span.
 kernels::FlashTask FlashTaskOf(const Call& c, const plan::Sequence& seq, int64_t kvh);
 // The backward task of kv head `kvh` of sequence `n`, its sink sums at sink_sums (one
 // per (sequence, query head)) when set.

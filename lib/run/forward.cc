@@ -93,8 +93,8 @@ void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* sh
   const plan::Sequence seq = SequenceAt(c, p.first_seq + x.batch);
   kernels::FlashTask t = FlashTaskOf(c, seq, x.kv_head);
   t.gathered = x.gathered;
-  t.chunk_begin = x.gathered ? 0 : x.chunk;
-  t.chunk_end = x.gathered ? 0 : x.chunk + 1;
+  t.span_begin = x.gathered ? 0 : x.span;
+  t.span_end = x.gathered ? 0 : x.span + 1;
   t.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, x.pair, x.unit);
   CoverKvHeads(c, p, x, &t);
   c.table->flash_task(t, s);

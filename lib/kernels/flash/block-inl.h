@@ -130,7 +130,7 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     if (!active[r]) continue;  // below the row's floor: another unit holds these keys
     base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
     const RowMods& mod = rows[r].mod;
-    if (sp.floors && mod.mask) {  // the dense run within the row's mask envelope
+    if (sp.floors && mod.keep) {  // the dense run within the row's mask envelope
       k.lo = base::MinI(base::MaxI(k.lo, rows[r].env_lo), k.hi);
       k.hi = base::MaxI(base::MinI(k.hi, rows[r].env_hi), k.lo);
     }
@@ -140,9 +140,9 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     if (je <= jb) continue;
     if (modded) {
       for (int64_t w = 0; w < kWords; ++w) holes[r][w] = 0;
-      if (mod.mask) {
+      if (mod.keep) {
         const KeySpan span =
-            ScanMaskRow(mod.mask, mod.mask_col, sp.first, sp.step, tile.t0, jb, je, holes[r]);
+            ScanMaskRow(mod.keep, mod.keep_col, sp.first, sp.step, tile.t0, jb, je, holes[r]);
         if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
         // The keys outside the span are holes: dropped from the row's keys here.
         jb = span.begin;

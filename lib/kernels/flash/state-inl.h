@@ -4,7 +4,7 @@
 
 // Row state: [m, l, o[0 .. dvp)] = running max, running sum of exp(s - m), and the
 // unnormalized output. Every update is the same sequence of operations for a row
-// whatever rows share its task (see kChunkKeys in kernels.h).
+// whatever rows share its task (see kSpanKeys in kernels.h).
 
 // Rows per micro-kernel block: with kFlashQkVecs key vectors (and as many value vectors
 // in the weighted sum) its accumulators take 12 of 16 or 24 of 32 registers, which keeps

@@ -83,11 +83,11 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     }
 }
 
-// One unit (the gathered columns, or chunk c >= 0) of every row into the fresh states
+// One unit (the gathered columns, or key span s >= 0) of every row into the fresh states
 // sts[x] of each of the nh tasks ts[x] (kv heads sharing key rows: the same rows,
-// positions and keys; nh is 1 but for those). `next`: the chunk the tasks run after this
+// positions and keys; nh is 1 but for those). `next`: the span the tasks run after this
 // unit, or -1: its first tile is prefetched during this unit's last tile (real keys only).
-static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t chunk,
+static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t span,
                       int64_t next, float* const* sts, AmxTiles* amx) {
   const FlashTask& t = ts[0];
   const FlashScratch& f = fs[0];
@@ -98,7 +98,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   sp.amx = amx;
   int64_t begin, end, first, step, load;
   base::StridedColumns below{0, 0};
-  if (chunk < 0) {  // gathered strided columns: plain causal in column space
+  if (span < 0) {  // gathered strided columns: plain causal in column space
     sp.mask = base::Mask{1, 0, 0, 0, 0};
     sp.kv_len = 0;
     sp.floors = false;
@@ -124,8 +124,8 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         fs[x].rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
         floor = base::MinI(floor, fs[x].rows[r].floor);
       }
-    begin = base::MaxI(chunk * kChunkKeys, floor);
-    end = base::MinI((chunk + 1) * kChunkKeys, FlashKeyLimit(t));
+    begin = base::MaxI(span * kSpanKeys, floor);
+    end = base::MinI((span + 1) * kSpanKeys, FlashKeyLimit(t));
     first = 0;
     step = 1;
     load = base::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
@@ -134,7 +134,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   // With a mask tensor (and no strided columns among the real keys), the tiles outside
   // every row's envelope are neither packed nor read.
   int64_t env_lo = 0, env_hi = end;
-  if (chunk >= 0 && t.op.mods.mask &&
+  if (span >= 0 && t.op.mods.keep &&
       !(t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0)) {
     env_lo = end;
     env_hi = 0;
@@ -150,7 +150,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   auto next_tile = [&](int64_t t0) {
     for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
       const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-      if (chunk < 0 ||
+      if (span < 0 ||
           (t1 > env_lo && t0 < env_hi &&
            base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty))
         break;  // else no row reads this tile: not even packed
@@ -178,16 +178,16 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
     }
   }
   // The keys to fetch while the tile before t0 (the next tile read) is computed: that
-  // tile's, or after the unit's last tile the next chunk's first.
+  // tile's, or after the unit's last tile the next span's first.
   auto upcoming = [&](int64_t t0, int64_t* a, int64_t* b) {
     *a = base::MaxI(t0, load);
     *b = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-    if (t0 >= end && chunk >= 0 && next >= 0) {
-      *a = base::MaxI(base::MaxI(next * kChunkKeys, begin), load);
+    if (t0 >= end && span >= 0 && next >= 0) {
+      *a = base::MaxI(base::MaxI(next * kSpanKeys, begin), load);
       *b = base::MinI((*a / kTileKeys + 1) * kTileKeys, FlashKeyLimit(t));
     }
   };
-  const bool direct = chunk >= 0 && FlashDirect(t, step);
+  const bool direct = span >= 0 && FlashDirect(t, step);
   for (int64_t t0 = next_tile(begin); t0 < end;) {
     const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
     if (direct && t1 - t0 == kTileKeys &&
@@ -279,17 +279,17 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
     row.mod = RowModsOf(t.op.mods, h, i, qpos);
     row.env_lo = k.lo;
     row.env_hi = k.hi;
-    if (row.mod.mask && r + kEnvelopeAhead < rows) {
+    if (row.mod.keep && r + kEnvelopeAhead < rows) {
       // The mask rows' ends are read backward, each from a new place: fetched a few rows
       // ahead, so that the lines arrive before their row's scan.
       const int64_t ra = r + kEnvelopeAhead, ha = ra / nq, ia = t.row_begin + ra % nq;
       const int64_t end = base::KeysOf(t.op.mask, t.op.mask.q_start + ia, t.op.kv_len).hi;
-      const uint8_t* m = t.op.mods.mask + ha * t.op.mods.mask_head + ia * t.op.mods.mask_row;
-      if (end > 0) __builtin_prefetch(m + (end - 1) * t.op.mods.mask_col, 0, 0);
-      if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.mask_col, 0, 0);
+      const uint8_t* m = t.op.mods.keep + ha * t.op.mods.keep_head + ia * t.op.mods.keep_row;
+      if (end > 0) __builtin_prefetch(m + (end - 1) * t.op.mods.keep_col, 0, 0);
+      if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.keep_col, 0, 0);
     }
-    if (row.mod.mask) {
-      const KeySpan env = MaskEnvelope(row.mod.mask, row.mod.mask_col, k.lo, k.hi);
+    if (row.mod.keep) {
+      const KeySpan env = MaskEnvelope(row.mod.keep, row.mod.keep_col, k.lo, k.hi);
       row.env_lo = env.begin;
       row.env_hi = env.end;
     }
@@ -340,11 +340,11 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
       task.op.mask.causal && task.op.mask.window > 0 && task.op.mask.stride > 0;
   bool first = true;
   AmxTiles amx;
-  auto unit = [&](int64_t chunk) {
-    const int64_t next = chunk >= 0 && chunk + 1 < task.chunk_end ? chunk + 1 : -1;
+  auto unit = [&](int64_t span) {
+    const int64_t next = span >= 0 && span + 1 < task.span_end ? span + 1 : -1;
     float* sts[kMaxTaskKvHeads];
     for (int64_t x = 0; x < nh; ++x) sts[x] = first ? fs[x].run : fs[x].cur;
-    FlashUnit(ts, fs, nh, chunk, next, sts, &amx);
+    FlashUnit(ts, fs, nh, span, next, sts, &amx);
     if (!first)
       for (int64_t x = 0; x < nh; ++x)
         for (int64_t r = 0; r < rows; ++r)
@@ -352,7 +352,7 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
     first = false;
   };
   if (task.gathered && has_strided) unit(-1);
-  for (int64_t c = task.chunk_begin; c < task.chunk_end; ++c) unit(c);
+  for (int64_t c = task.span_begin; c < task.span_end; ++c) unit(c);
   amx.Release();
   for (int64_t x = 0; x < nh; ++x) {
     if (first) ResetState(fs[x].run, rows, stride, dvp);

@@ -28,8 +28,8 @@ struct RowMods {
   int64_t qpos = 0;             // the row's position in key coordinates (ALiBi)
   const float* bias = nullptr;  // the row's bias at real key 0
   int64_t bias_col = 0;
-  const uint8_t* mask = nullptr;  // the row's mask at real key 0
-  int64_t mask_col = 0;
+  const uint8_t* keep = nullptr;  // the row's keep bits (mask tensor) at real key 0
+  int64_t keep_col = 0;
 };
 
 // Row `row` of query head `head` (counted from the Operands' head) at position qpos.
@@ -48,9 +48,9 @@ static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_
     r.bias = m.bias + head * m.bias_head + row * m.bias_row;
     r.bias_col = m.bias_col;
   }
-  if (m.mask) {
-    r.mask = m.mask + head * m.mask_head + row * m.mask_row;
-    r.mask_col = m.mask_col;
+  if (m.keep) {
+    r.keep = m.keep + head * m.keep_head + row * m.keep_row;
+    r.keep_col = m.keep_col;
   }
   return r;
 }

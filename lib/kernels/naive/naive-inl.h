@@ -76,11 +76,11 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
       const int64_t qpos = t.mask.q_start + i;
       const RowMods m = RowModsOf(t.mods, 0, i, qpos);
       const base::RowKeys k = keys_of(i);
-      if (m.mask) {
+      if (m.keep) {
         const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
         const int64_t jb = strided ? k.strided_begin : k.lo;
         const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
-        ScanMaskRow(m.mask, m.mask_col, 0, 1, 0, jb, base::MaxI(jb, je), h);
+        ScanMaskRow(m.keep, m.keep_col, 0, 1, 0, jb, base::MaxI(jb, je), h);
       }
       float* row = s + i * kpad;
       ModRow(row, 0, kpad, 0, kend, 0, 1, m, h);
