@@ -46,26 +46,11 @@ api::Check NeedContext(const octattn_context* ctx) {
   return api::Check();
 }
 
-api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
-                             const octattn_tensor* q, const octattn_tensor* k,
-                             const octattn_tensor* v, const octattn_tensor* o,
-                             const octattn_tensor* lse, const octattn_tensor* weights,
-                             run::Call* c, Sequences* seqs, Role o_role) {
-  OCTATTN_CHECK(NeedContext(ctx));
-  octattn_attention_options opt;
-  OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
-  OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &c->q, api::kFloating));
-  OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k, api::kFloating));
-  OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v, api::kFloating));
-  OCTATTN_CHECK(api::ValidateTensor(o, "o", o_role, false, &c->o, api::kFloating));
-  if (c->o.type != base::kF32 && c->o.type != c->q.type)
-    return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "o's dtype is neither f32 nor q's dtype");
-  c->has_lse = lse != nullptr;
-  c->has_weights = weights != nullptr;
-  if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", o_role, false, &c->lse));
-  if (weights)
-    OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
-
+// The call's shape from its validated tensors, checked against each other (paged: the
+// pools' block count and size, a sequence's rows from the block table's width).
+static api::Check CheckShapes(const octattn_attention_options& opt, run::Call* c,
+                              int64_t* num_blocks, int64_t* block_size) {
+  const bool paged = opt.block_table != nullptr;
   plan::CallShape& sh = c->shape;
   sh.batch = c->q.shape[0];
   sh.q_heads = c->q.shape[1];
@@ -82,14 +67,14 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   sh.o_type = c->o.type;
   // A paged cache: k and v are pools [num_blocks, kv_heads, block_size, dim], and a
   // sequence's logical key rows are block_table_cols blocks.
-  const bool paged = opt.block_table != nullptr;
-  const int64_t num_blocks = paged ? c->k.shape[0] : 0, block_size = paged ? c->k.shape[2] : 0;
+  *num_blocks = paged ? c->k.shape[0] : 0;
+  *block_size = paged ? c->k.shape[2] : 0;
   OCTATTN_CHECK(api::CheckSize(c->k, "k", 3, sh.head_dim, "head_dim of q"));
   OCTATTN_CHECK(api::CheckSize(c->v, "v", 1, sh.kv_heads, "kv_heads of k"));
   if (paged) {
-    OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, num_blocks, "num_blocks of k"));
-    OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, block_size, "block_size of k"));
-    if (__builtin_mul_overflow(opt.block_table_cols, block_size, &sh.kv_len) ||
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 0, *num_blocks, "num_blocks of k"));
+    OCTATTN_CHECK(api::CheckSize(c->v, "v", 2, *block_size, "block_size of k"));
+    if (__builtin_mul_overflow(opt.block_table_cols, *block_size, &sh.kv_len) ||
         sh.kv_len > api::kMaxSize)
       return api::Fail(OCTATTN_ERROR_OVERFLOW,
                        "options.block_table_cols * block_size (a sequence's rows) is too large");
@@ -115,6 +100,33 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
     OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
     OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
   }
+  return api::Check();
+}
+
+api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_options* options,
+                             const octattn_tensor* q, const octattn_tensor* k,
+                             const octattn_tensor* v, const octattn_tensor* o,
+                             const octattn_tensor* lse, const octattn_tensor* weights, run::Call* c,
+                             Sequences* seqs, Role o_role) {
+  OCTATTN_CHECK(NeedContext(ctx));
+  octattn_attention_options opt;
+  OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
+  OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &c->q, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(o, "o", o_role, false, &c->o, api::kFloating));
+  if (c->o.type != base::kF32 && c->o.type != c->q.type)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "o's dtype is neither f32 nor q's dtype");
+  c->has_lse = lse != nullptr;
+  c->has_weights = weights != nullptr;
+  if (lse) OCTATTN_CHECK(api::ValidateTensor(lse, "lse", o_role, false, &c->lse));
+  if (weights)
+    OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
+
+  int64_t num_blocks = 0, block_size = 0;
+  OCTATTN_CHECK(CheckShapes(opt, c, &num_blocks, &block_size));
+  const bool paged = opt.block_table != nullptr;
+  plan::CallShape& sh = c->shape;
   const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
   OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask));
   const struct {
@@ -156,8 +168,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");
   }
   sh.mask = api::ResolveMask(opt, sh.q_len, sh.kv_len);
-  OCTATTN_CHECK(api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, num_blocks, block_size,
-                                      seqs));
+  OCTATTN_CHECK(
+      api::ResolveSequences(opt, sh.batch, sh.q_len, sh.kv_len, num_blocks, block_size, seqs));
   if (paged) {
     seqs->k_block = c->k.stride[0];
     seqs->v_block = c->v.stride[0];
@@ -194,8 +206,8 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
                             const octattn_tensor* dlse, const octattn_tensor* dq,
                             const octattn_tensor* dk, const octattn_tensor* dv, const float* dsinks,
                             const octattn_tensor* dbias, run::BackwardCall* c, Sequences* seqs) {
-  OCTATTN_CHECK(
-      api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, seqs, api::Role::kInput));
+  OCTATTN_CHECK(api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, seqs,
+                                       api::Role::kInput));
   for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
     if (t->type != octattn::base::kF32)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");

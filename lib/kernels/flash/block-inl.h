@@ -87,48 +87,54 @@ static inline void AmxWeightedSums(AmxTiles* amx, const int64_t* g0, const int64
   }
 }
 
-// R rows against one tile: scores, online softmax update, weighted sum into the states.
+// What a block of R rows reads of one tile: each row's keys in the tile, and the packed
+// columns [a, b) (whole vectors) that hold them: the scores outside are never read, so
+// neither computed nor scanned. Dropping masked scores (-inf, exp 0) changes no max and
+// no sum. With modifiers, keys masked by the tensors are the rows' holes (bits from
+// t0); the mask tensor is read here, once, and a row none of whose keys it keeps here
+// is skipped like a masked tile.
 template <int R>
-static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
-                              const FlashRow* rows, float* const* st, float* s_buf,
-                              FlashPrefetch* pf) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+struct BlockKeys {
+  static constexpr int64_t kWords = kTileKeys / kHoleBits;
   const float* q[R];
   int64_t qpos[R];
+  base::RowKeys keys[R];
+  uint64_t holes[R][kWords];
+  bool holey[R];
+  int64_t a[R], b[R], block_a, block_b;
+  bool full;    // every row reads every key of a full tile: no panel needs its own mask
+  bool modded;  // score modifiers apply
+};
+
+// The keys of R rows in the tile (BlockKeys); false: the tile holds none of them.
+template <int R>
+OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                                   const FlashRow* rows, BlockKeys<R>* bk) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   bool active[R];
   bool any = false;
   int64_t qmin = rows[0].qpos, qmax = rows[0].qpos;
   for (int r = 0; r < R; ++r) {
-    q[r] = rows[r].q;
-    qpos[r] = rows[r].qpos;
+    bk->q[r] = rows[r].q;
+    bk->qpos[r] = rows[r].qpos;
     active[r] = !sp.floors || tile.t1 > rows[r].floor;
     any |= active[r];
-    qmin = base::MinI(qmin, qpos[r]);
-    qmax = base::MaxI(qmax, qpos[r]);
+    qmin = base::MinI(qmin, rows[r].qpos);
+    qmax = base::MaxI(qmax, rows[r].qpos);
   }
   const base::TileKind kind =
       any ? base::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) : base::kTileEmpty;
-  if (kind == base::kTileEmpty) return;
-  // Every active row reads every key of a full tile: no panel needs its own mask.
-  const bool full = kind == base::kTileFull && tile.t1 - tile.t0 == tile.tpad;
-  // Each row's keys in the tile, and the packed columns [a, b) (whole vectors) that
-  // hold them: the scores outside are never read, so neither computed nor scanned.
-  // Dropping masked scores (-inf, exp 0) changes no max and no sum.
-  // With modifiers, keys masked by the tensors are the rows' holes (bits from t0); the
-  // mask tensor is read here, once, and a row none of whose keys it allows here is
-  // skipped like a masked tile.
-  const bool modded = t.op.mods.Scores();
-  constexpr int64_t kWords = kTileKeys / kHoleBits;
-  uint64_t holes[R][kWords];
-  bool holey[R];
-  base::RowKeys keys[R];
-  int64_t a[R], b[R], block_a = tile.tpad, block_b = 0;
+  if (kind == base::kTileEmpty) return false;
+  bk->full = kind == base::kTileFull && tile.t1 - tile.t0 == tile.tpad;
+  bk->modded = t.op.mods.Scores();
+  bk->block_a = tile.tpad;
+  bk->block_b = 0;
   for (int r = 0; r < R; ++r) {
-    keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
-    a[r] = b[r] = 0;
-    holey[r] = false;
+    bk->keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+    bk->a[r] = bk->b[r] = 0;
+    bk->holey[r] = false;
     if (!active[r]) continue;  // below the row's floor: another unit holds these keys
-    base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, qpos[r], sp.kv_len), tile.t0, tile.t1);
+    base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, rows[r].qpos, sp.kv_len), tile.t0, tile.t1);
     const RowMods& mod = rows[r].mod;
     if (sp.floors && mod.keep) {  // the dense run within the row's mask envelope
       k.lo = base::MinI(base::MaxI(k.lo, rows[r].env_lo), k.hi);
@@ -138,11 +144,11 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     int64_t jb = strided ? k.strided_begin : k.lo;
     int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
     if (je <= jb) continue;
-    if (modded) {
-      for (int64_t w = 0; w < kWords; ++w) holes[r][w] = 0;
+    if (bk->modded) {
+      for (int64_t w = 0; w < BlockKeys<R>::kWords; ++w) bk->holes[r][w] = 0;
       if (mod.keep) {
         const KeySpan span =
-            ScanMaskRow(mod.keep, mod.keep_col, sp.first, sp.step, tile.t0, jb, je, holes[r]);
+            ScanMaskRow(mod.keep, mod.keep_col, sp.first, sp.step, tile.t0, jb, je, bk->holes[r]);
         if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
         // The keys outside the span are holes: dropped from the row's keys here.
         jb = span.begin;
@@ -153,101 +159,130 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
         k.strided_end = base::MaxI(base::MinI(k.strided_end, je), k.strided_begin);
       }
     }
-    keys[r] = k;
-    a[r] = (jb - tile.t0) / L * L;
-    b[r] = base::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
-    block_a = base::MinI(block_a, a[r]);
-    block_b = base::MaxI(block_b, b[r]);
+    bk->keys[r] = k;
+    bk->a[r] = (jb - tile.t0) / L * L;
+    bk->b[r] = base::MinI(tile.tpad, (je - tile.t0 + L - 1) / L * L);
+    bk->block_a = base::MinI(bk->block_a, bk->a[r]);
+    bk->block_b = base::MaxI(bk->block_b, bk->b[r]);
   }
-  float* s[R];
-  for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
-  for (int64_t j0 = block_a / kQkPanel * kQkPanel; j0 < block_b; j0 += kQkPanel) {
+  return true;
+}
+
+// The scaled, masked scores of the block's rows into s[r] (the modifiers applied, the
+// holes masked), a K panel at a time: f32, bf16 pairs, or bf16 pairs on AMX tiles.
+template <int R>
+OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
+                                     const FlashTile& tile, const FlashRow* rows, BlockKeys<R>* bk,
+                                     float* const* s, FlashPrefetch* pf) {
+  const bool all = bk->full || bk->modded;
+  for (int64_t j0 = bk->block_a / kQkPanel * kQkPanel; j0 < bk->block_b; j0 += kQkPanel) {
     pf->Step();
     if constexpr (S::kDotBf16) {
-      if (t.op.q_type == kBf16) {                  // bf16 pairs (FlashPairs): head_dim counts pairs
+      if (t.op.q_type == kBf16) {  // bf16 pairs (FlashPairs): head_dim counts pairs
         if constexpr (S::kAmx) {
           if (t.op.head_dim % 16 == 0) {  // FlashAmx
-            QkTile<R, kFlashQkVecs, true, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+            QkTile<R, kFlashQkVecs, true, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
                                                 t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                                                sp.mask, qpos, t.op.scale, s, full || modded,
-                                                sp.amx);
+                                                sp.mask, bk->qpos, t.op.scale, s, all, sp.amx);
             continue;
           }
         }
-        QkTile<R, kFlashQkVecs, true>(q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
-                                      j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
-                                      full || modded);
+        QkTile<R, kFlashQkVecs, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                                      t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len, sp.mask,
+                                      bk->qpos, t.op.scale, s, all);
         continue;
       }
     }
-    QkTile<R, kFlashQkVecs>(q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel, t.op.head_dim,
-                            j0, tile.t0, tile.t1, sp.kv_len, sp.mask, qpos, t.op.scale, s,
-                            full || modded);
+    QkTile<R, kFlashQkVecs>(bk->q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                            t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len, sp.mask, bk->qpos,
+                            t.op.scale, s, all);
   }
-  if (modded)  // the raw scores get the modifiers, then the mask and the holes
+  if (bk->modded)  // the raw scores get the modifiers, then the mask and the holes
     for (int r = 0; r < R; ++r) {
-      if (a[r] == b[r]) continue;
-      holey[r] = ModifyAndMask(s[r], a[r], b[r], tile.t0, tile.t1, sp.first, sp.step, rows[r].mod,
-                               keys[r], holes[r]);
+      if (bk->a[r] == bk->b[r]) continue;
+      bk->holey[r] = ModifyAndMask(s[r], bk->a[r], bk->b[r], tile.t0, tile.t1, sp.first, sp.step,
+                                   rows[r].mod, bk->keys[r], bk->holes[r]);
     }
+}
 
+// S::kDotBf16, bf16 weight and value pairs (FlashPairsV: no holes, no strides): the
+// weighted sums of the block's rows on vector pairs, and where FlashAmx their whole
+// groups of keys on AMX tiles.
+template <int R>
+OCTATTN_INLINE void FlashBlockPairSums(const FlashTask& t, const FlashSpace& sp,
+                                       const FlashTile& tile, const BlockKeys<R>& bk,
+                                       float* const* s, float* const* st, float* s_buf) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const int64_t dvp = PadKeys(t.op.value_dim);
+  const float* pw[R];
+  for (int r = 0; r < R; ++r) {
+    float* w = PairWeights(t, s_buf, r);
+    pw[r] = w;
+    for (int64_t x = bk.a[r]; x < bk.b[r]; x += 2 * L)
+      S::Store(
+          S::NarrowPairs(S::Load(s[r] + x), x + L < bk.b[r] ? S::Load(s[r] + x + L) : S::Zero()),
+          w + x / 2);
+  }
+  if constexpr (S::kAmx) {
+    if (t.op.head_dim % 16 == 0) {  // FlashAmx: whole groups of keys on AMX tiles
+      // Row r's keys: [lo, g0) on vector pairs, the groups [g0, g1) on AMX, [g1, hi) on
+      // vector pairs, in this order.
+      int64_t g0[R], g1[R];
+      base::RowKeys before[R], after[R];
+      bool any_before = false, any_after = false;
+      for (int r = 0; r < R; ++r) {
+        const int64_t lo = bk.keys[r].lo - tile.t0, hi = bk.keys[r].hi - tile.t0;
+        g0[r] = (lo + kAmxKeys - 1) / kAmxKeys;
+        g1[r] = base::MaxI(g0[r], hi / kAmxKeys);
+        before[r] = after[r] = bk.keys[r];
+        if (g0[r] == g1[r]) {  // no whole group: every key on vector pairs
+          after[r].hi = after[r].lo;
+        } else {
+          before[r].hi = tile.t0 + g0[r] * kAmxKeys;
+          after[r].lo = tile.t0 + g1[r] * kAmxKeys;
+        }
+        any_before |= before[r].hi > before[r].lo;
+        any_after |= after[r].hi > after[r].lo;
+      }
+      auto pairs = [&](const base::RowKeys* ks) {
+        Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
+          AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, ks, acc);
+        });
+      };
+      if (any_before) pairs(before);
+      AmxWeightedSums<R>(sp.amx, g0, g1, st, dvp, pw, [&](int64_t c0, int64_t* row) {
+        return tile.Values(c0, dvp, row);  // the V panel of the columns
+      });
+      if (any_after) pairs(after);
+      return;
+    }
+  }
+  Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
+    AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, bk.keys, acc);
+  });
+}
+
+// R rows against one tile: scores, online softmax update, weighted sum into the states.
+template <int R>
+static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const FlashTile& tile,
+                              const FlashRow* rows, float* const* st, float* s_buf,
+                              FlashPrefetch* pf) {
+  BlockKeys<R> bk;
+  if (!FlashBlockKeys<R>(t, sp, tile, rows, &bk)) return;
+  float* s[R];
+  for (int r = 0; r < R; ++r) s[r] = s_buf + r * kTileKeys;
+  FlashBlockScores<R>(t, sp, tile, rows, &bk, s, pf);
   const int64_t dvp = PadKeys(t.op.value_dim);
   for (int r = 0; r < R; ++r) {
-    if (a[r] == b[r]) continue;  // no key of the row here: no change
-    if (!SoftmaxTile(s[r], a[r], b[r], st[r], dvp)) {
-      keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
-      holey[r] = false;
+    if (bk.a[r] == bk.b[r]) continue;  // no key of the row here: no change
+    if (!SoftmaxTile(s[r], bk.a[r], bk.b[r], st[r], dvp)) {
+      bk.keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
+      bk.holey[r] = false;
     }
   }
-
   if constexpr (S::kDotBf16) {
-    if (tile.pairs) {  // bf16 weight and value pairs (FlashPairsV): no holes, no strides
-      const float* pw[R];
-      for (int r = 0; r < R; ++r) {
-        float* w = PairWeights(t, s_buf, r);
-        pw[r] = w;
-        for (int64_t x = a[r]; x < b[r]; x += 2 * L)
-          S::Store(
-              S::NarrowPairs(S::Load(s[r] + x), x + L < b[r] ? S::Load(s[r] + x + L) : S::Zero()),
-              w + x / 2);
-      }
-      if constexpr (S::kAmx) {
-        if (t.op.head_dim % 16 == 0) {  // FlashAmx: whole groups of keys on AMX tiles
-          // Row r's keys: [lo, g0) on vector pairs, the groups [g0, g1) on AMX, [g1, hi)
-          // on vector pairs, in this order.
-          int64_t g0[R], g1[R];
-          base::RowKeys before[R], after[R];
-          bool any_before = false, any_after = false;
-          for (int r = 0; r < R; ++r) {
-            const int64_t lo = keys[r].lo - tile.t0, hi = keys[r].hi - tile.t0;
-            g0[r] = (lo + kAmxKeys - 1) / kAmxKeys;
-            g1[r] = base::MaxI(g0[r], hi / kAmxKeys);
-            before[r] = after[r] = keys[r];
-            if (g0[r] == g1[r]) {  // no whole group: every key on vector pairs
-              after[r].hi = after[r].lo;
-            } else {
-              before[r].hi = tile.t0 + g0[r] * kAmxKeys;
-              after[r].lo = tile.t0 + g1[r] * kAmxKeys;
-            }
-            any_before |= before[r].hi > before[r].lo;
-            any_after |= after[r].hi > after[r].lo;
-          }
-          auto pairs = [&](const base::RowKeys* ks) {
-            Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
-              AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, ks, acc);
-            });
-          };
-          if (any_before) pairs(before);
-          AmxWeightedSums<R>(sp.amx, g0, g1, st, dvp, pw, [&](int64_t c0, int64_t* row) {
-            return tile.Values(c0, dvp, row);  // the V panel of the columns
-          });
-          if (any_after) pairs(after);
-          return;
-        }
-      }
-      Columns<R>(tile, st, dvp, pw, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
-        AvRowsPairs<R, AccVecs<decltype(acc)>()>(kd, keys, acc);
-      });
+    if (tile.pairs) {
+      FlashBlockPairSums<R>(t, sp, tile, bk, s, st, s_buf);
       return;
     }
   }
@@ -257,13 +292,13 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
   bool any_holey = false;
   base::RowKeys block_keys[R];
   for (int r = 0; r < R; ++r) {
-    any_holey |= holey[r];
-    block_keys[r] = holey[r] ? base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : keys[r];
+    any_holey |= bk.holey[r];
+    block_keys[r] = bk.holey[r] ? base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0} : bk.keys[r];
   }
   Columns<R>(tile, st, dvp, p, [&](const KeyData& kd, auto& acc) OCTATTN_LAMBDA_INLINE {
     constexpr int C = AccVecs<decltype(acc)>();
     AvRows<R, C>(kd, block_keys, acc);
-    if (any_holey) FlashHoleRows<R, C>(kd, keys, holey, holes, acc);
+    if (any_holey) FlashHoleRows<R, C>(kd, bk.keys, bk.holey, bk.holes, acc);
   });
 }
 

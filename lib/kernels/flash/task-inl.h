@@ -83,21 +83,24 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     }
 }
 
-// One unit (the gathered columns, or key span s >= 0) of every row into the fresh states
-// sts[x] of each of the nh tasks ts[x] (kv heads sharing key rows: the same rows,
-// positions and keys; nh is 1 but for those). `next`: the span the tasks run after this
-// unit, or -1: its first tile is prefetched during this unit's last tile (real keys only).
-static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t span,
-                      int64_t next, float* const* sts, AmxTiles* amx) {
+// The keys of one unit (the gathered columns, or key span `span` >= 0): its space, its
+// keys [begin, end) (space key g is key first + g * step of the operands), the keys
+// below `load` that no row reads but the strided columns `below`, and with a mask
+// tensor the envelope of every row's kept keys. Sets each row's position in the space.
+struct UnitKeys {
+  FlashSpace sp;
+  int64_t begin, end, first, step, load;
+  base::StridedColumns below{0, 0};
+  int64_t env_lo, env_hi;
+};
+static UnitKeys UnitKeysOf(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t span,
+                           AmxTiles* amx) {
   const FlashTask& t = ts[0];
   const FlashScratch& f = fs[0];
   const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
-  const size_t stride = FlashStateFloats(t.op.value_dim);
-  for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
-  FlashSpace sp;
+  UnitKeys u;
+  FlashSpace& sp = u.sp;
   sp.amx = amx;
-  int64_t begin, end, first, step, load;
-  base::StridedColumns below{0, 0};
   if (span < 0) {  // gathered strided columns: plain causal in column space
     sp.mask = base::Mask{1, 0, 0, 0, 0};
     sp.kv_len = 0;
@@ -107,11 +110,11 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
     for (int64_t x = 0; x < nh; ++x)
       for (int64_t r = 0; r < rows; ++r) fs[x].rows[r].qpos = fs[x].rows[r].strided - 1;
     for (int64_t r = 0; r < rows; ++r) sp.kv_len = base::MaxI(sp.kv_len, f.rows[r].strided);
-    begin = 0;
-    end = sp.kv_len;
-    first = t.op.mask.phase;  // column g is key phase + g * stride
-    step = t.op.mask.stride;
-    load = 0;
+    u.begin = 0;
+    u.end = sp.kv_len;
+    u.first = t.op.mask.phase;  // column g is key phase + g * stride
+    u.step = t.op.mask.stride;
+    u.load = 0;
   } else {
     sp.mask = t.op.mask;
     sp.kv_len = t.op.kv_len;
@@ -124,41 +127,35 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         fs[x].rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
         floor = base::MinI(floor, fs[x].rows[r].floor);
       }
-    begin = base::MaxI(span * kSpanKeys, floor);
-    end = base::MinI((span + 1) * kSpanKeys, FlashKeyLimit(t));
-    first = 0;
-    step = 1;
-    load = base::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
-    below = base::StridedBelow(t.op.mask, t.op.mask.q_start + t.row_begin);
+    u.begin = base::MaxI(span * kSpanKeys, floor);
+    u.end = base::MinI((span + 1) * kSpanKeys, FlashKeyLimit(t));
+    u.first = 0;
+    u.step = 1;
+    u.load = base::KeyBegin(t.op.mask, t.op.mask.q_start + t.row_begin);
+    u.below = base::StridedBelow(t.op.mask, t.op.mask.q_start + t.row_begin);
   }
   // With a mask tensor (and no strided columns among the real keys), the tiles outside
   // every row's envelope are neither packed nor read.
-  int64_t env_lo = 0, env_hi = end;
+  u.env_lo = 0;
+  u.env_hi = u.end;
   if (span >= 0 && t.op.mods.keep &&
       !(t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0)) {
-    env_lo = end;
-    env_hi = 0;
+    u.env_lo = u.end;
+    u.env_hi = 0;
     for (int64_t r = 0; r < rows; ++r)
       if (f.rows[r].env_lo < f.rows[r].env_hi) {
-        env_lo = base::MinI(env_lo, f.rows[r].env_lo);
-        env_hi = base::MaxI(env_hi, f.rows[r].env_hi);
+        u.env_lo = base::MinI(u.env_lo, f.rows[r].env_lo);
+        u.env_hi = base::MaxI(u.env_hi, f.rows[r].env_hi);
       }
   }
-  // Rows are in order of position, so the first and last rows bound what the task reads.
-  const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
-  // The first tile a row reads at or after t0, or end.
-  auto next_tile = [&](int64_t t0) {
-    for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
-      const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-      if (span < 0 ||
-          (t1 > env_lo && t0 < env_hi &&
-           base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty))
-        break;  // else no row reads this tile: not even packed
-    }
-    return t0;
-  };
-  FlashPrefetch pfs[kMaxTaskKvHeads];
-  const int64_t kb = DtypeBytes(t.op.k_type), vb = DtypeBytes(t.op.v_type);
+  return u;
+}
+
+// Each task's prefetcher of the unit's key and value rows (contiguous or paged rows of
+// whole elements; none otherwise).
+static void UnitPrefetches(const FlashTask* ts, int64_t nh, int64_t first, int64_t step,
+                           FlashPrefetch* pfs) {
+  const int64_t kb = DtypeBytes(ts[0].op.k_type), vb = DtypeBytes(ts[0].op.v_type);
   for (int64_t x = 0; x < nh; ++x) {
     FlashPrefetch& pf = pfs[x];
     const Operands& op = ts[x].op;
@@ -177,6 +174,38 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       pf.v_bytes = op.value_dim * vb;
     }
   }
+}
+
+// One unit (the gathered columns, or key span s >= 0) of every row into the fresh states
+// sts[x] of each of the nh tasks ts[x] (kv heads sharing key rows: the same rows,
+// positions and keys; nh is 1 but for those). `next`: the span the tasks run after this
+// unit, or -1: its first tile is prefetched during this unit's last tile (real keys only).
+static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, int64_t span,
+                      int64_t next, float* const* sts, AmxTiles* amx) {
+  const FlashTask& t = ts[0];
+  const FlashScratch& f = fs[0];
+  const int64_t nq = t.row_end - t.row_begin, rows = FlashRows(t);
+  const size_t stride = FlashStateFloats(t.op.value_dim);
+  for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
+  const UnitKeys u = UnitKeysOf(ts, fs, nh, span, amx);
+  const FlashSpace& sp = u.sp;
+  const int64_t begin = u.begin, end = u.end, first = u.first, step = u.step, load = u.load;
+  const base::StridedColumns below = u.below;
+  // Rows are in order of position, so the first and last rows bound what the task reads.
+  const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
+  // The first tile a row reads at or after t0, or end.
+  auto next_tile = [&](int64_t t0) {
+    for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
+      const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+      if (span < 0 ||
+          (t1 > u.env_lo && t0 < u.env_hi &&
+           base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty))
+        break;  // else no row reads this tile: not even packed
+    }
+    return t0;
+  };
+  FlashPrefetch pfs[kMaxTaskKvHeads];
+  UnitPrefetches(ts, nh, first, step, pfs);
   // The keys to fetch while the tile before t0 (the next tile read) is computed: that
   // tile's, or after the unit's last tile the next span's first.
   auto upcoming = [&](int64_t t0, int64_t* a, int64_t* b) {
