@@ -301,7 +301,6 @@ FUZZ_PLUMBING inline bool OutputRowsEqual(const Tensors& x, const Tensors& y, in
          (!x.has_w || x.w.RowEquals(y.w, a, b, c));
 }
 
-
 }  // namespace fuzz
 
 #endif  // OCTATTN_FUZZ_FUZZ_SUPPORT_H_

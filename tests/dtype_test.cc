@@ -865,8 +865,8 @@ TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype
                                   nullptr, 0) == OCTATTN_OK);
         size_t wrong = 0;
         for (size_t i = 0; i < values.size(); ++i) {
-          const uint16_t want = type == OCTATTN_DTYPE_F16 ? base::F32ToF16(values[i])
-                                                          : base::F32ToBf16(values[i]);
+          const uint16_t want =
+              type == OCTATTN_DTYPE_F16 ? base::F32ToF16(values[i]) : base::F32ToBf16(values[i]);
           wrong += o.buf[i] != want;
         }
         CHECK(wrong == 0);

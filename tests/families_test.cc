@@ -164,9 +164,10 @@ TEST_CASE("each table's fused task equals the reference at block, vector and til
       for (int64_t keys : kKeyEdges)
         for (int64_t d : {int64_t{9}, int64_t{64}}) {
           if (rows > keys) continue;
-          const Group g(2, rows, keys, d, d == 9 ? 17 : 64, static_cast<uint32_t>(rows * 1000 + keys));
-          for (const base::Mask& mask : {g.CausalMask(), g.CausalMask(5, 4),
-                                         base::Mask{0, 0, 0, keys - rows, 0}}) {
+          const Group g(2, rows, keys, d, d == 9 ? 17 : 64,
+                        static_cast<uint32_t>(rows * 1000 + keys));
+          for (const base::Mask& mask :
+               {g.CausalMask(), g.CausalMask(5, 4), base::Mask{0, 0, 0, keys - rows, 0}}) {
             const size_t n = static_cast<size_t>(g.heads * rows * g.dv), nl = g.heads * rows;
             std::vector<float> o(n), lse(nl), ro(n), rl(nl);
             Fused(*tb.table, g, mask, 0, rows, o.data(), lse.data());
@@ -192,7 +193,8 @@ TEST_CASE("each table's fused task gives a row the same bytes whatever block it 
         const size_t n = static_cast<size_t>(g.heads * rows * g.dv);
         std::vector<float> all(n), alone(n), lse(g.heads * rows), lse1(g.heads * rows);
         Fused(*tb.table, g, mask, 0, rows, all.data(), lse.data());
-        for (int64_t r = 0; r < rows; ++r) Fused(*tb.table, g, mask, r, r + 1, alone.data(), lse1.data());
+        for (int64_t r = 0; r < rows; ++r)
+          Fused(*tb.table, g, mask, r, r + 1, alone.data(), lse1.data());
         INFO(tb.name << " keys " << keys << " d " << d);
         REQUIRE(std::memcmp(all.data(), alone.data(), n * sizeof(float)) == 0);
         REQUIRE(std::memcmp(lse.data(), lse1.data(), lse.size() * sizeof(float)) == 0);

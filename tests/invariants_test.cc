@@ -233,9 +233,8 @@ class GuardedRows {
       if (type == OCTATTN_DTYPE_F32)
         reinterpret_cast<float*>(data)[i] = x;
       else
-        reinterpret_cast<uint16_t*>(data)[i] = type == OCTATTN_DTYPE_BF16
-                                                   ? octattn::base::F32ToBf16(x)
-                                                   : octattn::base::F32ToF16(x);
+        reinterpret_cast<uint16_t*>(data)[i] =
+            type == OCTATTN_DTYPE_BF16 ? octattn::base::F32ToBf16(x) : octattn::base::F32ToF16(x);
     }
     t_.data = data;
     t_.dtype = type;

@@ -5,9 +5,9 @@
 
 #include "lib/api/context.h"
 #include "lib/api/validate.h"
-#include "lib/kernels/merge/merge.h"
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
+#include "lib/kernels/merge/merge.h"
 #include "lib/run/run.h"
 #include "octattn.h"
 
@@ -88,18 +88,21 @@ octattn_status octattn_merge(octattn_context* ctx, size_t parts, const octattn_t
     auto at = [](const octattn_tensor& t, int64_t b, int64_t h, int64_t i) {
       return static_cast<float*>(t.data) + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
     };
-    octattn::run::RunTasks(*ctx->pool, to.shape[0] * heads, scratch, slot, [&](int64_t task, void* s) {
-      const int64_t b = task / heads, h = task % heads;
-      auto* partial = static_cast<kernels::PartialRow*>(s);
-      double* acc = reinterpret_cast<double*>(
-          static_cast<char*>(s) + base::RoundUp(parts * sizeof(kernels::PartialRow), kAlign / 8));
-      for (int64_t i = 0; i < rows; ++i) {
-        for (size_t p = 0; p < parts; ++p)
-          partial[p] = {at(o_parts[p], b, h, i), o_parts[p].stride[3], *at(lse_parts[p], b, h, i)};
-        kernels::MergeRow(partial, parts, value_dim, at(*o, b, h, i), o->stride[3],
-                          lse ? at(*lse, b, h, i) : nullptr, acc);
-      }
-    });
+    octattn::run::RunTasks(
+        *ctx->pool, to.shape[0] * heads, scratch, slot, [&](int64_t task, void* s) {
+          const int64_t b = task / heads, h = task % heads;
+          auto* partial = static_cast<kernels::PartialRow*>(s);
+          double* acc = reinterpret_cast<double*>(
+              static_cast<char*>(s) +
+              base::RoundUp(parts * sizeof(kernels::PartialRow), kAlign / 8));
+          for (int64_t i = 0; i < rows; ++i) {
+            for (size_t p = 0; p < parts; ++p)
+              partial[p] = {at(o_parts[p], b, h, i), o_parts[p].stride[3],
+                            *at(lse_parts[p], b, h, i)};
+            kernels::MergeRow(partial, parts, value_dim, at(*o, b, h, i), o->stride[3],
+                              lse ? at(*lse, b, h, i) : nullptr, acc);
+          }
+        });
     return api::Check();
   });
 }

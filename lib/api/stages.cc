@@ -5,10 +5,10 @@
 
 #include "lib/api/context.h"
 #include "lib/api/validate.h"
-#include "lib/kernels/kernels.h"
-#include "lib/kernels/layout/layout.h"
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
+#include "lib/kernels/kernels.h"
+#include "lib/kernels/layout/layout.h"
 #include "lib/run/run.h"
 #include "octattn.h"
 
@@ -84,7 +84,7 @@ kernels::ConstMatrix HeadOrWidened(const api::TensorInfo& t, int64_t b, int64_t 
   if (t.type == base::kF32) return {head, t.stride[2], t.stride[3]};
   for (int64_t i = 0; i < rows; ++i)
     base::WidenRow(base::ElemAt(head, i * t.stride[2], t.type), t.stride[3], t.type, cols,
-                      buf + i * cols);
+                   buf + i * cols);
   return {buf, cols, 1};
 }
 
@@ -200,7 +200,8 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], table->modify_scratch_floats(kv_len),
                              [&](int64_t b, int64_t h, float* scratch) {
                                table->modify_rows(HeadOf(ts, b, h), q_len, kv_len, mask.q_start,
-                                                  octattn::run::ModsAt(mods, tb, tm, b, h), scratch);
+                                                  octattn::run::ModsAt(mods, tb, tm, b, h),
+                                                  scratch);
                              }));
     Record(ctx, table);
     return api::Check();

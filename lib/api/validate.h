@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "lib/kernels/kernels.h"
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
+#include "lib/kernels/kernels.h"
 #include "lib/plan/schedule.h"
 #include "lib/run/call.h"
 #include "octattn.h"
@@ -130,9 +130,9 @@ Check ValidateBackward(octattn_context* ctx, const octattn_attention_options* op
                        const octattn_tensor* q, const octattn_tensor* k, const octattn_tensor* v,
                        const octattn_tensor* o, const octattn_tensor* lse,
                        const octattn_tensor* dout, const octattn_tensor* dlse,
-                       const octattn_tensor* dq, const octattn_tensor* dk,
-                       const octattn_tensor* dv, const float* dsinks, const octattn_tensor* dbias,
-                       run::BackwardCall* c, Sequences* seqs);
+                       const octattn_tensor* dq, const octattn_tensor* dk, const octattn_tensor* dv,
+                       const float* dsinks, const octattn_tensor* dbias, run::BackwardCall* c,
+                       Sequences* seqs);
 Check CheckBackwardWorkspaceDisjoint(const void* workspace, size_t size,
                                      const run::BackwardCall& c);
 

@@ -45,10 +45,10 @@ constexpr Target kLastTarget = kAmxBf16;
 // The score modifiers of one attention call seen from one (batch, query head), applied
 // in this order to s = scale * q.k: softcap (s = cap * tanh(s / cap)), ALiBi
 // (s += slope * (j - qpos), in key coordinates), bias (s += bias). A pair whose keep bit
-// (the mask tensor's entry) is 0 or whose bias is -inf is masked like one the analytic mask excludes (its value row
-// is not read); sinks add exp(sink - m) to the softmax denominator. The per-head arrays
-// point at this head's entry (the next query head's is at +1); the tensors at this head's
-// row 0, key 0, with the strides to the next head, row and key.
+// (the mask tensor's entry) is 0 or whose bias is -inf is masked like one the analytic mask
+// excludes (its value row is not read); sinks add exp(sink - m) to the softmax denominator. The
+// per-head arrays point at this head's entry (the next query head's is at +1); the tensors at this
+// head's row 0, key 0, with the strides to the next head, row and key.
 struct Mods {
   float softcap = 0.0f;           // 0: off
   const float* slopes = nullptr;  // null: no ALiBi

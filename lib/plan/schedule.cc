@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <new>
 
-
 namespace octattn {
 namespace plan {
 
@@ -185,7 +184,7 @@ namespace {
 // task i: the last one that starts at or before i and has tasks (plans without tasks
 // start where the next one does).
 size_t PlanOf(const BatchSchedule& s, int64_t i, int64_t SequencePlan::*first,
-                  int64_t SequencePlan::*count) {
+              int64_t SequencePlan::*count) {
   size_t lo = 0, hi = Count(s.count);
   while (hi - lo > 1) {
     const size_t mid = (lo + hi) / 2;

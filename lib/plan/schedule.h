@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/kernels/kernels.h"
 #include "lib/base/mask.h"
 #include "lib/base/sizes.h"
+#include "lib/kernels/kernels.h"
 
 namespace octattn {
 namespace plan {
@@ -25,8 +25,7 @@ struct CallShape {
   // then cover every kv head of a unit, so that whole rows stream in order.
   bool shared_rows = false;
   // The element types of q, k, v and o (16-bit ones take conversion scratch).
-  base::Dtype q_type = base::kF32, k_type = base::kF32, v_type = base::kF32,
-                 o_type = base::kF32;
+  base::Dtype q_type = base::kF32, k_type = base::kF32, v_type = base::kF32, o_type = base::kF32;
 };
 
 enum class Algorithm { kReference, kNaive, kFused };

@@ -7,12 +7,12 @@
 namespace octattn {
 namespace reference {
 
+using base::LoadElem;
+using base::StoreElem;
 using kernels::ConstMatrix;
 using kernels::KeyRow;
-using base::LoadElem;
 using kernels::Matrix;
 using kernels::Operands;
-using base::StoreElem;
 using kernels::ValueRow;
 
 namespace {

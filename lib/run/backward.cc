@@ -33,7 +33,8 @@ void FillAround(const BackwardCall& c, const plan::Sequence& seq, int64_t n, int
   const bool no_rows = seq.q_len == 0, no_keys = seq.kv_len == 0;
   const int64_t key_end = seq.k_row + seq.kv_len;
   const bool dbias_outside = c.dbias.hi != 0 && (no_keys || seq.k_row > 0 || key_end < sh.kv_len);
-  const bool dkv_outside = no_rows || seq.seg_row < seq.k_row || key_end < seq.seg_row + seq.seg_len;
+  const bool dkv_outside =
+      no_rows || seq.seg_row < seq.k_row || key_end < seq.seg_row + seq.seg_len;
   if (!no_rows && !no_keys && !dbias_outside && !dkv_outside) return;
   const int64_t group = sh.q_heads / sh.kv_heads, h0 = kvh * group;
   plan::Sequence whole = seq;  // the task's pointers at the entry's row 0 and key row 0
@@ -83,10 +84,10 @@ void Backward(parallel::Pool& pool, BackwardCall* c, void* scratch) {
     for (int64_t n = 0; n < f.sequences; ++n) new (&seqs[n]) plan::Sequence(SequenceAt(f, n));
     f.seqs = seqs;
   }
-  double* sink_sums =
-      c->dsinks_data ? reinterpret_cast<double*>(static_cast<char*>(scratch) +
-                                                 s.slot_bytes * static_cast<size_t>(threads))
-                     : nullptr;
+  double* sink_sums = c->dsinks_data
+                          ? reinterpret_cast<double*>(static_cast<char*>(scratch) +
+                                                      s.slot_bytes * static_cast<size_t>(threads))
+                          : nullptr;
   const int64_t kv_heads = f.shape.kv_heads;
   RunTasks(pool, s.tasks, scratch, s.slot_bytes, [&](int64_t i, void* slot) {
     const int64_t n = i / kv_heads, kvh = i % kv_heads;

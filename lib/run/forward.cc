@@ -65,8 +65,7 @@ void CoverKvHeads(const Call& c, const plan::SequencePlan& p, const plan::Decode
 
 // First-phase task `task` of plan p: a head (empty rows, naive, reference), a prefill
 // tile or a decode unit.
-void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* shared,
-             void* slot) {
+void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* shared, void* slot) {
   float* s = static_cast<float*>(slot);
   if (p.empty || p.schedule.algorithm != plan::Algorithm::kFused) {
     const plan::HeadIndex x = plan::HeadTaskAt(p.shape, task);

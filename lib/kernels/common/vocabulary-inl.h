@@ -12,16 +12,17 @@
 // compile error, never a stub that computes a wrong value.
 template <class... A>
 static constexpr bool kAbsent = false;
-#define OCTATTN_ABSENT(R, name)                                                         \
-  template <class... A>                                                                 \
-  static R name(A&&...) {                                                               \
-    static_assert(kAbsent<A...>, #name " is not an instruction of this target: guard " \
-                                       "its call with the target's constant");          \
-    return R();                                                                         \
+#define OCTATTN_ABSENT(R, name)                                   \
+  template <class... A>                                           \
+  static R name(A&&...) {                                         \
+    static_assert(kAbsent<A...>, #name                            \
+                  " is not an instruction of this target: guard " \
+                  "its call with the target's constant");         \
+    return R();                                                   \
   }
 #if OCTATTN_AVX_TRANSPOSE
-#include "lib/kernels/common/avx_transpose-inl.h"
 #include "lib/kernels/common/avx_bf16-inl.h"
+#include "lib/kernels/common/avx_transpose-inl.h"
 #else
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
 static OCTATTN_INLINE void Transpose8x8(const float* src, int64_t src_stride, float* dst,

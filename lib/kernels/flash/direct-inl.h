@@ -1,12 +1,11 @@
-// The fused path, direct tiles. Decode: tiles that every row reads whole, read in place. Q K^T transposes eight
-// dimensions of kLanes keys at a time in registers from the keys' rows (TransposeRows)
-// and runs QkStore's chains on them; the softmax update is SoftmaxTile; the weighted
-// sums read the value rows in place, a group of keys at a time, with AvRange's chains.
-// So a row's bits are those of FlashBlock on the packed tile, with no copy of K or V,
-// and K and V each stream through the core once, in order, each step prefetching the
-// rows of the next.
-// Key vectors per Q K^T step (but see OneKeyVec): two, so that 2R chains hide the FMA
-// latency (docs/PERFORMANCE.md, decode's choices).
+// The fused path, direct tiles. Decode: tiles that every row reads whole, read in place. Q K^T
+// transposes eight dimensions of kLanes keys at a time in registers from the keys' rows
+// (TransposeRows) and runs QkStore's chains on them; the softmax update is SoftmaxTile; the
+// weighted sums read the value rows in place, a group of keys at a time, with AvRange's chains. So
+// a row's bits are those of FlashBlock on the packed tile, with no copy of K or V, and K and V each
+// stream through the core once, in order, each step prefetching the rows of the next. Key vectors
+// per Q K^T step (but see OneKeyVec): two, so that 2R chains hide the FMA latency
+// (docs/PERFORMANCE.md, decode's choices).
 constexpr int kDirectVecs = 2;
 constexpr int64_t kDirectKeys = kDirectVecs * static_cast<int64_t>(S::kLanes);
 // f32 rows fetched ahead of the row being read: far enough for memory's latency at its

@@ -108,8 +108,9 @@ static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_d
         const int64_t w = base::MinI(kAvPanel, dvp - p0);
         float* out = dst + p0 * (tpad / 2) + m * w;
         for (int64_t c = 0; c < w; c += L)
-          S::Store(S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
-                   out + c);
+          S::Store(
+              S::PairRows(za ? a : ElemAt(a, p0 + c, kBf16), zb ? b : ElemAt(b, p0 + c, kBf16)),
+              out + c);
       }
     }
   }
@@ -120,7 +121,8 @@ static inline void PackValuePairs(const float* v, int64_t v_row, int64_t value_d
 // rows of the padded width. Eight keys in a row of one block are transposed as a block
 // where the target has a fast one, as contiguous keys are.
 static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, FlashTile* tile,
-                                 int64_t load, int64_t first, int64_t step, base::StridedColumns below) {
+                                 int64_t load, int64_t first, int64_t step,
+                                 base::StridedColumns below) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const Operands& op = t.op;
   const KeyLayout lay{kQkPanel, kQkPanel * op.head_dim, kQkPanel};

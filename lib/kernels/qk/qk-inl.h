@@ -23,8 +23,8 @@ struct KeyLayout {
 // and the strided columns `below` under j_load; zero for the other keys below j_load (no
 // row of the task may read them: never loaded) and up to `padded` keys.
 static inline void PackKeysT(const float* k, int64_t k_row, int64_t k_dim, int64_t j_begin,
-                             int64_t j_load, int64_t j_end, base::StridedColumns below, int64_t padded,
-                             int64_t head_dim, float* kt, KeyLayout lay) {
+                             int64_t j_load, int64_t j_end, base::StridedColumns below,
+                             int64_t padded, int64_t head_dim, float* kt, KeyLayout lay) {
   const int64_t skip = j_load - j_begin, n = j_end - j_begin, row = lay.row;
   for (int64_t lo = 0; lo < padded;) {
     const int64_t hi =
@@ -188,8 +188,7 @@ template <int R, int C, bool P = false, bool A = false>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const base::Mask& mask, const int64_t* qpos, float scale,
-                           float* const* dst, bool all_allowed = false,
-                           AmxTiles* amx = nullptr) {
+                           float* const* dst, bool all_allowed = false, AmxTiles* amx = nullptr) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
   const int64_t a1 = base::MinI(a0 + C * L, key_end);
