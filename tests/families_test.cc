@@ -1,5 +1,6 @@
 // The kernel families called through each target's table, below the C API: the fused
-// task, the naive head and the stage kernels at the edges of their blocks (rows around
+// task, the naive head, the backward task and the stage kernels at the edges of their
+// blocks (rows around
 // the micro-kernel's block height, keys around a vector, a K panel, a tile and a key
 // chunk, head dimensions around a transpose block), against the reference's own entries.
 // A family's bug shows here, in its own test, with the target and the shape that found
@@ -254,4 +255,62 @@ TEST_CASE("each table's scores and weighted sums equal the reference's at vector
                                    keys, d);
         REQUIRE(MaxDiff(o.data(), ro.data(), o.size()) <= 1e-6 * double(keys));
       }
+}
+
+TEST_CASE("each table's backward task equals the reference's at block and tile edges") {
+  // The forward's o and lse from the reference; the gradients of the group (2 query
+  // heads of one kv head) by each table's backward_task against the reference table's.
+  const kernels::Table* ref = reference::Table();
+  for (const Named& tb : Tables())
+    for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{6}, int64_t{7}, int64_t{13}})
+      for (int64_t keys : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{17}, int64_t{64},
+                           int64_t{65}, int64_t{257}})
+        for (int64_t d : {int64_t{9}, int64_t{64}}) {
+          if (rows > keys) continue;
+          const Group g(2, rows, keys, d, d, static_cast<uint32_t>(rows * 77 + keys + d));
+          const base::Mask mask = g.CausalMask();
+          const size_t nq = static_cast<size_t>(g.heads * rows);
+          std::vector<float> o(nq * d), lse(nq), dout(nq * d);
+          Reference(g, mask, o.data(), lse.data());
+          std::mt19937 rng(static_cast<uint32_t>(keys));
+          std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+          for (float& x : dout) x = u(rng);
+          struct Grads {
+            std::vector<float> dq, dk, dv;
+          };
+          auto run = [&](const kernels::Table& table, Grads* gr) {
+            gr->dq.assign(nq * d, 7.0f);  // every entry written: none keeps its 7
+            gr->dk.assign(static_cast<size_t>(keys * d), 7.0f);
+            gr->dv.assign(static_cast<size_t>(keys * d), 7.0f);
+            kernels::BackwardTask t{};
+            t.op = g.Op(mask, o.data(), lse.data());
+            t.heads = g.heads;
+            t.dout = dout.data();
+            t.do_head = rows * d;
+            t.do_row = d;
+            t.do_dim = 1;
+            t.dq = gr->dq.data();
+            t.dq_head = rows * d;
+            t.dq_row = d;
+            t.dq_dim = 1;
+            t.dk = gr->dk.data();
+            t.dk_row = d;
+            t.dk_dim = 1;
+            t.dv = gr->dv.data();
+            t.dv_row = d;
+            t.dv_dim = 1;
+            Buffer scratch(table.backward_scratch_floats(t));
+            table.backward_task(t, scratch.get());
+          };
+          Grads got, want;
+          run(*tb.table, &got);
+          run(*ref, &want);
+          INFO(tb.name << " rows " << rows << " keys " << keys << " d " << d);
+          // Inputs in [-1, 1]: gradients of order rows * d at most; the header's bound
+          // (1e-6 relative, times the weights' sums) well inside 1e-5 of that.
+          const double tol = 1e-5 * static_cast<double>(rows * d);
+          REQUIRE(MaxDiff(got.dq.data(), want.dq.data(), got.dq.size()) <= tol);
+          REQUIRE(MaxDiff(got.dk.data(), want.dk.data(), got.dk.size()) <= tol);
+          REQUIRE(MaxDiff(got.dv.data(), want.dv.data(), got.dv.size()) <= tol);
+        }
 }
