@@ -6,6 +6,13 @@
 // units (highway_sve_256.cc, highway_sve2_128.cc, each compiled for one vector length;
 // OCTATTN_HWY_SVE): Highway's CPU detection, best first, as HWY_DYNAMIC_DISPATCH would
 // (AVX512_BF16 and AMX, which Highway does not know, from CPUID).
+// The sanitizer tree leaves Highway's plain AVX3 to the avx512_bf16 unit (lib/CMakeLists.txt):
+// disabled here only, not in that unit, whose static target it is.
+#if defined(OCTATTN_NO_HWY_AVX3) && !defined(OCTATTN_HWY_AVX3_LEFT_OUT)
+#define OCTATTN_HWY_AVX3_LEFT_OUT 1
+#undef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (OCTATTN_HWY_DISABLED | HWY_AVX3 | HWY_AVX3_DL)
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "lib/kernels/highway/highway.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
