@@ -46,9 +46,13 @@ std::vector<Target> BestTargets() {
 
 TEST_CASE("fused matches the reference around tile and key span sizes", "[fused]") {
   const auto targets = BestTargets();
+  // Past the first key span, the small runs (emulated, sanitized) take the last 40 rows
+  // of the prefill (a chunked prefill: still the prefill path).
   for (int64_t t : {63, 64, 65, 255, 256, 257, 1023, 1024, 1025, 2100}) {
+    if (Small() && t > 1025) continue;
     INFO("T " << t);
-    CheckFusedAgainstReference(Problem(1, 2, 1, t, t, 32, 32, 3), Options(), targets);
+    const int64_t rows = Small() && t > 1000 ? 40 : t;
+    CheckFusedAgainstReference(Problem(1, 2, 1, rows, t, 32, 32, 3), Options(), targets);
   }
   for (int64_t d : {64, 80, 128}) {
     INFO("D " << d);
@@ -82,11 +86,13 @@ TEST_CASE("fused prefix invariance: rows of T = n equal rows of T = N > n", "[fu
   for (const Target& t : AllTargets()) {
     INFO(t.Name());
     Context ctx(t);
-    const int64_t N = 1500;
+    // Past one key span (1024) either way; the small runs take a shorter N.
+    const int64_t N = SmallSized(1500, 1100);
     Problem big(1, 4, 2, N, N, 32, 32, 10);
     Tensor out_big = big.Out();
     Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED), big.q, big.k, big.v, out_big);
     for (int64_t n : {1, 70, 1024, 1100}) {
+      if (n >= N) continue;
       Problem small(1, 4, 2, n, n, 32, 32, 0);
       small.q.ForEach([&](int64_t a, int64_t b, int64_t c, int64_t d) {
         small.q.at(a, b, c, d) = big.q.at(a, b, c, d);
@@ -111,19 +117,20 @@ TEST_CASE("fused decode at position i equals prefill row i, byte for byte",
     for (int64_t window : {0, 200}) {
       INFO(t.Name() << " window " << window);
       Context ctx(t);
-      const int64_t N = Sized(2200, 1100), Hq = Sized(8, 4), Hkv = 2;
+      const int64_t N = SmallSized(2200, 1100), Hq = SmallSized(8, 4), Hkv = 2;
       Problem p(1, Hq, Hkv, N, N, 32, 32, 11);
       const auto opt = Options(1, window, window ? 64 : 0, OCTATTN_ALGORITHM_FUSED);
-      // The prefill rows [first, N) against keys [0, N): the whole prefill natively; under
-      // emulation its last 9 rows (a chunked prefill, itself promised equal to prefill).
-      const int64_t first = Sized(0, N - 9);
+      // The prefill rows [first, N) against keys [0, N): the whole prefill natively; in the
+      // small runs (emulated, sanitized) its last 9 rows (a chunked prefill, itself
+      // promised equal to prefill).
+      const int64_t first = SmallSized(0, N - 9);
       octattn_tensor pq = p.q.t;
       pq.data = static_cast<float*>(pq.data) + first * pq.stride[2];
       pq.shape[2] = N - first;
       Tensor prefill(1, Hq, N - first, 32);
       REQUIRE(octattn_attention(ctx, &opt, &pq, p.k.ptr(), p.v.ptr(), prefill.ptr(), nullptr,
                                 nullptr, nullptr, 0) == OCTATTN_OK);
-      const std::vector<int64_t> positions = Emulated()
+      const std::vector<int64_t> positions = Small()
                                                  ? std::vector<int64_t>{N - 9, N - 5, N - 1}
                                                  : std::vector<int64_t>{0, 5, 1023, 1024, N - 1};
       for (int64_t i : positions) {
@@ -173,10 +180,12 @@ TEST_CASE("fused tiles read in place equal packed tiles, byte for byte",
   const Mask masks[] = {
       {1, 0, 0, 0}, {0, 0, 0, 0}, {1, 400, 0, 0}, {1, 300, 128, 0}, {1, 0, 0, 512}};
   const int64_t Hq = 20;
+  // The sanitized run: three threads only (the more task edges).
+  const std::vector<int> thread_counts = Sanitized() ? std::vector<int>{3} : std::vector<int>{1, 3};
   for (const Target& t : AllTargets())
     for (const Shape& sh : shapes)
       for (const Mask& m : masks)
-        for (int threads : {1, 3}) {
+        for (int threads : thread_counts) {
           INFO(t.Name() << " D " << sh.head_dim << " Dv " << sh.value_dim << " kv " << sh.kv_len
                         << " q " << sh.q_len << " mask " << m.causal << "/" << m.window << "/"
                         << m.stride << "/" << m.chunk << " threads " << threads);
@@ -264,6 +273,7 @@ TEST_CASE("decode tasks covering every kv head give each head's own bytes",
     for (const Target& t : targets)
       for (const Mask& m : masks)
         for (int threads : {1, 3}) {
+          if (Sanitized() && threads == 1) continue;  // the more task edges only
           INFO(t.Name() << " B " << sh.batch << " Hq " << sh.hq << " Hkv " << sh.hkv << " q "
                         << sh.q_len << " kv " << sh.kv_len << " D " << sh.dim << " mask "
                         << m.causal << "/" << m.window << "/" << m.stride << "/" << m.chunk
@@ -286,7 +296,7 @@ TEST_CASE("fused: every tuning value gives the same bytes on every target", "[fu
   // rows 4 KiB apart, sharing L1 sets: staged or read in place, fetched or not; 16-bit
   // rows 2 KiB apart: fetched into L1 or L2) and 4 kv heads (rows that spread over the
   // sets). Two sequences, so that decode tasks cover every kv head of a unit too.
-  const int64_t kv = Sized(1500, 600);
+  const int64_t kv = SmallSized(1500, 600);
   for (int64_t hkv : {int64_t{8}, int64_t{4}})
     for (octattn_dtype type : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
       Problem p(2, hkv * 2, hkv, 1, kv, 128, 128, 41, 1.0f, Layout::kBTHD);
@@ -313,6 +323,7 @@ TEST_CASE("fused: every tuning value gives the same bytes on every target", "[fu
         bool have_first = false;
         for (int tuning = 0; tuning < 4; ++tuning)
           for (int threads : {1, 2}) {
+            if (Small() && threads == 1) continue;  // the small runs: two threads only
             INFO("in_place_rows " << (tuning & 1) << " vendor_fetch " << (tuning >> 1)
                                   << " threads " << threads);
             Context ctx(t, threads);

@@ -260,12 +260,13 @@ TEST_CASE("key and value rows no query of the call may read are never loaded", "
   struct GuardCase {
     int64_t q_len, kv_len, window, q_start, first, last;
   };
+  const int64_t rows = Sized(300, 40);  // emulated: 40 prefill rows
   const GuardCase cases[] = {
-      {1, 5000, 100, 4999, 4900, 5000},    // decode: rows below 4900 unread
-      {300, 5000, 100, 4700, 4601, 5000},  // prefill rows at 4700..4999
-      {3, 5000, 0, 100, 0, 103},           // plain causal: rows past 102 unread
-      {1, 5000, 600, 4999, 4400, 5000},    // decode, window over whole tiles
-      {2, 5000, 0, 1300, 0, 1302},         // two queries: rows past 1301 unread
+      {1, 5000, 100, 4999, 4900, 5000},                        // decode: rows below 4900 unread
+      {rows, 5000, 100, 5000 - rows, 5000 - rows - 99, 5000},  // prefill rows at 5000 - rows..4999
+      {3, 5000, 0, 100, 0, 103},                               // plain causal: rows past 102 unread
+      {1, 5000, 600, 4999, 4400, 5000},                        // decode, window over whole tiles
+      {2, 5000, 0, 1300, 0, 1302},                             // two queries: rows past 1301 unread
   };
   // Keys and values in f32, and as a bf16 and an f16 cache (widened as they are read).
   const octattn_dtype types[] = {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16};

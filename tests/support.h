@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -31,6 +32,26 @@ inline bool Emulated() {
 }
 inline int64_t Sized(int64_t native, int64_t emulated) { return Emulated() ? emulated : native; }
 
+// The sanitizer tree (ASan + UBSan) runs the kernels several times slower than a release
+// build. Its job is memory and undefined-behaviour errors in every family, which the
+// small shapes reach as well, so its widest sweeps take them too (the release tree
+// sweeps every shape).
+inline bool Sanitized() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+inline bool Small() { return Emulated() || Sanitized(); }
+inline int64_t SmallSized(int64_t native, int64_t small) { return Small() ? small : native; }
+
 struct Target {
   octattn_backend backend;
   octattn_target target;
@@ -39,14 +60,18 @@ struct Target {
   }
 };
 
-// Every compiled target of both backends that this CPU runs.
+// Every compiled target of both backends that this CPU runs. An emulated CPU whose
+// smaller targets another run covers (OCTATTN_TEST_BEST_TARGETS, tests/CMakeLists.txt)
+// sweeps only the best of each backend, the one it adds.
 inline std::vector<Target> AllTargets() {
+  static const bool best_only = std::getenv("OCTATTN_TEST_BEST_TARGETS") != nullptr;
   std::vector<Target> out;
   for (octattn_backend b : {OCTATTN_BACKEND_HIGHWAY, OCTATTN_BACKEND_XSIMD}) {
     octattn_target list[8];
     size_t n = 0;
     REQUIRE(octattn_available_targets(b, list, 8, &n) == OCTATTN_OK);
-    for (size_t i = 0; i < n; ++i) out.push_back({b, list[i]});
+    for (size_t i = 0; i < (best_only ? std::min<size_t>(n, 1) : n); ++i)
+      out.push_back({b, list[i]});
   }
   return out;
 }
