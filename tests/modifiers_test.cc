@@ -248,32 +248,30 @@ TEST_CASE("softcap and ALiBi keep their formulas at large scores", "[modifiers]"
   CheckMods(p, Options(1, 0, 0, OCTATTN_ALGORITHM_AUTO, 1000), m, targets, 42);
 }
 
+// A bias or mask tensor viewed from query row r0 for `rows` rows and `kv` keys (a
+// broadcast row stays broadcast); null for none.
+const octattn_tensor* RowsView(const octattn_tensor* t, int64_t elem_bytes, int64_t r0,
+                               int64_t rows, int64_t kv, octattn_tensor* view) {
+  if (!t) return nullptr;
+  *view = *t;
+  if (view->shape[2] > 1) {
+    view->data = static_cast<char*>(view->data) + r0 * view->stride[2] * elem_bytes;
+    view->shape[2] = rows;
+  }
+  view->shape[3] = kv;
+  return view;
+}
+
 // The call's query rows [r0, r0 + rows) against keys [0, kv): views of p's tensors and of
-// the modifiers' bias and mask (a broadcast row stays broadcast), into o and lse.
+// the modifiers' bias and mask, into o and lse.
 void AttendRows(const Context& ctx, octattn_attention_options opt, const Problem& p, int64_t r0,
                 int64_t rows, int64_t kv, Tensor* o, Tensor* lse) {
-  octattn_tensor q = p.q.t, k = p.k.t, v = p.v.t, bias{}, mask{};
+  octattn_tensor q = p.q.t, k = p.k.t, v = p.v.t, bias, mask;
   q.data = static_cast<float*>(q.data) + r0 * q.stride[2];
   q.shape[2] = rows;
   k.shape[2] = v.shape[2] = kv;
-  if (opt.bias) {
-    bias = *opt.bias;
-    if (bias.shape[2] > 1) {
-      bias.data = static_cast<float*>(bias.data) + r0 * bias.stride[2];
-      bias.shape[2] = rows;
-    }
-    bias.shape[3] = kv;
-    opt.bias = &bias;
-  }
-  if (opt.mask) {
-    mask = *opt.mask;
-    if (mask.shape[2] > 1) {
-      mask.data = static_cast<uint8_t*>(mask.data) + r0 * mask.stride[2];
-      mask.shape[2] = rows;
-    }
-    mask.shape[3] = kv;
-    opt.mask = &mask;
-  }
+  opt.bias = RowsView(opt.bias, sizeof(float), r0, rows, kv, &bias);
+  opt.mask = RowsView(opt.mask, sizeof(uint8_t), r0, rows, kv, &mask);
   *o = Tensor(p.q.shape[0], p.q.shape[1], rows, p.v.shape[3]);
   *lse = Tensor(p.q.shape[0], p.q.shape[1], rows, 1);
   REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o->ptr(), lse->ptr(), nullptr, nullptr, 0) ==
