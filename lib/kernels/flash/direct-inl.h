@@ -199,6 +199,48 @@ struct DirectTile {
   }
 };
 
+// The rows of the L keys from j0, *row apart: in place, or (paged keys across a block
+// boundary) copied into scratch slot g.
+template <Dtype T>
+static OCTATTN_INLINE const float* KeyVectorRows(const DirectTile& dt, int64_t j0, int g,
+                                                 int64_t hd, int64_t* row) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  *row = dt.KStride();
+  if (dt.Run(j0, j0 + L) >= j0 + L) return dt.K(j0);
+  float* copy = ElemAt(dt.scratch, g * L * hd, T);
+  for (int64_t e = 0; e < L; ++e)
+    memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e), static_cast<size_t>(hd * DtypeBytes(T)));
+  *row = hd;
+  return copy;
+}
+
+// DirectScores on AMX (FlashAmx): each step's key pairs transposed into scratch as a
+// packed panel holds them (pair rows of KP keys, after the first half of scratch, which
+// holds staged or copied rows), then AmxQkStore on them: the packed tile's scores.
+template <int R, Dtype T, int Vecs>
+static OCTATTN_INLINE void DirectScoresAmx(const FlashTask& t, const DirectTile& dt,
+                                           const float* const* q, float* const* s, int64_t j_begin,
+                                           int64_t j_end) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
+  const int64_t hd = t.op.head_dim;
+  float* kp_buf = dt.scratch + kDirectKeys * hd / 2;
+  for (int64_t j = j_begin; j < j_end; j += KP) {
+    for (int64_t e = 0; e < KP; ++e) dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
+    for (int g = 0; g < Vecs; ++g) {
+      int64_t row;
+      const float* rows = KeyVectorRows<T>(dt, j + g * L, g, hd, &row);
+      for (int64_t d = 0; d < hd; d += 16) {
+        typename S::V kp[8];
+        S::TransposeBf16Pairs(ElemAt(rows, d, T), row, kp);
+        for (int i = 0; i < 8; ++i) S::Store(kp[i], kp_buf + (d / 2 + i) * KP + g * L);
+      }
+    }
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+    AmxQkStore<R, Vecs>(dt.amx, q, kp_buf, KP, hd / 2, t.op.scale, out);
+  }
+}
+
 // Scaled scores of R rows for the keys of the tile (elements of type T) into
 // s[r][0, t1 - t0), Vecs key vectors a step (kDirectVecs, or one: OneKeyVec).
 template <int R, Dtype T, int Vecs>
@@ -209,55 +251,12 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
   const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
   const typename S::V vs = S::Set(t.op.scale);
   if constexpr (T == kBf16 && S::kAmx) {
-    if (FlashAmx(t.op)) {
-      // AMX (FlashAmx): each step's key pairs transposed into scratch as a packed panel
-      // holds them (pair rows of KP keys, after the first half of scratch, which holds
-      // staged or copied rows), then AmxQkStore on them: the packed tile's scores.
-      float* kp_buf = dt.scratch + kDirectKeys * hd / 2;
-      for (int64_t j = j_begin; j < j_end; j += KP) {
-        for (int64_t e = 0; e < KP; ++e) dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
-        for (int g = 0; g < Vecs; ++g) {
-          const int64_t j0 = j + g * L;
-          const float* rows = dt.K(j0);
-          int64_t row = dt.KStride();
-          if (dt.Run(j0, j0 + L) < j0 + L) {
-            float* copy = ElemAt(dt.scratch, g * L * hd, T);
-            for (int64_t e = 0; e < L; ++e)
-              memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e),
-                     static_cast<size_t>(hd * DtypeBytes(T)));
-            rows = copy;
-            row = hd;
-          }
-          for (int64_t d = 0; d < hd; d += 16) {
-            typename S::V kp[8];
-            S::TransposeBf16Pairs(ElemAt(rows, d, T), row, kp);
-            for (int i = 0; i < 8; ++i) S::Store(kp[i], kp_buf + (d / 2 + i) * KP + g * L);
-          }
-        }
-        float* out[R];
-        for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
-        AmxQkStore<R, Vecs>(dt.amx, q, kp_buf, KP, hd / 2, t.op.scale, out);
-      }
-      return;
-    }
+    if (FlashAmx(t.op)) return DirectScoresAmx<R, T, Vecs>(t, dt, q, s, j_begin, j_end);
   }
   for (int64_t j = j_begin; j < j_end; j += KP) {
-    // Each key vector's rows, a row stride apart: in place, or (paged keys across a block
-    // boundary) copied into scratch.
     const float* rows[Vecs];
     int64_t row[Vecs];
-    for (int g = 0; g < Vecs; ++g) {
-      const int64_t j0 = j + g * L;
-      rows[g] = dt.K(j0);
-      row[g] = dt.KStride();
-      if (dt.Run(j0, j0 + L) < j0 + L) {
-        float* copy = ElemAt(dt.scratch, g * L * hd, T);
-        for (int64_t e = 0; e < L; ++e)
-          memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e), static_cast<size_t>(hd * DtypeBytes(T)));
-        rows[g] = copy;
-        row[g] = hd;
-      }
-    }
+    for (int g = 0; g < Vecs; ++g) rows[g] = KeyVectorRows<T>(dt, j + g * L, g, hd, &row[g]);
     float* out[R];
     for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
     for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
@@ -326,139 +325,153 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
   }
 }
 
+// DirectValues for one group of keys [g0, g1) with bf16 pairs (FlashPairsV): its keys
+// two at a time (g0 - t0 and g1 - t0 even), each pair's value rows joined by PairRows,
+// one S::DotBf16 per pair with the weight pair (PairWeights: SBufRows rows on from p):
+// FlashBlock's chains on the packed pairs.
+template <int R, Dtype T>
+static OCTATTN_INLINE void DirectValuesPairs(const FlashTask& t, const DirectTile& dt,
+                                             const float* const* p, float* const* st, int64_t g0,
+                                             int64_t g1) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
+  const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
+  const float* pw[R];
+  for (int r = 0; r < R; ++r) pw[r] = p[r] + SBufRows(t) * kTileKeys;
+  if constexpr (S::kAmx) {
+    if (FlashAmx(t.op) && g1 - g0 == kAmxKeys && (g0 - dt.t0) % kAmxKeys == 0) {
+      // AMX (FlashAmx): the group's value rows joined into pairs in dt.vbuf (the
+      // packed V panel's pair rows), then one AmxWeightedSums step: the packed
+      // tile's sums of a whole group (a direct tile's rows read all its keys).
+      for (int64_t k = g0; k < g1; k += 2) {
+        dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+        dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+        const float *v0 = dt.V(k), *v1 = dt.V(k + 1);
+        float* pr = dt.vbuf + (k - g0) / 2 * dvp;
+        for (int64_t c = 0; c < dvp; c += L)
+          S::Store(S::PairRows(ElemAt(v0, c, T), ElemAt(v1, c, T)), pr + c);
+      }
+      const float* pg[R];
+      int64_t ga[R], gb[R];
+      for (int r = 0; r < R; ++r) {
+        pg[r] = pw[r] + (g0 - dt.t0) / 2;
+        ga[r] = 0;
+        gb[r] = 1;
+      }
+      AmxWeightedSums<R>(dt.amx, ga, gb, st, dvp, pg, [&](int64_t c0, int64_t* row) {
+        *row = dvp;
+        return static_cast<const float*>(dt.vbuf + c0);
+      });
+      return;
+    }
+  }
+  auto columns = [&](auto vecs, int64_t c0) {
+    constexpr int C = decltype(vecs)::value;
+    typename S::V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+    for (int64_t k = g0; k < g1; k += 2) {
+      if (c0 == 0) {
+        dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
+        dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
+      }
+      const float *v0 = ElemAt(dt.V(k), c0, T), *v1 = ElemAt(dt.V(k + 1), c0, T);
+      typename S::V x[C];
+      for (int c = 0; c < C; ++c) x[c] = S::PairRows(ElemAt(v0, c * L, T), ElemAt(v1, c * L, T));
+      for (int r = 0; r < R; ++r) {
+        const typename S::V pb = S::Set(pw[r][(k - dt.t0) / 2]);
+        for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, x[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+  };
+  int64_t c0 = 0;
+  for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kAvVecs>(), c0);
+  for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0);
+}
+
+// DirectValues for one run of keys [a, b), value rows v_row apart (AvRange's chains);
+// each key's step in the first columns fetches the value row DirectAhead keys on.
+template <int R, Dtype T>
+static OCTATTN_INLINE void DirectValuesRun(const DirectTile& dt, const float* const* p,
+                                           float* const* st, int64_t dvp, int64_t a, int64_t b) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
+  const float* v = dt.V(a);
+  const float* pa[R];
+  for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
+  int64_t c0 = 0, part = 0;
+  auto fetch = [&](int64_t j) {
+    if (part == 0) dt.template FetchAs<T>(dt.t1 - dt.t0 + j - dt.t0 + DirectAhead<T>());
+  };
+  if constexpr (T == kBf16 && S::kBf16Pairs && kAvVecs % 2 == 0) {
+    // bf16 rows loaded as pairs and split by Bf16Even and Bf16Odd (no widening
+    // shuffle): the accumulators hold the even and the odd columns of each pair of
+    // vectors, the same chains over the keys.
+    for (; c0 + W <= dvp; c0 += W, ++part) {
+      typename S::V acc[R][kAvVecs];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < kAvVecs; c += 2)
+          S::Deinterleave(S::Load(st[r] + 2 + c0 + c * L), S::Load(st[r] + 2 + c0 + (c + 1) * L),
+                          &acc[r][c], &acc[r][c + 1]);
+      const float* vc = ElemAt(v, c0, T);
+      for (int64_t k = a; k < b; ++k) {
+        fetch(k);
+        const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
+        typename S::V x[kAvVecs];
+        for (int c = 0; c < kAvVecs; c += 2) {
+          const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
+          x[c] = S::Bf16Even(pair);
+          x[c + 1] = S::Bf16Odd(pair);
+        }
+        for (int r = 0; r < R; ++r) {
+          const typename S::V pb = S::Set(pa[r][k - a]);
+          for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < kAvVecs; c += 2) {
+          typename S::V lo, hi;
+          S::Interleave(acc[r][c], acc[r][c + 1], &lo, &hi);
+          S::Store(lo, st[r] + 2 + c0 + c * L);
+          S::Store(hi, st[r] + 2 + c0 + (c + 1) * L);
+        }
+    }
+  }
+  for (; c0 + W <= dvp; c0 += W, ++part) {
+    typename S::V acc[R][kAvVecs];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+    AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a}, pa,
+                                            a, b, 1, acc, fetch);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+  }
+  for (; c0 < dvp; c0 += L, ++part) {
+    typename S::V acc[R][1];
+    for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
+    AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a}, pa, a, b,
+                                      1, acc, fetch);
+    for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
+  }
+}
+
 // Adds the value rows of the tile weighted by p[r][0, t1 - t0) to the R states: groups
 // of keys, each group's columns a register block at a time (elements of type T).
 template <int R, Dtype T>
 static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const float* const* p,
                                 float* const* st, int64_t g_begin, int64_t g_end) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
   const int64_t dvp = t.op.value_dim;  // whole vectors (ValuesDirect)
   for (int64_t g0 = g_begin; g0 < g_end; g0 += kDirectKeys) {
     const int64_t g1 = base::MinI(g0 + kDirectKeys, dt.t1);
     if constexpr (T == kBf16 && S::kDotBf16) {
       if (FlashPairsV(t.op)) {
-        // bf16 pairs (FlashPairsV): the group's keys two at a time (g0 - t0 and g1 - t0
-        // even), each pair's value rows joined by PairRows, one S::DotBf16 per pair with
-        // the weight pair (PairWeights: SBufRows rows on from p): FlashBlock's chains on
-        // the packed pairs.
-        const float* pw[R];
-        for (int r = 0; r < R; ++r) pw[r] = p[r] + SBufRows(t) * kTileKeys;
-        if constexpr (S::kAmx) {
-          if (FlashAmx(t.op) && g1 - g0 == kAmxKeys && (g0 - dt.t0) % kAmxKeys == 0) {
-            // AMX (FlashAmx): the group's value rows joined into pairs in dt.vbuf (the
-            // packed V panel's pair rows), then one AmxWeightedSums step: the packed
-            // tile's sums of a whole group (a direct tile's rows read all its keys).
-            for (int64_t k = g0; k < g1; k += 2) {
-              dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
-              dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
-              const float *v0 = dt.V(k), *v1 = dt.V(k + 1);
-              float* pr = dt.vbuf + (k - g0) / 2 * dvp;
-              for (int64_t c = 0; c < dvp; c += L)
-                S::Store(S::PairRows(ElemAt(v0, c, T), ElemAt(v1, c, T)), pr + c);
-            }
-            const float* pg[R];
-            int64_t ga[R], gb[R];
-            for (int r = 0; r < R; ++r) {
-              pg[r] = pw[r] + (g0 - dt.t0) / 2;
-              ga[r] = 0;
-              gb[r] = 1;
-            }
-            AmxWeightedSums<R>(dt.amx, ga, gb, st, dvp, pg, [&](int64_t c0, int64_t* row) {
-              *row = dvp;
-              return static_cast<const float*>(dt.vbuf + c0);
-            });
-            continue;
-          }
-        }
-        auto columns = [&](auto vecs, int64_t c0) {
-          constexpr int C = decltype(vecs)::value;
-          typename S::V acc[R][C];
-          for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-          for (int64_t k = g0; k < g1; k += 2) {
-            if (c0 == 0) {
-              dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
-              dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
-            }
-            const float *v0 = ElemAt(dt.V(k), c0, T), *v1 = ElemAt(dt.V(k + 1), c0, T);
-            typename S::V x[C];
-            for (int c = 0; c < C; ++c)
-              x[c] = S::PairRows(ElemAt(v0, c * L, T), ElemAt(v1, c * L, T));
-            for (int r = 0; r < R; ++r) {
-              const typename S::V pb = S::Set(pw[r][(k - dt.t0) / 2]);
-              for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, x[c], acc[r][c]);
-            }
-          }
-          for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
-        };
-        int64_t c0 = 0;
-        for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kAvVecs>(), c0);
-        for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0);
+        DirectValuesPairs<R, T>(t, dt, p, st, g0, g1);
         continue;
       }
     }
     for (int64_t a = g0; a < g1;) {
-      // Keys [a, b): value rows v_row apart (AvRange's chains); each key's step in the
-      // first columns fetches the value row DirectAhead keys on.
       const int64_t b = dt.Run(a, g1);
-      const float* v = dt.V(a);
-      const float* pa[R];
-      for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
-      int64_t c0 = 0, part = 0;
-      auto fetch = [&](int64_t j) {
-        if (part == 0) dt.template FetchAs<T>(dt.t1 - dt.t0 + j - dt.t0 + DirectAhead<T>());
-      };
-      if constexpr (T == kBf16 && S::kBf16Pairs && kAvVecs % 2 == 0) {
-        // bf16 rows loaded as pairs and split by Bf16Even and Bf16Odd (no widening
-        // shuffle): the accumulators hold the even and the odd columns of each pair of
-        // vectors, the same chains over the keys.
-        for (; c0 + W <= dvp; c0 += W, ++part) {
-          typename S::V acc[R][kAvVecs];
-          for (int r = 0; r < R; ++r)
-            for (int c = 0; c < kAvVecs; c += 2)
-              S::Deinterleave(S::Load(st[r] + 2 + c0 + c * L),
-                              S::Load(st[r] + 2 + c0 + (c + 1) * L), &acc[r][c], &acc[r][c + 1]);
-          const float* vc = ElemAt(v, c0, T);
-          for (int64_t k = a; k < b; ++k) {
-            fetch(k);
-            const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
-            typename S::V x[kAvVecs];
-            for (int c = 0; c < kAvVecs; c += 2) {
-              const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
-              x[c] = S::Bf16Even(pair);
-              x[c + 1] = S::Bf16Odd(pair);
-            }
-            for (int r = 0; r < R; ++r) {
-              const typename S::V pb = S::Set(pa[r][k - a]);
-              for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
-            }
-          }
-          for (int r = 0; r < R; ++r)
-            for (int c = 0; c < kAvVecs; c += 2) {
-              typename S::V lo, hi;
-              S::Interleave(acc[r][c], acc[r][c + 1], &lo, &hi);
-              S::Store(lo, st[r] + 2 + c0 + c * L);
-              S::Store(hi, st[r] + 2 + c0 + (c + 1) * L);
-            }
-        }
-      }
-      for (; c0 + W <= dvp; c0 += W, ++part) {
-        typename S::V acc[R][kAvVecs];
-        for (int r = 0; r < R; ++r)
-          for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-        AvRange<R, kAvVecs, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a},
-                                                pa, a, b, 1, acc, fetch);
-        for (int r = 0; r < R; ++r)
-          for (int c = 0; c < kAvVecs; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
-      }
-      for (; c0 < dvp; c0 += L, ++part) {
-        typename S::V acc[R][1];
-        for (int r = 0; r < R; ++r) acc[r][0] = S::Load(st[r] + 2 + c0);
-        AvRange<R, 1, decltype(fetch), T>(KeyData{pa, 1, ElemAt(v, c0, T), dt.VStride(), a}, pa, a,
-                                          b, 1, acc, fetch);
-        for (int r = 0; r < R; ++r) S::Store(acc[r][0], st[r] + 2 + c0);
-      }
+      DirectValuesRun<R, T>(dt, p, st, dvp, a, b);
       a = b;
     }
   }
