@@ -178,11 +178,60 @@ static inline bool BwdPairRead(const base::Mask& mask, const RowMods& m, int64_t
   return true;
 }
 
+// Rows [i0, i0 + nq) of head h against keys [j0, j0 + nk), their products with the key
+// and value tiles in f.s and f.g: the probabilities into f.s, the scores' gradient
+// (times scale) into f.g, and dbias where the call asks for it (the pairs read only,
+// unless `every`).
+static OCTATTN_INLINE void BwdTileGradients(const BackwardTask& t, const BwdScratch& f, int64_t h,
+                                            int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                                            bool every) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  using V = typename S::V;
+  const Operands& op = t.op;
+  const int64_t kp = BwdKp();
+  const V scale = S::Set(op.scale), one = S::Set(1.0f);
+  const V iota = S::Load(kIota);
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t i = i0 + r, qpos = op.mask.q_start + i;
+    const RowMods m = RowModsOf(op.mods, h, i, qpos);
+    const V lse = S::Set(f.lse[r]), dd = S::Set(f.dd[r]);
+    const V cap = S::Set(m.cap), inv_cap = S::Set(m.inv_cap), slope = S::Set(m.slope);
+    float* s = f.s + r * kp;
+    float* g = f.g + r * kp;
+    alignas(64) float bias[S::kLanes];
+    for (int64_t j = 0; j < kp; j += L) {
+      V x = S::Mul(S::Load(s + j), scale);
+      V th = S::Zero();
+      if (m.cap > 0.0f) {
+        th = S::Tanh(S::Mul(x, inv_cap));
+        x = S::Mul(th, cap);
+      }
+      if (m.alibi) x = S::MulAdd(slope, S::Add(S::Set(static_cast<float>(j0 + j - qpos)), iota), x);
+      if (m.bias) {
+        for (int64_t l = 0; l < L; ++l)
+          bias[l] = j + l < nk ? m.bias[(j0 + j + l) * m.bias_col] : 0.0f;
+        x = S::Add(x, S::Load(bias));
+      }
+      const V p = S::Exp(S::Sub(x, lse));
+      V ds = S::Mul(p, S::Sub(S::Load(g + j), dd));
+      if (t.dbias) S::Store(ds, f.row + j);
+      if (m.cap > 0.0f) ds = S::Mul(ds, S::Sub(one, S::Mul(th, th)));
+      S::Store(p, s + j);
+      S::Store(S::Mul(ds, scale), g + j);
+    }
+    if (t.dbias) {
+      float* db = t.dbias + h * t.db_head + i * t.db_row + j0 * t.db_col;
+      const uint8_t* ok = f.ok + r * kp;
+      for (int64_t j = 0; j < nk; ++j)
+        if (every || ok[j]) db[j * t.db_col] = f.row[j];
+    }
+  }
+}
+
 // Query rows [i0, i0 + nq) of head h against the packed key tile [j0, j0 + nk).
 static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, int64_t i0,
                         int64_t nq, int64_t j0, int64_t nk, base::TileKind kind) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  using V = typename S::V;
   const Operands& op = t.op;
   const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
   // Rows that are whole vectors in the caller's memory are read (and dq accumulated) in
@@ -236,44 +285,7 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
   BwdProduct(q, q_row, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
   BwdProduct(dout, do_row, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
 
-  // Probabilities into s, the scores' gradient (times scale) into g.
-  const V scale = S::Set(op.scale), one = S::Set(1.0f);
-  const V iota = S::Load(kIota);
-  for (int64_t r = 0; r < nq; ++r) {
-    const int64_t i = i0 + r, qpos = op.mask.q_start + i;
-    const RowMods m = RowModsOf(op.mods, h, i, qpos);
-    const V lse = S::Set(f.lse[r]), dd = S::Set(f.dd[r]);
-    const V cap = S::Set(m.cap), inv_cap = S::Set(m.inv_cap), slope = S::Set(m.slope);
-    float* s = f.s + r * kp;
-    float* g = f.g + r * kp;
-    alignas(64) float bias[S::kLanes];
-    for (int64_t j = 0; j < kp; j += L) {
-      V x = S::Mul(S::Load(s + j), scale);
-      V th = S::Zero();
-      if (m.cap > 0.0f) {
-        th = S::Tanh(S::Mul(x, inv_cap));
-        x = S::Mul(th, cap);
-      }
-      if (m.alibi) x = S::MulAdd(slope, S::Add(S::Set(static_cast<float>(j0 + j - qpos)), iota), x);
-      if (m.bias) {
-        for (int64_t l = 0; l < L; ++l)
-          bias[l] = j + l < nk ? m.bias[(j0 + j + l) * m.bias_col] : 0.0f;
-        x = S::Add(x, S::Load(bias));
-      }
-      const V p = S::Exp(S::Sub(x, lse));
-      V ds = S::Mul(p, S::Sub(S::Load(g + j), dd));
-      if (t.dbias) S::Store(ds, f.row + j);
-      if (m.cap > 0.0f) ds = S::Mul(ds, S::Sub(one, S::Mul(th, th)));
-      S::Store(p, s + j);
-      S::Store(S::Mul(ds, scale), g + j);
-    }
-    if (t.dbias) {
-      float* db = t.dbias + h * t.db_head + i * t.db_row + j0 * t.db_col;
-      const uint8_t* ok = f.ok + r * kp;
-      for (int64_t j = 0; j < nk; ++j)
-        if (every || ok[j]) db[j * t.db_col] = f.row[j];
-    }
-  }
+  BwdTileGradients(t, f, h, i0, nq, j0, nk, every);
 
   if (!dq_direct)
     for (int64_t r = 0; r < nq; ++r)

@@ -33,6 +33,31 @@ static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p,
     for (int64_t d = 0; d < t.value_dim; ++d) t.o[i * t.o_row + d * t.o_dim] = dst[d];
 }
 
+// With modifiers: each row's raw scores (s, kpad apart) get them, then the analytic mask
+// and the row's holes (hole_words words a row from `holes`).
+static void NaiveModRows(const Operands& t, float* s, int64_t kpad, int64_t kend, uint64_t* holes,
+                         int64_t hole_words) {
+  for (int64_t i = 0; i < t.q_len; ++i) {
+    uint64_t* h = holes + i * hole_words;
+    for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
+    const int64_t qpos = t.mask.q_start + i;
+    const RowMods m = RowModsOf(t.mods, 0, i, qpos);
+    const base::RowKeys k = base::KeysOf(t.mask, qpos, t.kv_len);
+    if (m.keep) {
+      const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
+      const int64_t jb = strided ? k.strided_begin : k.lo;
+      const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
+      ScanMaskRow(m.keep, m.keep_col, 0, 1, 0, jb, base::MaxI(jb, je), h);
+    }
+    float* row = s + i * kpad;
+    ModRow(row, 0, kpad, 0, kend, 0, 1, m, h);
+    // Holes outside the row's keys change nothing: cleared, the row's value sum then
+    // takes the blocked path.
+    if (!MaskRowLanes(row, 0, kpad, 0, kend, k, h))
+      for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
+  }
+}
+
 static void NaiveF32Head(const Operands& t, float* scratch) {
   // Keys [kbegin, kend) and the strided columns below are the only ones a row of this
   // head may read: nothing else is loaded (other packed keys are zeros, and masked).
@@ -67,29 +92,8 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
 
   const base::RowKeys none{0, 0, 0, 0, 0};
   auto keys_of = [&](int64_t row) { return base::KeysOf(t.mask, t.mask.q_start + row, t.kv_len); };
-  // With modifiers: the raw scores get them, then the analytic mask and the holes.
   auto row_holes = [&](int64_t row) { return holes + row * hole_words; };
-  if (modded) {
-    for (i = 0; i < t.q_len; ++i) {
-      uint64_t* h = row_holes(i);
-      for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
-      const int64_t qpos = t.mask.q_start + i;
-      const RowMods m = RowModsOf(t.mods, 0, i, qpos);
-      const base::RowKeys k = keys_of(i);
-      if (m.keep) {
-        const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
-        const int64_t jb = strided ? k.strided_begin : k.lo;
-        const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
-        ScanMaskRow(m.keep, m.keep_col, 0, 1, 0, jb, base::MaxI(jb, je), h);
-      }
-      float* row = s + i * kpad;
-      ModRow(row, 0, kpad, 0, kend, 0, 1, m, h);
-      // Holes outside the row's keys change nothing: cleared, the row's value sum then
-      // takes the blocked path.
-      if (!MaskRowLanes(row, 0, kpad, 0, kend, k, h))
-        for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
-    }
-  }
+  if (modded) NaiveModRows(t, s, kpad, kend, holes, hole_words);
 
   for (i = 0; i < t.q_len; ++i) {
     float* row = s + i * kpad;
