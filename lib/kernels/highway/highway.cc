@@ -10,6 +10,9 @@
 // disabled here only, not in that unit, whose static target it is.
 #if defined(OCTATTN_NO_HWY_AVX3) && !defined(OCTATTN_HWY_AVX3_LEFT_OUT)
 #define OCTATTN_HWY_AVX3_LEFT_OUT 1
+#ifndef OCTATTN_HWY_DISABLED  // the targets the build leaves out, where it leaves any
+#define OCTATTN_HWY_DISABLED 0
+#endif
 #undef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS (OCTATTN_HWY_DISABLED | HWY_AVX3 | HWY_AVX3_DL)
 #endif
