@@ -13,14 +13,15 @@
 /* The layouts (the same numbers are checked by the Python, Rust and Go consumers).
  * Structs only grow at their end, so an offset never changes once published; 0.2
  * appended k_start to the options (48 -> 56 bytes), 0.3 chunk and the score modifiers
- * (56 -> 104), 0.6 the sequences of padded, ragged and paged batches (104 -> 168). */
+ * (56 -> 104), 0.6 the sequences of padded, ragged and paged batches (104 -> 168), 0.11
+ * the scales of quantized caches (168 -> 200). */
 PIN(tensor_size, sizeof(octattn_tensor) == 80);
 PIN(tensor_data, offsetof(octattn_tensor, data) == 0);
 PIN(tensor_dtype, offsetof(octattn_tensor, dtype) == 8);
 PIN(tensor_reserved, offsetof(octattn_tensor, reserved) == 12);
 PIN(tensor_shape, offsetof(octattn_tensor, shape) == 16);
 PIN(tensor_stride, offsetof(octattn_tensor, stride) == 48);
-PIN(options_size, sizeof(octattn_attention_options) == 168);
+PIN(options_size, sizeof(octattn_attention_options) == 200);
 PIN(options_struct_size, offsetof(octattn_attention_options, struct_size) == 0);
 PIN(options_causal, offsetof(octattn_attention_options, causal) == 8);
 PIN(options_algorithm, offsetof(octattn_attention_options, algorithm) == 12);
@@ -45,6 +46,10 @@ PIN(options_cu_seqlens_q, offsetof(octattn_attention_options, cu_seqlens_q) == 1
 PIN(options_cu_seqlens_k, offsetof(octattn_attention_options, cu_seqlens_k) == 144);
 PIN(options_block_table, offsetof(octattn_attention_options, block_table) == 152);
 PIN(options_block_table_cols, offsetof(octattn_attention_options, block_table_cols) == 160);
+PIN(options_k_scale, offsetof(octattn_attention_options, k_scale) == 168);
+PIN(options_v_scale, offsetof(octattn_attention_options, v_scale) == 176);
+PIN(options_k_scale_rows, offsetof(octattn_attention_options, k_scale_rows) == 184);
+PIN(options_v_scale_rows, offsetof(octattn_attention_options, v_scale_rows) == 192);
 PIN(run_info_size, sizeof(octattn_run_info) == 24);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);
@@ -125,6 +130,7 @@ static void call_every_function(void) {
   expect(octattn_merge_heads(NULL, &t, &t) == null, "octattn_merge_heads");
   expect(octattn_split_qkv(NULL, &t, 1, 1, &t, &t, &t) == null, "octattn_split_qkv");
   expect(octattn_merge(NULL, 1, &t, &t, &t, NULL) == null, "octattn_merge");
+  expect(octattn_kv_store(NULL, &t, &t, NULL, 0, NULL) == null, "octattn_kv_store");
   expect(octattn_struct_layout("octattn_tensor", NULL, &bytes) == OCTATTN_OK && bytes == sizeof(t),
          "octattn_struct_layout");
   expect(octattn_attention_backward(NULL, NULL, &t, &t, &t, &t, &t, &t, NULL, &t, &t, &t, NULL,

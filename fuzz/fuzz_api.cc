@@ -64,7 +64,7 @@ View ReadView(Input& in, float* arena) {
   const size_t offset = in.Range(0, kArenaFloats - 1);
   char* base = reinterpret_cast<char*>(arena + offset);
   v.t.data = mode % 29 == 1 ? nullptr : base + (mode % 31 == 2 ? 1 + mode % 3 : 0);
-  v.t.dtype = mode % 37 == 3 ? static_cast<int32_t>(in.Range(-1, 5)) : OCTATTN_DTYPE_F32;
+  v.t.dtype = mode % 37 == 3 ? static_cast<int32_t>(in.Range(-1, 10)) : OCTATTN_DTYPE_F32;
   v.t.reserved = mode % 41 == 4 ? 1 : 0;
   for (int d = 0; d < 4; ++d) {
     const uint8_t b = in.Byte();
@@ -72,17 +72,25 @@ View ReadView(Input& in, float* arena) {
     const uint8_t s = in.Byte();
     v.t.stride[d] = s < 200 ? s % 70 : kStrides[s % (sizeof(kStrides) / sizeof(kStrides[0]))];
   }
+  // The extent as the header defines it: units of the dtype (blocks of 32 values for Q8_0
+  // and Q4_0, whose strides count blocks), at most 4 bytes for the others.
+  const bool blocked = v.t.dtype == OCTATTN_DTYPE_Q8_0 || v.t.dtype == OCTATTN_DTYPE_Q4_0;
+  const uint64_t unit = v.t.dtype == OCTATTN_DTYPE_Q8_0   ? 34
+                        : v.t.dtype == OCTATTN_DTYPE_Q4_0 ? 18
+                                                          : 4;
   int64_t span = 0;
   for (int d = 0; d < 4; ++d) {
     int64_t part;
+    const int64_t n =
+        blocked && d == 3 && v.t.shape[3] % 32 == 0 ? v.t.shape[3] / 32 : v.t.shape[d];
     if (v.t.shape[d] < 1 || v.t.stride[d] < 0 ||
-        __builtin_mul_overflow(v.t.shape[d] - 1, v.t.stride[d], &part) ||
-        __builtin_add_overflow(span, part, &span))
+        __builtin_mul_overflow(n - 1, v.t.stride[d], &part) ||
+        __builtin_add_overflow(span, part, &span) || span > (int64_t{1} << 56))
       v.valid_looking = false;
   }
   if (v.valid_looking && v.t.data) {
     v.lo = reinterpret_cast<uint64_t>(v.t.data);
-    v.hi = v.lo + (static_cast<uint64_t>(span) + 1) * 4;
+    v.hi = v.lo + (static_cast<uint64_t>(span) + 1) * unit;
   }
   return v;
 }
@@ -97,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t arena_hi = arena_lo + kArenaFloats * 4;
   for (size_t i = 0; i < arena_store.size(); ++i) std::memcpy(&arena[i], &kCanary, 4);
 
-  const int call = static_cast<int>(in.Range(0, 9));
+  const int call = static_cast<int>(in.Range(0, 10));
   View views[4];
   for (View& v : views) v = ReadView(in, arena);
   // A view that looks valid but reaches past the arena would be a caller's bug, not a
@@ -116,14 +124,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool huge = work > 1e5;
 
   // Options in a larger buffer: struct_size and the tail bytes are fuzzed.
-  unsigned char opt_buf[192] = {0};
+  unsigned char opt_buf[232] = {0};
   octattn_attention_options* opt = reinterpret_cast<octattn_attention_options*>(opt_buf);
   octattn_attention_options_init(opt);
   const uint8_t om = in.Byte();
-  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 192));
+  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 232));
   if (om & 2)
     opt_buf[sizeof(octattn_attention_options) +
-            in.Range(0, 191 - sizeof(octattn_attention_options))] = in.Byte();
+            in.Range(0, 231 - sizeof(octattn_attention_options))] = in.Byte();
   if (om & 4) opt->causal = static_cast<int32_t>(in.Range(-1, 2));
   if (om & 8) opt->algorithm = static_cast<int32_t>(in.Range(-1, 4));
   if (om & 16) opt->window = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
@@ -134,6 +142,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (om2 & 1) opt->softcap = in.AnyBits();
   if (om2 & 2) opt->chunk = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
   if (om2 & 4) opt->reserved2 = in.Byte();
+  // The scales of quantized caches: views of the call's (their extents checked as theirs).
+  if (om2 & 8) opt->k_scale = &views[1].t;
+  if (om2 & 16) opt->v_scale = &views[2].t;
+  if (om2 & 32) opt->k_scale_rows = in.Range(-1, 40);
+  if (om2 & 64) opt->v_scale_rows = in.Range(-1, 40);
   const bool null_opt = in.Range(0, 15) == 0;
 
   octattn_context* ctx = nullptr;
@@ -205,6 +218,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 8:
       st = octattn_merge_heads(ctx, T(0), T(3));
       outputs[3] = 1;
+      break;
+    case 9:
+      st = octattn_kv_store(ctx, T(0), T(3), in.Bool() ? T(1) : nullptr, in.Range(-1, 20), nullptr);
+      outputs[1] = outputs[3] = 1;
       break;
     default:
       st = octattn_split_qkv(ctx, T(0), in.Range(-1, 5), in.Range(-1, 3), T(1), T(2), T(3));

@@ -114,6 +114,40 @@
  * The naive algorithm, the backward and the stages do not take a paged cache
  * (UNSUPPORTED): it runs fused (AUTO) or reference.
  *
+ * Quantized caches (since 0.11). k and v (each on its own; never q or o) may hold a
+ * quantized cache. Each element's value, on which every algorithm computes exactly as on
+ * an f32 cache holding these values (a call's bytes are those of the f32 call on the
+ * dequantized k and v, with the same algorithm and target):
+ *   INT8      x = s * i (i the int8 value): s an element of the scale tensor (below),
+ *             the product rounded once to f32 (|x - true value| <= s / 2 for a cache
+ *             stored with its absmax scale s = max|x| / 127);
+ *   FP8_E4M3, FP8_E5M2
+ *             x = s * f, f the fp8 value (exact in f32; e4m3fn: no infinities, S.1111.111
+ *             is NaN, largest 448; e5m2: IEEE-like, largest 57344); without a scale
+ *             tensor x = f. Relative error of a stored value: 2^-4 (e4m3), 2^-3 (e5m2);
+ *   Q8_0      ggml's block_q8_0: per 32 values of a row an f16 d and 32 int8 q:
+ *             x = d * q (d widened, the product rounded once);
+ *   Q4_0      ggml's block_q4_0: an f16 d and 16 bytes; value i < 16 is the low nibble
+ *             of byte i, value 16 + i its high nibble: x = d * (nibble - 8).
+ * A Q8_0 or Q4_0 tensor counts its strides in blocks (34 and 18 bytes), its shape in
+ * values: head_dim (value_dim) must be a multiple of 32 and stride[3] must be 1 (a row's
+ * blocks are consecutive), so a ggml cache is read in place (its byte strides over the
+ * block size). Data must be aligned to 2 bytes (1 for INT8 and FP8).
+ * Scale tensors (options.k_scale, v_scale: f32, bf16 or f16, any strides) give s for k and
+ * v: logical shape [batch, kv_heads, R, head_dim / G] (v: value_dim / G), where a size of 1
+ * broadcasts (one scale per tensor is [1, 1, 1, 1], vLLM's per-head scales [1, kv_heads, 1,
+ * 1]). G, the channels per scale, is head_dim / shape[3] and must divide head_dim. Key row
+ * j reads scale row j / k_scale_rows: with k_scale_rows 1 (the default) R is kv_len (a
+ * scale per token and group, R the tensor's rows); KIVI's keys scaled by channel within
+ * blocks of n tokens are G = 1 and k_scale_rows n, R = ceil(kv_len / n). Paged: the scale
+ * tensor is a pool like k, [num_blocks, kv_heads, block_size / rows, head_dim / G], the
+ * row within a block reading row (row % block_size) / rows of its block (block_size a
+ * multiple of rows). An INT8 cache needs its scale tensor; Q8_0 and Q4_0 take none; a
+ * scale is read only with a key row that a query may read (a scale that covers several
+ * rows is an input of each of them). Every algorithm of octattn_attention reads
+ * quantized caches; the backward and the stages do not (UNSUPPORTED). octattn_kv_store
+ * writes them.
+ *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
  * lse = sinks[h] with sinks.
@@ -178,7 +212,7 @@ extern "C" {
 /* ---------------------------------------------------------------------- version */
 
 #define OCTATTN_VERSION_MAJOR 0
-#define OCTATTN_VERSION_MINOR 10
+#define OCTATTN_VERSION_MINOR 11
 #define OCTATTN_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define OCTATTN_VERSION_NUMBER \
@@ -255,6 +289,13 @@ typedef int32_t octattn_dtype;
 #define OCTATTN_DTYPE_F16 3  /* IEEE binary16 (the same tensors; since 0.7) */
 /* One byte per element, 0 = false: the mask tensor only (since 0.3). */
 #define OCTATTN_DTYPE_BOOL 4
+/* Quantized KV caches: k and v of octattn_attention, dst of octattn_kv_store (since 0.11;
+ * see SEMANTICS, Quantized caches). */
+#define OCTATTN_DTYPE_INT8 5     /* int8 values times a scale of options.k_scale / v_scale */
+#define OCTATTN_DTYPE_FP8_E4M3 6 /* OCP float8 e4m3fn (torch.float8_e4m3fn), times a scale */
+#define OCTATTN_DTYPE_FP8_E5M2 7 /* OCP float8 e5m2 (torch.float8_e5m2), times a scale */
+#define OCTATTN_DTYPE_Q8_0 8     /* ggml's block_q8_0: 34-byte blocks of 32 values */
+#define OCTATTN_DTYPE_Q4_0 9     /* ggml's block_q4_0: 18-byte blocks of 32 values */
 
 typedef int32_t octattn_algorithm;
 /* fused unless weights are requested, then naive. */
@@ -460,6 +501,12 @@ typedef struct octattn_attention_options {
    * (row s at block_table + s * block_table_cols). NULL: contiguous keys. */
   const int32_t* block_table;
   int64_t block_table_cols;
+  /* Since 0.11 (struct_size 200): the scales of an INT8 or FP8 cache (see SEMANTICS,
+   * Quantized caches); NULL (the default): none (FP8 values as they are; INT8 needs one). */
+  const octattn_tensor* k_scale;
+  const octattn_tensor* v_scale;
+  int64_t k_scale_rows; /* key rows per row of k_scale (default 0: 1) */
+  int64_t v_scale_rows; /* key rows per row of v_scale (default 0: 1) */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header
@@ -506,6 +553,43 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
                                              const octattn_tensor* v, octattn_tensor* o,
                                              octattn_tensor* lse, octattn_tensor* weights,
                                              void* workspace, size_t workspace_size);
+
+/* ---------------------------------------------------------------------- cache store
+ * Writes new key or value rows into a KV cache of any dtype (since 0.11): src [batch,
+ * kv_heads, rows, dim] (f32, bf16 or f16) converted to dst's dtype:
+ *   F32, BF16, F16   rounded to nearest even (F32: copied);
+ *   INT8             each scale's block of values (scale_rows rows by G channels, as
+ *                    options.k_scale reads it) gets s = max|x| / 127, written to `scale`
+ *                    in its dtype and read back from there, and i = clamp(round half to
+ *                    even(x / s), -127, 127) (s == 0: i = 0); a block holding NaN or Inf
+ *                    gets s = NaN and i = 0 (its values read back as NaN);
+ *   FP8_E4M3, FP8_E5M2
+ *                    fp8(x / s), rounded to nearest even, finite values beyond the
+ *                    largest finite one saturating to it, NaN to NaN, Inf to NaN (e4m3)
+ *                    or Inf (e5m2); s read from `scale` (an input here, broadcasting as
+ *                    options.k_scale does; NULL: 1);
+ *   Q8_0             per block d = f16(max|x| / 127), q = clamp(round(x / d), -127, 127);
+ *   Q4_0             per block m = the value of largest magnitude (the first of equals),
+ *                    d = f16(m / -8), nibble = clamp(round(x / d) + 8, 0, 15) (d == 0: 8)
+ * (round: half to even; a Q block holding NaN or Inf gets d = NaN). INT8 and FP8 need
+ * `scale`; the other dtypes take none (scale NULL, scale_rows 0).
+ * Contiguous (slots NULL): dst has src's shape, a view of the cache's rows that receive
+ * src's (the caller offsets it to the positions); an INT8 scale is [batch, kv_heads,
+ * rows / scale_rows, dim / G] (rows a multiple of scale_rows; 0 means 1), written whole.
+ * Paged (vLLM's slot mapping): src row t of batch entry b goes to slot slots[b * rows + t]
+ * of the pools dst [num_blocks, kv_heads, block_size, dim] and scale [num_blocks,
+ * kv_heads, block_size / scale_rows, dim / G]: block slot / block_size, row slot %
+ * block_size; a negative slot skips its row. With scale_rows > 1 each scale's rows go to
+ * consecutive slots from a multiple of scale_rows (block_size a multiple of it). Rows are
+ * written in order (two rows with one slot: the later one's bytes), and the bytes are
+ * the same for any thread count.
+ * @return OCTATTN_OK, NULL_POINTER (also scale for INT8), INVALID_SHAPE, INVALID_STRIDE,
+ *   OVERFLOW, ALIASING (dst or scale overlapping src, or each other), INVALID_OPTION
+ *   (a slot out of range or misaligned, a scale for a dtype that takes none,
+ *   scale_rows < 0), UNSUPPORTED (a quantized src), MISALIGNED, OUT_OF_MEMORY. */
+OCTATTN_API octattn_status octattn_kv_store(octattn_context* ctx, const octattn_tensor* src,
+                                            octattn_tensor* dst, octattn_tensor* scale,
+                                            int64_t scale_rows, const int64_t* slots);
 
 /* ---------------------------------------------------------------------- backward
  * The gradients of octattn_attention for training (since 0.5). Given the forward call's

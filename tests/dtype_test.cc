@@ -818,7 +818,7 @@ TEST_CASE("bad 16-bit input: a status and a message, nothing written", "[dtype][
   expect(OCTATTN_ERROR_UNSUPPORTED, q.ptr(), k.ptr(), o.ptr(), &w16.t);
   // an unknown dtype.
   octattn_tensor unknown = *k.ptr();
-  unknown.dtype = 9;
+  unknown.dtype = 42;
   expect(OCTATTN_ERROR_INVALID_OPTION, q.ptr(), &unknown, o.ptr(), nullptr);
   // The backward pass takes f32 only.
   Tensor lse = p.Lse(), dq(1, 2, 5, 8), dk(1, 1, 9, 8), dv(1, 1, 9, 8);

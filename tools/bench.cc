@@ -43,6 +43,8 @@ struct Case {
   // Element types: q and o in `dtype`; k and v in `kv_dtype` (0: dtype).
   octattn_dtype dtype = OCTATTN_DTYPE_F32, kv_dtype = 0;
   octattn_dtype KvType() const { return kv_dtype ? kv_dtype : dtype; }
+  // An INT8 cache's channels per f32 scale (its scales counted in its bytes).
+  int64_t kv_group = 32;
 };
 
 // Tensor memory: with --huge-pages, buffers of 2 MiB or more are 2 MiB aligned and
@@ -63,17 +65,31 @@ struct BenchAlloc {
 using Floats = std::vector<float, BenchAlloc<float>>;
 using Halves = std::vector<uint16_t, BenchAlloc<uint16_t>>;
 
-const char* DtypeName(octattn_dtype t) {
-  return t == OCTATTN_DTYPE_BF16 ? "bf16" : t == OCTATTN_DTYPE_F16 ? "f16" : "f32";
-}
+const char* const kDtypeNames[] = {"",     "f32",      "bf16",     "f16",  "bool",
+                                   "int8", "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
+const char* DtypeName(octattn_dtype t) { return kDtypeNames[t]; }
 octattn_dtype DtypeByName(const std::string& s) {
-  if (s == "f32") return OCTATTN_DTYPE_F32;
-  if (s == "bf16") return OCTATTN_DTYPE_BF16;
-  if (s == "f16") return OCTATTN_DTYPE_F16;
+  for (int t = OCTATTN_DTYPE_F32; t <= OCTATTN_DTYPE_Q4_0; ++t)
+    if (t != OCTATTN_DTYPE_BOOL && s == kDtypeNames[t]) return t;
   std::fprintf(stderr, "unknown dtype: %s\n", s.c_str());
   std::exit(2);
 }
-int64_t DtypeBytes(octattn_dtype t) { return t == OCTATTN_DTYPE_F32 ? 4 : 2; }
+bool Quantized(octattn_dtype t) { return t >= OCTATTN_DTYPE_INT8; }
+bool Blocked(octattn_dtype t) { return t == OCTATTN_DTYPE_Q8_0 || t == OCTATTN_DTYPE_Q4_0; }
+// Bytes of one element, of one block for Q8_0 and Q4_0 (the unit their strides count).
+int64_t DtypeBytes(octattn_dtype t) {
+  return t == OCTATTN_DTYPE_F32                              ? 4
+         : t == OCTATTN_DTYPE_BF16 || t == OCTATTN_DTYPE_F16 ? 2
+         : t == OCTATTN_DTYPE_Q8_0                           ? 34
+         : t == OCTATTN_DTYPE_Q4_0                           ? 18
+                                                             : 1;
+}
+// Bytes a cache reads per value, its scales included.
+double ValueBytes(const Case& c) {
+  const octattn_dtype t = c.KvType();
+  if (Blocked(t)) return DtypeBytes(t) / 32.0;
+  return DtypeBytes(t) + (t == OCTATTN_DTYPE_INT8 ? 4.0 / c.kv_group : 0.0);
+}
 
 // The 16-bit pattern of x (inputs of a benchmark: bf16 truncated, f16 for |x| < 2 with
 // the subnormals flushed), and a tensor's data moved into `type` (the f32 copy freed).
@@ -86,6 +102,47 @@ uint16_t HalfOf(float x, octattn_dtype type) {
   const float m = std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1)
   if (x == 0 || e - 1 < -14) return sign;
   return static_cast<uint16_t>(sign | ((e - 1 + 15) << 10) | static_cast<int>((m * 2 - 1) * 1024));
+}
+// A quantized cache tensor: its bytes and its scales (INT8: one f32 per `kv_group`
+// channels of a row; FP8: one of 1 for the tensor).
+struct QuantData {
+  std::vector<uint8_t, BenchAlloc<uint8_t>> bytes;
+  Floats scale;
+  octattn_tensor ts{};
+  const octattn_tensor* Scale() const { return scale.empty() ? nullptr : &ts; }
+};
+// A tensor's data stored in a quantized dtype by octattn_kv_store (the f32 copy freed).
+void Quantize(Floats* f, QuantData* qd, octattn_tensor* t, const Case& c) {
+  const octattn_dtype type = c.KvType();
+  octattn_tensor dst = *t;
+  dst.dtype = type;
+  int64_t span = 1;
+  for (int d = 0; d < 4; ++d) {
+    if (Blocked(type) && d < 3) dst.stride[d] /= 32;  // [.., D] rows of D / 32 blocks
+    span += ((Blocked(type) && d == 3 ? t->shape[3] / 32 : t->shape[d]) - 1) * dst.stride[d];
+  }
+  qd->bytes.resize(static_cast<size_t>(span * DtypeBytes(type)));
+  dst.data = qd->bytes.data();
+  if (type == OCTATTN_DTYPE_INT8) {
+    const int64_t ss[4] = {t->shape[0], t->shape[1], t->shape[2], t->shape[3] / c.kv_group};
+    qd->scale.resize(static_cast<size_t>(ss[0] * ss[1] * ss[2] * ss[3]));
+    octattn_tensor_init(&qd->ts, qd->scale.data(), ss, OCTATTN_LAYOUT_BHTD);
+  } else if (!Blocked(type)) {
+    const int64_t ss[4] = {1, 1, 1, 1};
+    qd->scale.assign(1, 1.0f);
+    octattn_tensor_init(&qd->ts, qd->scale.data(), ss, OCTATTN_LAYOUT_BHTD);
+  }
+  octattn_context* ctx = nullptr;
+  octattn_context_create(&ctx);
+  octattn_context_set_threads(ctx, 0);
+  octattn_tensor* sc = qd->scale.empty() ? nullptr : &qd->ts;
+  if (octattn_kv_store(ctx, t, &dst, sc, 0, nullptr) != OCTATTN_OK) {
+    std::fprintf(stderr, "--kv-dtype %s: %s\n", DtypeName(type), octattn_context_last_error(ctx));
+    std::exit(2);
+  }
+  octattn_context_destroy(ctx);
+  Floats().swap(*f);
+  *t = dst;
 }
 void Retype(Floats* f, Halves* h, octattn_tensor* t, octattn_dtype type) {
   if (type == OCTATTN_DTYPE_F32) return;
@@ -134,7 +191,9 @@ const char* kHelp =
     "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --huge-pages  tensors of 2 MiB or more in transparent huge pages (madvise)\n"
-    "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16 (k and v only)\n"
+    "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|\n"
+    "               q8_0|q4_0 (k and v only; quantized ones stored by octattn_kv_store)\n"
+    "  --kv-group G  an int8 cache's channels per f32 scale (default 32; its bytes count)\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
     "  --seq-kv-lens LIST  a batch of sequences with these key lengths, --q-len new\n"
@@ -267,6 +326,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->base.dtype = DtypeByName(next());
     else if (f == "--kv-dtype")
       a->base.kv_dtype = DtypeByName(next());
+    else if (f == "--kv-group")
+      a->base.kv_group = std::max<int64_t>(1, i64(next()));
     else if (f == "--json")
       a->json = true;
     else if (f == "--limits")
@@ -469,6 +530,7 @@ double AllowedPairs(const Case& c) {
 struct Buffers {
   Floats q, k, v, o;
   Halves q16, k16, v16, o16;  // 16-bit data
+  QuantData kq, vq;           // a quantized cache
   octattn_tensor tq, tk, tv, to;
   // The backward's: the forward's lse, dout and the gradients.
   std::vector<float> lse, dout, dq, dk, dv;
@@ -508,8 +570,13 @@ struct Buffers {
     }
     Retype(&q, &q16, &tq, c.dtype);
     Retype(&o, &o16, &to, c.dtype);
-    Retype(&k, &k16, &tk, c.KvType());
-    Retype(&v, &v16, &tv, c.KvType());
+    if (Quantized(c.KvType())) {
+      Quantize(&k, &kq, &tk, c);
+      Quantize(&v, &vq, &tv, c);
+    } else {
+      Retype(&k, &k16, &tk, c.KvType());
+      Retype(&v, &v16, &tv, c.KvType());
+    }
     for (int64_t h = 0; h < c.q_heads; ++h) {
       // The ALiBi paper's slopes: a geometric sequence from 2^(-8 / heads).
       slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / c.q_heads));
@@ -622,6 +689,8 @@ octattn_attention_options MaskOptions(const Case& c) {
 
 octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
   octattn_attention_options o = MaskOptions(c);
+  o.k_scale = b.kq.Scale();
+  o.v_scale = b.vq.Scale();
   if (c.alibi) o.alibi_slopes = b.slopes.data();
   if (c.sinks) o.sinks = b.sinks.data();
   if (c.bias_tensor) o.bias = &b.tbias;
@@ -710,8 +779,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     return;
   }
   std::string paired;  // what a pairing adds to the line
-  const double kv_bytes =
-      2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * DtypeBytes(c.KvType());
+  const double kv_bytes = 2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * ValueBytes(c);
   const std::vector<double> times = TimeCalls(
       c, a, ctx,
       [&](octattn_context* x, const Api& api) {
@@ -820,6 +888,7 @@ struct SequenceBatch {
   std::vector<int32_t> table;
   Floats kp, vp;
   octattn_tensor tkp{}, tvp{};
+  QuantData kq, vq, kpq, vpq;  // a quantized cache: contiguous and paged
   void Page(const Case& c, int64_t bs) {
     cols = (max_k + bs - 1) / bs;
     const int64_t blocks = n * cols;
@@ -848,6 +917,15 @@ struct SequenceBatch {
   void Retype(const Case& c) {
     ::Retype(&q, &q16, &tq, c.dtype);
     ::Retype(&o, &o16, &to, c.dtype);
+    if (Quantized(c.KvType())) {
+      Quantize(&k, &kq, &tk, c);
+      Quantize(&v, &vq, &tv, c);
+      if (!kp.empty()) {
+        Quantize(&kp, &kpq, &tkp, c);
+        Quantize(&vp, &vpq, &tvp, c);
+      }
+      return;
+    }
     ::Retype(&k, &k16, &tk, c.KvType());
     ::Retype(&v, &v16, &tv, c.KvType());
     if (!kp.empty()) {
@@ -890,11 +968,20 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
       opt.block_table_cols = sb.cols;
     }
   }
+  if (separate && Quantized(c.KvType())) {
+    std::fprintf(stderr, "--seq-mode separate takes no quantized cache (its scales' rows)\n");
+    std::exit(2);
+  }
   sb.Retype(c);
   const octattn_tensor flat_k = sb.tk, flat_v = sb.tv;  // the contiguous cache
+  opt.k_scale = sb.kq.Scale();
+  opt.v_scale = sb.vq.Scale();
+  octattn_attention_options flat = opt;
   if (opt.block_table) {
     sb.tk = sb.tkp;
     sb.tv = sb.tvp;
+    opt.k_scale = sb.kpq.Scale();
+    opt.v_scale = sb.vpq.Scale();
   }
   if (separate) {
     for (int64_t s = 0; s < sb.n; ++s) {
@@ -923,7 +1010,6 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     return;
   }
   // --contiguous: the batch on the contiguous cache, through a context of its own.
-  octattn_attention_options flat = opt;
   flat.cu_seqlens_k = sb.cu_k.data();
   flat.kv_lens = nullptr;
   flat.block_table = nullptr;
@@ -943,7 +1029,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   }
   auto contiguous = [&] { return Seconds(flat_call); };
   std::string paired;  // what a pairing adds to the line
-  const double kv_bytes = 2.0 * c.kv_heads * sb.total_k * c.head_dim * DtypeBytes(c.KvType());
+  const double kv_bytes = 2.0 * c.kv_heads * sb.total_k * c.head_dim * ValueBytes(c);
   const std::vector<double> times = TimeCalls(c, a, ctx, call, call, kv_bytes, &paired, contiguous);
   octattn_context_destroy(flat_ctx);
   const double median = times[times.size() / 2];

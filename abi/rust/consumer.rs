@@ -39,6 +39,10 @@ struct Options {
     cu_seqlens_k: *const i64,
     block_table: *const i32,
     block_table_cols: i64,
+    k_scale: *const Tensor,
+    v_scale: *const Tensor,
+    k_scale_rows: i64,
+    v_scale_rows: i64,
 }
 
 #[link(name = "octattn")]
@@ -77,7 +81,9 @@ const _: () = {
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 168 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 200 && offset_of!(Options, k_start) == 48);
+    assert!(offset_of!(Options, k_scale) == 168 && offset_of!(Options, v_scale) == 176);
+    assert!(offset_of!(Options, k_scale_rows) == 184 && offset_of!(Options, v_scale_rows) == 192);
     assert!(offset_of!(Options, chunk) == 56 && offset_of!(Options, softcap) == 64);
     assert!(offset_of!(Options, reserved2) == 68 && offset_of!(Options, alibi_slopes) == 72);
     assert!(offset_of!(Options, sinks) == 80 && offset_of!(Options, bias) == 88);

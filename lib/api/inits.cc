@@ -67,7 +67,11 @@ constexpr FieldOffset kOptionsFields[] = {
     OCTATTN_FIELD(octattn_attention_options, cu_seqlens_q),
     OCTATTN_FIELD(octattn_attention_options, cu_seqlens_k),
     OCTATTN_FIELD(octattn_attention_options, block_table),
-    OCTATTN_FIELD(octattn_attention_options, block_table_cols)};
+    OCTATTN_FIELD(octattn_attention_options, block_table_cols),
+    OCTATTN_FIELD(octattn_attention_options, k_scale),
+    OCTATTN_FIELD(octattn_attention_options, v_scale),
+    OCTATTN_FIELD(octattn_attention_options, k_scale_rows),
+    OCTATTN_FIELD(octattn_attention_options, v_scale_rows)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
     OCTATTN_FIELD(octattn_run_info, backend), OCTATTN_FIELD(octattn_run_info, target),
@@ -139,16 +143,23 @@ octattn_status octattn_tensor_init(octattn_tensor* tensor, void* data, const int
   });
 }
 
-// Four versions of octattn_attention_options_init, all named by .symver directives (the
-// symver attribute is GCC-only): the default (OCTATTN_0.6 on) writes the current struct,
-// which programs linked now get, statically too; @OCTATTN_0.3, @OCTATTN_0.2 and
-// @OCTATTN_0.1 write the 104, 56 and 48 bytes of those versions for programs linked
-// against them, whose structs are that size.
-__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_6(
+// Five versions of octattn_attention_options_init, all named by .symver directives (the
+// symver attribute is GCC-only): the default (OCTATTN_0.11 on) writes the current struct,
+// which programs linked now get, statically too; @OCTATTN_0.6, @OCTATTN_0.3, @OCTATTN_0.2
+// and @OCTATTN_0.1 write the 168, 104, 56 and 48 bytes of those versions for programs
+// linked against them, whose structs are that size.
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_11(
     octattn_attention_options* options) {
   return InitOptions(options, sizeof(*options));
 }
-__asm__(".symver octattn_attention_options_init_0_6, octattn_attention_options_init@@OCTATTN_0.6");
+__asm__(
+    ".symver octattn_attention_options_init_0_11, octattn_attention_options_init@@OCTATTN_0.11");
+
+__attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_6(
+    octattn_attention_options* options) {
+  return InitOptions(options, octattn::api::kOptionsSize_0_6);
+}
+__asm__(".symver octattn_attention_options_init_0_6, octattn_attention_options_init@OCTATTN_0.6");
 
 __attribute__((visibility("default"))) octattn_status octattn_attention_options_init_0_3(
     octattn_attention_options* options) {

@@ -54,10 +54,14 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
       return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "a mask tensor's dtype must be bool"));
   } else if (t->dtype == OCTATTN_DTYPE_BOOL) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "bool data is for mask tensors only"));
+  } else if (t->dtype >= OCTATTN_DTYPE_INT8 && t->dtype <= OCTATTN_DTYPE_Q4_0) {
+    if (dtype != kCache)
+      return Fail(OCTATTN_ERROR_UNSUPPORTED,
+                  Name(name, "quantized dtypes are for KV caches (k and v) only"));
   } else if (t->dtype != OCTATTN_DTYPE_F32 && t->dtype != OCTATTN_DTYPE_BF16 &&
              t->dtype != OCTATTN_DTYPE_F16) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "unknown dtype"));
-  } else if (t->dtype != OCTATTN_DTYPE_F32 && dtype != kFloating) {
+  } else if (t->dtype != OCTATTN_DTYPE_F32 && dtype != kFloating && dtype != kCache) {
     return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "this tensor takes f32 data only"));
   }
   const base::Dtype type =
@@ -79,10 +83,21 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
       return Fail(OCTATTN_ERROR_INVALID_STRIDE,
                   Name(name, ("stride[" + std::to_string(d) + "] is negative").c_str()));
   }
+  // Blocked dtypes: a row is shape[3] / 32 consecutive blocks; strides count blocks.
+  int64_t units[4] = {t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
+  if (base::Blocked(type)) {
+    if (t->shape[3] % base::kQuantBlock != 0)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                  Name(name, "a Q8_0 or Q4_0 row (shape[3]) must be a multiple of 32 values"));
+    if (t->stride[3] != 1)
+      return Fail(OCTATTN_ERROR_INVALID_STRIDE,
+                  Name(name, "a Q8_0 or Q4_0 row's blocks must be consecutive (stride[3] 1)"));
+    units[3] = t->shape[3] / base::kQuantBlock;
+  }
   int64_t span = 0;
   for (int d = 0; d < dims; ++d) {
     int64_t part;
-    if (__builtin_mul_overflow(t->shape[d] - 1, t->stride[d], &part) ||
+    if (__builtin_mul_overflow(units[d] - 1, t->stride[d], &part) ||
         __builtin_add_overflow(span, part, &span))
       return Fail(OCTATTN_ERROR_OVERFLOW, Name(name, "the strides' extent overflows int64_t"));
   }
@@ -92,11 +107,12 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
   if (__builtin_mul_overflow(static_cast<uint64_t>(span) + 1, elem, &bytes) ||
       bytes > SIZE_MAX / 2 || __builtin_add_overflow(lo, static_cast<uintptr_t>(bytes), &hi))
     return Fail(OCTATTN_ERROR_OVERFLOW, Name(name, "the extent in bytes overflows size_t"));
-  if (lo % elem != 0)
+  const uint64_t align = elem > 4 ? 2 : elem;  // blocks: their f16 scale
+  if (lo % align != 0)
     return Fail(OCTATTN_ERROR_MISALIGNED,
-                Name(name, elem == 4 ? "data is not aligned to 4 bytes"
-                                     : "16-bit data is not aligned to 2 bytes"));
-  if (role == Role::kOutput && !ElementsDisjoint(t->shape, t->stride, dims))
+                Name(name, align == 4 ? "data is not aligned to 4 bytes"
+                                      : "16-bit data is not aligned to 2 bytes"));
+  if (role == Role::kOutput && !ElementsDisjoint(units, t->stride, dims))
     return Fail(OCTATTN_ERROR_INVALID_STRIDE, Name(name, "output elements overlap each other"));
   out->data = static_cast<float*>(t->data);
   out->type = type;
@@ -154,7 +170,8 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
                                    sizeof(octattn_attention_options), in, "options"));
   // Only fields wholly inside the caller's struct_size are read (the sizes of the
   // published versions); the others (an older caller's) keep their defaults.
-  const size_t covered = in->struct_size >= kOptionsSize_0_6   ? kOptionsSize_0_6
+  const size_t covered = in->struct_size >= kOptionsSize_0_11  ? kOptionsSize_0_11
+                         : in->struct_size >= kOptionsSize_0_6 ? kOptionsSize_0_6
                          : in->struct_size >= kOptionsSize_0_3 ? kOptionsSize_0_3
                          : in->struct_size >= kOptionsSize_0_2 ? kOptionsSize_0_2
                                                                : kOptionsSize_0_1;
@@ -205,6 +222,10 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
                                                   std::to_string(out->block_table_cols));
   if (!out->block_table && out->block_table_cols != 0)
     return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.block_table_cols needs options.block_table");
+  if (out->k_scale_rows < 0 || out->v_scale_rows < 0 || out->k_scale_rows > kMaxSize ||
+      out->v_scale_rows > kMaxSize)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.k_scale_rows and v_scale_rows must be in [0, 2^60] (0: 1)");
   return Check();
 }
 
@@ -392,7 +413,8 @@ Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
   return Check();
 }
 
-static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_6 &&
+static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_11 &&
+                  offsetof(octattn_attention_options, v_scale_rows) + 8 == kOptionsSize_0_11 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&
@@ -405,6 +427,55 @@ static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
 static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
                   offsetof(octattn_run_info, threads) + sizeof(int32_t) == kRunInfoSize_0_1,
               "octattn_run_info grows only by appending");
+
+Check ValidateScales(const octattn_tensor* scale, int64_t rows, const TensorInfo& cache,
+                     const char* name, bool paged, run::ScaleInfo* out) {
+  *out = run::ScaleInfo{};
+  if (rows == 0) rows = 1;  // the default
+  const std::string opt = std::string("options.") + name + "_scale";
+  if (!base::Scaled(cache.type)) {
+    if (scale)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                  opt + " is given, but " + name + "'s dtype takes no scale tensor");
+    if (rows != 1) return Fail(OCTATTN_ERROR_INVALID_OPTION, opt + "_rows is set without " + opt);
+    return Check();
+  }
+  if (!scale) {
+    if (cache.type == base::kI8)
+      return Fail(OCTATTN_ERROR_NULL_POINTER, opt + " is NULL: an INT8 " + name + " needs it");
+    if (rows != 1) return Fail(OCTATTN_ERROR_INVALID_OPTION, opt + "_rows is set without " + opt);
+    return Check();
+  }
+  OCTATTN_CHECK(ValidateTensor(scale, opt.c_str(), Role::kInput, false, &out->t, kFloating));
+  TensorInfo& t = out->t;
+  const int64_t dim = cache.shape[3];
+  if (dim % t.shape[3] != 0)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                opt + ": shape[3] (" + std::to_string(t.shape[3]) + ") does not divide " + name +
+                    "'s " + (name[0] == 'k' ? "head_dim" : "value_dim") + " (" +
+                    std::to_string(dim) + "): channels per scale must be whole");
+  if (paged && cache.shape[2] % rows != 0)
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE, opt + "_rows (" + std::to_string(rows) +
+                                                 ") does not divide the block size (" +
+                                                 std::to_string(cache.shape[2]) + ")");
+  const int64_t want[3] = {cache.shape[0], cache.shape[1],
+                           paged ? cache.shape[2] / rows : (cache.shape[2] + rows - 1) / rows};
+  static const char* const kDims[3] = {"batch (paged: num_blocks)", "kv_heads",
+                                       "scale rows: rows / scale rows, rounded up"};
+  for (int d = 0; d < 4; ++d) {
+    if (t.shape[d] == 1) {
+      t.stride[d] = 0;  // broadcast
+      continue;
+    }
+    if (d < 3 && t.shape[d] != want[d])
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                  opt + ": shape[" + std::to_string(d) + "] is " + std::to_string(t.shape[d]) +
+                      ", expected " + std::to_string(want[d]) + " (" + kDims[d] + ") or 1");
+  }
+  out->rows = rows;
+  out->group = dim / t.shape[3];
+  return Check();
+}
 
 base::Mask ResolveMask(const octattn_attention_options& opt, int64_t q_len, int64_t kv_len) {
   base::Mask m{opt.causal, opt.window, opt.stride, 0, 0};

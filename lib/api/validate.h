@@ -45,6 +45,8 @@ enum class Role { kInput, kOutput };
 // `dtype`: the one dtype accepted (f32 or, for mask tensors, bool), or kFloating: f32,
 // bf16 or f16 (data aligned to its element).
 constexpr octattn_dtype kFloating = -1;
+// kCache: kFloating or a quantized cache format (k and v; octattn_kv_store's dst).
+constexpr octattn_dtype kCache = -2;
 Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool sequence,
                      TensorInfo* out, octattn_dtype dtype = OCTATTN_DTYPE_F32);
 // ALIASING if the two byte ranges overlap.
@@ -89,9 +91,10 @@ Check ResolveSequence(const Sequences& all, int64_t s, plan::Sequence* out);
 // The sizes of the public structs as version 0.1 published them: the smallest
 // struct_size a caller may pass, forever (a caller built against 0.1 passes these).
 constexpr size_t kOptionsSize_0_1 = 48;
-constexpr size_t kOptionsSize_0_2 = 56;   // k_start appended
-constexpr size_t kOptionsSize_0_3 = 104;  // chunk and the score modifiers appended
-constexpr size_t kOptionsSize_0_6 = 168;  // sequences: padded, ragged and paged batches
+constexpr size_t kOptionsSize_0_2 = 56;    // k_start appended
+constexpr size_t kOptionsSize_0_3 = 104;   // chunk and the score modifiers appended
+constexpr size_t kOptionsSize_0_6 = 168;   // sequences: padded, ragged and paged batches
+constexpr size_t kOptionsSize_0_11 = 200;  // the scales of quantized caches
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
@@ -109,6 +112,11 @@ Check ValidateStructSize(size_t given, size_t first, size_t known, const void* b
 // extents go to *bias and *mask (hi == 0 when absent), for the aliasing checks.
 Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
                    kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask);
+// The scale tensor of cache operand `cache` ("k" or "v"; options.k_scale or v_scale and its
+// rows option): present exactly where its dtype takes one (INT8 must, FP8 may), of the
+// shape SEMANTICS gives (sizes of 1 broadcast: stride 0), into *out (hi == 0: none).
+Check ValidateScales(const octattn_tensor* scale, int64_t rows, const TensorInfo& cache,
+                     const char* name, bool paged, run::ScaleInfo* out);
 // NULL_POINTER if the context is NULL.
 Check NeedContext(const octattn_context* ctx);
 

@@ -60,7 +60,9 @@ static api::Check CheckShapes(const octattn_attention_options& opt, run::Call* c
   sh.kv_len = c->k.shape[2];
   sh.value_dim = c->v.shape[3];
   sh.v_dim = c->v.stride[3];
-  sh.shared_rows = c->k.stride[1] < c->k.stride[2] && c->v.stride[1] < c->v.stride[2];
+  // (Quantized caches' scales step by kv head too: their decode tasks take one each.)
+  sh.shared_rows = c->k.stride[1] < c->k.stride[2] && c->v.stride[1] < c->v.stride[2] &&
+                   !base::Quantized(c->k.type) && !base::Quantized(c->v.type);
   sh.q_type = c->q.type;
   sh.k_type = c->k.type;
   sh.v_type = c->v.type;
@@ -112,8 +114,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   octattn_attention_options opt;
   OCTATTN_CHECK(octattn::api::ValidateOptions(options, &opt));
   OCTATTN_CHECK(api::ValidateTensor(q, "q", api::Role::kInput, false, &c->q, api::kFloating));
-  OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k, api::kFloating));
-  OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v, api::kFloating));
+  OCTATTN_CHECK(api::ValidateTensor(k, "k", api::Role::kInput, false, &c->k, api::kCache));
+  OCTATTN_CHECK(api::ValidateTensor(v, "v", api::Role::kInput, false, &c->v, api::kCache));
   OCTATTN_CHECK(api::ValidateTensor(o, "o", o_role, false, &c->o, api::kFloating));
   if (c->o.type != base::kF32 && c->o.type != c->q.type)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "o's dtype is neither f32 nor q's dtype");
@@ -129,6 +131,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   plan::CallShape& sh = c->shape;
   const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
   OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask));
+  OCTATTN_CHECK(api::ValidateScales(opt.k_scale, opt.k_scale_rows, c->k, "k", paged, &c->k_scale));
+  OCTATTN_CHECK(api::ValidateScales(opt.v_scale, opt.v_scale_rows, c->v, "v", paged, &c->v_scale));
   const struct {
     const api::TensorInfo* t;
     const char* name;
@@ -140,7 +144,9 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
              {&c->k, "k", true},
              {&c->v, "v", true},
              {&c->bias, "options.bias", c->bias.hi != 0},
-             {&c->mask, "options.mask", c->mask.hi != 0}};
+             {&c->mask, "options.mask", c->mask.hi != 0},
+             {&c->k_scale.t, "options.k_scale", c->k_scale.t.hi != 0},
+             {&c->v_scale.t, "options.v_scale", c->v_scale.t.hi != 0}};
   for (const auto& out : outs) {
     if (!out.present || o_role == Role::kInput) continue;
     for (const auto& in : ins)
@@ -192,9 +198,19 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run:
   ws.lo = reinterpret_cast<uintptr_t>(workspace);
   ws.hi = ws.lo + size;
   if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
-  const api::TensorInfo* all[] = {&c.q, &c.k, &c.v, &c.o, &c.lse, &c.weights, &c.bias, &c.mask};
-  const char* names[] = {"q", "k", "v", "o", "lse", "weights", "options.bias", "options.mask"};
-  for (int i = 0; i < 8; ++i)
+  const api::TensorInfo* all[] = {&c.q,       &c.k,    &c.v,    &c.o,         &c.lse,
+                                  &c.weights, &c.bias, &c.mask, &c.k_scale.t, &c.v_scale.t};
+  const char* names[] = {"q",
+                         "k",
+                         "v",
+                         "o",
+                         "lse",
+                         "weights",
+                         "options.bias",
+                         "options.mask",
+                         "options.k_scale",
+                         "options.v_scale"};
+  for (int i = 0; i < 10; ++i)
     if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
   return api::Check();
 }

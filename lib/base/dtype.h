@@ -15,12 +15,36 @@
 namespace octattn {
 namespace base {
 
-// Numbering matches OCTATTN_DTYPE_*.
-enum Dtype : int32_t { kF32 = 1, kBf16 = 2, kF16 = 3 };
+// Numbering matches OCTATTN_DTYPE_*. The quantized ones (kI8 on) are cache formats: k and
+// v only. kQ8_0 and kQ4_0 are ggml's blocks of kQuantBlock values; their tensors count
+// strides in blocks.
+enum Dtype : int32_t {
+  kF32 = 1,
+  kBf16 = 2,
+  kF16 = 3,
+  kI8 = 5,
+  kE4m3 = 6,
+  kE5m2 = 7,
+  kQ8_0 = 8,
+  kQ4_0 = 9,
+};
+constexpr int64_t kQuantBlock = 32;
 
 namespace {  // internal linkage: mask.h says why
 
-inline int64_t DtypeBytes(Dtype t) { return t == kF32 ? 4 : 2; }
+// Bytes of one element (of one block for kQ8_0 and kQ4_0: an f16 scale and 32 values).
+inline int64_t DtypeBytes(Dtype t) {
+  static constexpr int8_t kBytes[10] = {0, 4, 2, 2, 1, 1, 1, 1, 34, 18};
+  return kBytes[t];
+}
+inline bool Quantized(Dtype t) { return t >= kI8; }
+inline bool Blocked(Dtype t) { return t == kQ8_0 || t == kQ4_0; }
+// Whether values carry a scale of their own tensor (options.k_scale, v_scale).
+inline bool Scaled(Dtype t) { return t == kI8 || t == kE4m3 || t == kE5m2; }
+// Bytes of a row of n values stored contiguously (n a multiple of kQuantBlock if blocked).
+inline int64_t RowBytes(Dtype t, int64_t n) {
+  return Blocked(t) ? n / kQuantBlock * DtypeBytes(t) : n * DtypeBytes(t);
+}
 
 inline uint32_t BitsOf(float f) {
   uint32_t u;
@@ -97,6 +121,78 @@ inline void WidenRow(const void* src, int64_t stride, Dtype t, int64_t n, float*
     for (int64_t d = 0; d < n; ++d) dst[d] = Bf16ToF32(s[d * stride]);
   } else {
     for (int64_t d = 0; d < n; ++d) dst[d] = F16ToF32(s[d * stride]);
+  }
+}
+
+// fp8 (OCP): e4m3fn (bias 7, no infinities, S.1111.111 NaN, largest 448) and e5m2
+// (bias 15, IEEE infinities and NaNs, largest 57344), widened exactly.
+inline float Fp8ToF32(uint8_t b, Dtype t) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const int mbits = t == kE4m3 ? 3 : 2, bias = t == kE4m3 ? 7 : 15;
+  const uint32_t e = (b & 0x7Fu) >> mbits, m = b & ((1u << mbits) - 1);
+  if (t == kE4m3 && e == 15 && m == 7) return FloatOf(sign | 0x7FC00000u);
+  if (t == kE5m2 && e == 31) return FloatOf(sign | 0x7F800000u | (m << 21));
+  if (e == 0)  // zero and subnormals: m * 2^(1 - bias - mbits), exact
+    return FloatOf(sign | BitsOf(static_cast<float>(m) * FloatOf((127u + 1 - bias - mbits) << 23)));
+  return FloatOf(sign | ((e + 127 - bias) << 23) | (m << (23 - mbits)));
+}
+
+// f32 to fp8, rounded to nearest even; finite values beyond the largest finite one
+// saturate to it (vLLM's convention), NaN stays NaN, and an infinity becomes NaN in e4m3fn
+// (which has none) and stays one in e5m2.
+inline uint8_t F32ToFp8(float f, Dtype t) {
+  const int mbits = t == kE4m3 ? 3 : 2, bias = t == kE4m3 ? 7 : 15;
+  const uint32_t x = BitsOf(f), sign = (x >> 24) & 0x80u, ax = x & 0x7FFFFFFFu;
+  const uint8_t nan = t == kE4m3 ? 0x7F : 0x7E;
+  if (ax > 0x7F800000u) return static_cast<uint8_t>(sign | nan);
+  if (ax == 0x7F800000u) return static_cast<uint8_t>(sign | (t == kE4m3 ? nan : 0x7C));
+  const uint8_t top = t == kE4m3 ? 0x7E : 0x7B;  // the largest finite magnitude's code
+  const float a = FloatOf(ax), largest = Fp8ToF32(top, t);
+  if (a >= largest) return static_cast<uint8_t>(sign | top);
+  // The quantum of a's binade (of the subnormals below the smallest normal), a power of
+  // two: a / quantum is exact, and its rounding to an integer is the fp8's rounding.
+  const int exp = static_cast<int>(ax >> 23) - 127;
+  const int qexp = (exp < 1 - bias ? 1 - bias : exp) - mbits;
+  const float quantum = FloatOf(static_cast<uint32_t>(qexp + 127) << 23);
+  const float n = __builtin_rintf(a / quantum);  // round half to even
+  const float r = n * quantum;
+  if (r == 0.0f) return static_cast<uint8_t>(sign);
+  const int rexp = static_cast<int>(BitsOf(r) >> 23) - 127;
+  if (rexp < 1 - bias)  // subnormal: r = m * 2^(1 - bias - mbits)
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(n));
+  const uint32_t m = (BitsOf(r) >> (23 - mbits)) & ((1u << mbits) - 1);
+  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(rexp + bias) << mbits) | m);
+}
+
+// Value i (0 .. kQuantBlock) of a ggml block of type t (kQ8_0: an f16 d, then 32 int8;
+// kQ4_0: an f16 d, then 16 bytes whose low nibbles are values 0..15 and high nibbles
+// 16..31, each nibble minus 8): d * q, rounded once to f32.
+inline float BlockValue(const uint8_t* block, Dtype t, int64_t i) {
+  uint16_t h;
+  memcpy(&h, block, 2);
+  const float d = F16ToF32(h);
+  if (t == kQ8_0) return d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
+  const uint8_t b = block[2 + (i & 15)];
+  return d * static_cast<float>(static_cast<int>(i < 16 ? b & 15 : b >> 4) - 8);
+}
+
+// n values of a quantized row widened: elements `stride` apart (blocked: n values of
+// consecutive blocks), int8 and fp8 values times their scale, which for value d is
+// element (d / group) * sc_col of `sc` (type st; null: every scale 1, the fp8 values
+// as they are).
+inline void DequantRow(const void* src, int64_t stride, Dtype t, int64_t n, const void* sc,
+                       Dtype st, int64_t sc_col, int64_t group, float* dst) {
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  if (Blocked(t)) {
+    const int64_t bytes = DtypeBytes(t);
+    for (int64_t d = 0; d < n; ++d)
+      dst[d] = BlockValue(s + d / kQuantBlock * bytes, t, d % kQuantBlock);
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    const uint8_t b = s[d * stride];
+    const float x = t == kI8 ? static_cast<float>(static_cast<int8_t>(b)) : Fp8ToF32(b, t);
+    dst[d] = sc ? LoadElem(sc, d / group * sc_col, st) * x : x;
   }
 }
 

@@ -72,6 +72,18 @@ struct Paging {
   int shift = -1;  // log2(size) where size is a power of two: rows found without a division
 };
 
+// The scales of a quantized cache operand (kI8, kE4m3, kE5m2) of one kv head: scale row
+// (r / rows) of key row r holds one scale per `group` channels, `col` elements apart; rows
+// `row` elements apart (paged: within a block, blocks `block` elements apart). data points
+// at the kv head's scale row 0 (paged: of block 0); null: no scales (fp8 values as they
+// are). row0: the tensor row of the operand's key 0 (contiguous keys; a sequence's first).
+struct Scales {
+  const void* data = nullptr;
+  Dtype type = kF32;
+  int64_t row = 0, col = 0, block = 0;
+  int64_t rows = 1, group = 1, row0 = 0;
+};
+
 // The operands of one attention call seen from one (batch, query head): every pointer
 // points at that head's first element (k and v at its kv head's); strides are in
 // elements. The *_head strides step to the next query head of the same kv head, for
@@ -97,6 +109,7 @@ struct Operands {
   Mods mods;
   const Paging* paging = nullptr;  // null: key j at k + j * k_row (v likewise)
   Dtype q_type = kF32, k_type = kF32, v_type = kF32, o_type = kF32;
+  Scales k_scales, v_scales;  // quantized k or v (Scaled): their scales
   // Whether every operand is f32 (the 16-bit ones are widened as they are read).
   bool F32() const { return q_type == kF32 && k_type == kF32 && v_type == kF32 && o_type == kF32; }
 };
@@ -117,6 +130,31 @@ inline const float* KeyRow(const Operands& op, int64_t j) {
 inline const float* ValueRow(const Operands& op, int64_t j) {
   return op.paging ? PagedRow(op.v, op.v_row, op.paging->v_block, *op.paging, j, op.v_type)
                    : ElemAt(op.v, j * op.v_row, op.v_type);
+}
+
+// The scale row of key j of an op (Scales), or null where it has no scales.
+inline const void* ScaleRow(const Operands& op, const Scales& s, int64_t j) {
+  if (!s.data) return nullptr;
+  const float* base = static_cast<const float*>(s.data);
+  if (!op.paging) return ElemAt(base, (s.row0 + j) / s.rows * s.row, s.type);
+  const Paging& p = *op.paging;
+  const int64_t r = p.first + j;
+  const int64_t b = p.shift >= 0 ? r >> p.shift : r / p.size;
+  return ElemAt(base,
+                static_cast<int64_t>(p.blocks[b]) * s.block + (r - b * p.size) / s.rows * s.row,
+                s.type);
+}
+
+// Key (value) row j of a quantized op dequantized into dst (head_dim, value_dim floats).
+inline void DequantKey(const Operands& op, int64_t j, float* dst) {
+  const Scales& s = op.k_scales;
+  DequantRow(KeyRow(op, j), op.k_dim, op.k_type, op.head_dim, ScaleRow(op, s, j), s.type, s.col,
+             s.group, dst);
+}
+inline void DequantValue(const Operands& op, int64_t j, float* dst) {
+  const Scales& s = op.v_scales;
+  DequantRow(ValueRow(op, j), op.v_dim, op.v_type, op.value_dim, ScaleRow(op, s, j), s.type, s.col,
+             s.group, dst);
 }
 
 }  // namespace

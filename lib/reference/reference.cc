@@ -20,7 +20,9 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 }
 
 size_t HeadScratchDoubles(const Operands& t) {
-  return base::SatAdd(base::Count(t.kv_len), base::Count(t.value_dim));
+  const size_t n = base::SatAdd(base::Count(t.kv_len), base::Count(t.value_dim));
+  // A quantized key or value row dequantized (floats, two to a double).
+  return base::SatAdd(n, base::Count((t.head_dim + t.value_dim + 1) / 2));
 }
 
 namespace {
@@ -42,6 +44,7 @@ bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j) {
 void AttentionHead(const Operands& t, double* scratch) {
   double* s = scratch;
   double* acc = scratch + t.kv_len;
+  float* row = reinterpret_cast<float*>(acc + t.value_dim);  // a dequantized row
   const kernels::Mods& mods = t.mods;
   const double sink = mods.sinks ? static_cast<double>(mods.sinks[0]) : kNegInf;
   for (int64_t i = 0; i < t.q_len; ++i) {
@@ -54,10 +57,16 @@ void AttentionHead(const Operands& t, double* scratch) {
         continue;
       }
       const float* k = KeyRow(t, j);
+      int64_t k_dim = t.k_dim;
+      base::Dtype k_type = t.k_type;
+      if (base::Quantized(k_type)) {
+        kernels::DequantKey(t, j, row);
+        k = row, k_dim = 1, k_type = base::kF32;
+      }
       double dot = 0.0;
       for (int64_t d = 0; d < t.head_dim; ++d)
         dot += static_cast<double>(LoadElem(q, d * t.q_dim, t.q_type)) *
-               LoadElem(k, d * t.k_dim, t.k_type);
+               LoadElem(k, d * k_dim, k_type);
       double x = dot * t.scale;
       if (mods.softcap > 0.0f) x = mods.softcap * std::tanh(x / mods.softcap);
       if (mods.slopes) x += static_cast<double>(mods.slopes[0]) * static_cast<double>(j - qpos);
@@ -83,8 +92,14 @@ void AttentionHead(const Operands& t, double* scratch) {
     for (int64_t j = 0; j < t.kv_len; ++j) {
       if (!PairAllowed(t, i, qpos, j)) continue;  // masked value rows are never read
       const float* v = ValueRow(t, j);
+      int64_t v_dim = t.v_dim;
+      base::Dtype v_type = t.v_type;
+      if (base::Quantized(v_type)) {
+        kernels::DequantValue(t, j, row);
+        v = row, v_dim = 1, v_type = base::kF32;
+      }
       const double p = s[j] / sum;
-      for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * LoadElem(v, d * t.v_dim, t.v_type);
+      for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * LoadElem(v, d * v_dim, v_type);
     }
     for (int64_t d = 0; d < t.value_dim; ++d)
       StoreElem(o, d * t.o_dim, t.o_type, static_cast<float>(acc[d]));

@@ -30,6 +30,27 @@ plan::Sequence SequenceAt(const Call& c, int64_t n) {
   return seq;
 }
 
+// The scales of kv head kvh of a sequence (kernels::Scales), none where absent.
+static kernels::Scales ScalesOf(const ScaleInfo& s, const plan::Sequence& seq, int64_t b,
+                                int64_t kvh) {
+  kernels::Scales r;
+  if (s.t.hi == 0) return r;
+  const TensorInfo& t = s.t;
+  r.type = t.type;
+  r.row = t.stride[2];
+  r.col = t.stride[3];
+  r.rows = s.rows;
+  r.group = s.group;
+  if (seq.paging.blocks) {  // block 0 of the kv head, as k
+    r.block = t.stride[0];
+    r.data = base::ElemAt(t.data, kvh * t.stride[1], t.type);
+  } else {
+    r.row0 = seq.k_row;
+    r.data = base::ElemAt(t.data, b * t.stride[0] + kvh * t.stride[1], t.type);
+  }
+  return r;
+}
+
 kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h) {
   const plan::CallShape& sh = c.shape;
   const int64_t b = seq.batch, kvh = h / (sh.q_heads / sh.kv_heads);
@@ -56,6 +77,8 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
     t.v = base::ElemAt(c.v.data, b * c.v.stride[0] + kvh * c.v.stride[1] + seq.k_row * t.v_row,
                        t.v_type);
   }
+  t.k_scales = ScalesOf(c.k_scale, seq, b, kvh);
+  t.v_scales = ScalesOf(c.v_scale, seq, b, kvh);
   t.o_head = c.o.stride[1];
   t.o_row = c.o.stride[2];
   t.o_dim = c.o.stride[3];

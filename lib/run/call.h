@@ -33,8 +33,16 @@ struct SequenceSource {
   void (*resolve)(const void* arrays, int64_t n, plan::Sequence* out) = nullptr;
 };
 
+// The scale tensor of a quantized cache (hi == 0: none): key row r reads its row r /
+// rows (paged: of the row's block), one scale per `group` channels.
+struct ScaleInfo {
+  TensorInfo t;
+  int64_t rows = 1, group = 1;
+};
+
 struct Call {
   TensorInfo q, k, v, o, lse, weights;
+  ScaleInfo k_scale, v_scale;
   TensorInfo bias, mask;  // of the modifiers (hi == 0: absent)
   bool has_lse = false, has_weights = false;
   plan::CallShape shape{};

@@ -65,6 +65,17 @@ static inline void WidenRowV(const void* src, int64_t stride, Dtype t, int64_t n
   WidenRow(ElemAt(s, d * stride, t), stride, t, n - d, dst + d);
 }
 
+// Key (value) row j of an op widened or dequantized into f32 (exact for 16-bit rows;
+// quantized ones: their values as dtype.h defines them).
+static inline void WidenKey(const Operands& op, int64_t j, float* dst) {
+  if (Quantized(op.k_type)) return DequantKey(op, j, dst);
+  WidenRowV(KeyRow(op, j), op.k_dim, op.k_type, op.head_dim, dst);
+}
+static inline void WidenValue(const Operands& op, int64_t j, float* dst) {
+  if (Quantized(op.v_type)) return DequantValue(op, j, dst);
+  WidenRowV(ValueRow(op, j), op.v_dim, op.v_type, op.value_dim, dst);
+}
+
 // n floats stored as elements of type t, `stride` elements apart (16-bit: rounded to
 // nearest even, the F16C conversion where the target has it: the same bits).
 static inline void NarrowRowV(const float* src, int64_t n, void* dst, int64_t stride, Dtype t) {

@@ -24,8 +24,8 @@ constexpr int64_t DirectAhead() {
 // bf16 pairs (FlashPairs) take sixteen dimensions a step.
 static inline bool FlashDirect(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
-         t.op.k_type == t.op.v_type && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
-         (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
+         t.op.k_type == t.op.v_type && !Quantized(t.op.k_type) && t.op.k_dim == 1 &&
+         t.op.head_dim % 8 == 0 && (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 

@@ -174,11 +174,10 @@ static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, Flas
   tile->v_row = dvp;
 }
 
-// 16-bit keys or values: the rows of keys [t0, t1) of a space whose key g is row first +
-// g * step of k and v, those a row may read (as PackTile says), widened into f32 rows of
-// scratch, values zero padded to whole vectors: key g at row g - t0. Returns the
-// operands of these rows (key g is their row g - t0: first -t0, step 1), whose f32
-// tile is the same numbers, so the same bits.
+// 16-bit or quantized keys or values: the rows of keys [t0, t1) of a space whose key g is row first
+// + g * step of k and v, those a row may read (as PackTile says), widened into f32 rows of scratch,
+// values zero padded to whole vectors: key g at row g - t0. Returns the operands of these rows (key
+// g is their row g - t0: first -t0, step 1), whose f32 tile is the same numbers, so the same bits.
 // bf16 pairs (FlashPairs): the key rows are copied as they are, and the operands' keys
 // are rows of head_dim / 2 pairs, each read as one f32 (PackTile moves them as such).
 static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
@@ -190,11 +189,10 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
   for (int64_t g = t0; g < t1; ++g) {
     float* vr = f.vw + (g - t0) * dvp;
     if (g >= load || below.Has(g)) {
-      const float* k = KeyRow(op, first + g * step);
       if (pairs) {
-        CopyElems(k, op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
+        CopyElems(KeyRow(op, first + g * step), op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
       } else {
-        WidenRowV(k, op.k_dim, op.k_type, hd, f.kw + (g - t0) * hd);
+        WidenKey(op, first + g * step, f.kw + (g - t0) * hd);
       }
       if (pairs_v) {  // bf16 rows of dvp elements (PackValuePairs)
         vr = ElemAt(f.vw, (g - t0) * dvp, kBf16);
@@ -202,7 +200,7 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
         for (int64_t d = dv; d < dvp; ++d) memset(ElemAt(vr, d, kBf16), 0, 2);
         continue;
       }
-      WidenRowV(ValueRow(op, first + g * step), op.v_dim, op.v_type, dv, vr);
+      WidenValue(op, first + g * step, vr);
     }
     for (int64_t d = dv; d < dvp && !pairs_v; ++d) vr[d] = 0.0f;
   }

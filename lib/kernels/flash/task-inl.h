@@ -155,7 +155,7 @@ static UnitKeys UnitKeysOf(const FlashTask* ts, const FlashScratch* fs, int64_t 
 // whole elements; none otherwise).
 static void UnitPrefetches(const FlashTask* ts, int64_t nh, int64_t first, int64_t step,
                            FlashPrefetch* pfs) {
-  const int64_t kb = DtypeBytes(ts[0].op.k_type), vb = DtypeBytes(ts[0].op.v_type);
+  const Dtype kt = ts[0].op.k_type, vt = ts[0].op.v_type;
   for (int64_t x = 0; x < nh; ++x) {
     FlashPrefetch& pf = pfs[x];
     const Operands& op = ts[x].op;
@@ -163,15 +163,15 @@ static void UnitPrefetches(const FlashTask* ts, int64_t nh, int64_t first, int64
       pf.paged = &op;
       pf.first = first;
       pf.k_step = pf.v_step = step;
-      pf.k_bytes = op.head_dim * kb;
-      pf.v_bytes = op.value_dim * vb;
+      pf.k_bytes = RowBytes(kt, op.head_dim);
+      pf.v_bytes = RowBytes(vt, op.value_dim);
     } else if (op.k_dim == 1 && op.v_dim == 1) {
       pf.k = reinterpret_cast<const char*>(ElemAt(op.k, first * op.k_row, op.k_type));
       pf.v = reinterpret_cast<const char*>(ElemAt(op.v, first * op.v_row, op.v_type));
-      pf.k_step = op.k_row * step * kb;
-      pf.v_step = op.v_row * step * vb;
-      pf.k_bytes = op.head_dim * kb;
-      pf.v_bytes = op.value_dim * vb;
+      pf.k_step = op.k_row * step * DtypeBytes(kt);
+      pf.v_step = op.v_row * step * DtypeBytes(vt);
+      pf.k_bytes = RowBytes(kt, op.head_dim);
+      pf.v_bytes = RowBytes(vt, op.value_dim);
     }
   }
 }

@@ -172,8 +172,8 @@ static Operands NaiveWidened(const Operands& t, float* scratch, float** o) {
   const base::StridedColumns below = base::StridedBelow(t.mask, t.mask.q_start);
   for (int64_t j = 0; j < kend; ++j) {
     if (j < kbegin && !below.Has(j)) continue;
-    WidenRowV(KeyRow(t, j), t.k_dim, t.k_type, hd, k + j * hd);
-    WidenRowV(ValueRow(t, j), t.v_dim, t.v_type, dv, v + j * dv);
+    WidenKey(t, j, k + j * hd);
+    WidenValue(t, j, v + j * dv);
   }
   return w;
 }

@@ -30,6 +30,11 @@ pub const OCTATTN_DTYPE_F32: octattn_dtype = 1;
 pub const OCTATTN_DTYPE_BF16: octattn_dtype = 2;
 pub const OCTATTN_DTYPE_F16: octattn_dtype = 3;
 pub const OCTATTN_DTYPE_BOOL: octattn_dtype = 4;
+pub const OCTATTN_DTYPE_INT8: octattn_dtype = 5;
+pub const OCTATTN_DTYPE_FP8_E4M3: octattn_dtype = 6;
+pub const OCTATTN_DTYPE_FP8_E5M2: octattn_dtype = 7;
+pub const OCTATTN_DTYPE_Q8_0: octattn_dtype = 8;
+pub const OCTATTN_DTYPE_Q4_0: octattn_dtype = 9;
 
 pub const OCTATTN_ALGORITHM_AUTO: octattn_algorithm = 0;
 pub const OCTATTN_ALGORITHM_REFERENCE: octattn_algorithm = 1;
@@ -96,6 +101,11 @@ pub struct octattn_attention_options {
     pub cu_seqlens_k: *const i64,
     pub block_table: *const i32,
     pub block_table_cols: i64,
+    // since 0.11
+    pub k_scale: *const octattn_tensor,
+    pub v_scale: *const octattn_tensor,
+    pub k_scale_rows: i64,
+    pub v_scale_rows: i64,
 }
 
 #[repr(C)]
@@ -114,11 +124,12 @@ pub struct octattn_context {
     _private: [u8; 0],
 }
 
-// The layouts of version 0.6 (fields are only ever appended).
+// The layouts of version 0.11 (fields are only ever appended).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 168);
+    assert!(size_of::<octattn_attention_options>() == 200);
+    assert!(offset_of!(octattn_attention_options, v_scale_rows) == 192);
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
     assert!(offset_of!(octattn_attention_options, mask) == 96);
     assert!(offset_of!(octattn_attention_options, block_table_cols) == 160);
@@ -440,6 +451,18 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("block_table_cols"),
             offset_of!(O, block_table_cols),
+        ),
+        ("octattn_attention_options", Some("k_scale"), offset_of!(O, k_scale)),
+        ("octattn_attention_options", Some("v_scale"), offset_of!(O, v_scale)),
+        (
+            "octattn_attention_options",
+            Some("k_scale_rows"),
+            offset_of!(O, k_scale_rows),
+        ),
+        (
+            "octattn_attention_options",
+            Some("v_scale_rows"),
+            offset_of!(O, v_scale_rows),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (

@@ -1,0 +1,644 @@
+// Quantized KV caches: the formats' values against independent oracles, every path's bytes
+// against the f32 call on the dequantized cache (contiguous, [T, H, D], paged, ragged),
+// rows no query reads kept out whatever they hold, the store's conversions, slots and
+// determinism, and the statuses of bad input.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lib/base/dtype.h"
+#include "support.h"
+
+using namespace octtest;
+namespace base = octattn::base;
+
+namespace {
+
+// fp8 by its definition (OCP 8-bit floats), in double.
+double Fp8Definition(uint8_t b, octattn_dtype type) {
+  const bool e4m3 = type == OCTATTN_DTYPE_FP8_E4M3;
+  const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax = e4m3 ? 15 : 31;
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  const int e = (b & 0x7F) >> mbits, m = b & ((1 << mbits) - 1);
+  if (e4m3 && e == emax && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (!e4m3 && e == emax) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  if (e == 0) return sign * std::ldexp(m, 1 - bias - mbits);
+  return sign * std::ldexp((1 << mbits) + m, e - bias - mbits);
+}
+
+bool Blocked(octattn_dtype t) { return t == OCTATTN_DTYPE_Q8_0 || t == OCTATTN_DTYPE_Q4_0; }
+bool Scaled(octattn_dtype t) {
+  return t == OCTATTN_DTYPE_INT8 || t == OCTATTN_DTYPE_FP8_E4M3 || t == OCTATTN_DTYPE_FP8_E5M2;
+}
+int64_t UnitBytes(octattn_dtype t) {
+  return t == OCTATTN_DTYPE_Q8_0 ? 34 : t == OCTATTN_DTYPE_Q4_0 ? 18 : 1;
+}
+
+// One format as a test names it: the dtype, channels per scale (0: one scale per kv head;
+// -1: one per tensor) and rows per scale.
+struct Format {
+  octattn_dtype type;
+  int64_t group = 0, rows = 1;
+  std::string Name() const {
+    return std::to_string(type) + "/g" + std::to_string(group) + "/r" + std::to_string(rows);
+  }
+};
+
+// A quantized cache [B, H, T, D] in its own bytes (layout kBHTD or kBTHD), its scales (an
+// f32 tensor, or none), and its values by the header's definition as an f32 tensor.
+struct Cache {
+  Format f;
+  std::vector<uint8_t> bytes;
+  octattn_tensor t{};
+  Tensor scale;
+  bool has_scale = false;
+  Tensor values;
+
+  // Stores `x` (f32) with octattn_kv_store (INT8: scales computed; FP8: the scales given
+  // by `fp8_scale`, drawn in [0.5, 2)).
+  Cache(Context& ctx, const Tensor& x, Format fmt, int layout, uint32_t seed) : f(fmt) {
+    const int64_t B = x.shape[0], H = x.shape[1], T = x.shape[2], D = x.shape[3];
+    const int64_t units = Blocked(f.type) ? D / 32 : D;
+    int64_t* st = t.stride;
+    if (layout == kBTHD) {
+      st[3] = 1, st[1] = units, st[2] = H * units, st[0] = T * H * units;
+    } else {
+      st[3] = 1, st[2] = units, st[1] = T * units, st[0] = H * T * units;
+    }
+    bytes.assign(static_cast<size_t>(B * H * T * units * UnitBytes(f.type) + 2), 0xEE);
+    t.data = bytes.data();
+    t.dtype = f.type;
+    for (int d = 0; d < 4; ++d) t.shape[d] = x.shape[d];
+    octattn_tensor* sc = nullptr;
+    if (Scaled(f.type)) {
+      const int64_t per = f.group > 0 ? D / f.group : 1;
+      if (f.type == OCTATTN_DTYPE_INT8) {
+        scale = Tensor(B, H, T / f.rows, per);
+      } else {
+        scale = f.group < 0 ? Tensor(1, 1, 1, 1) : Tensor(1, H, 1, per);
+        scale.Fill(seed, 0.5f, 2.0f);
+      }
+      has_scale = true;
+      sc = scale.ptr();
+    }
+    REQUIRE(octattn_kv_store(ctx, x.ptr(), &t, sc, f.type == OCTATTN_DTYPE_INT8 ? f.rows : 0,
+                             nullptr) == OCTATTN_OK);
+    values = Tensor(B, H, T, D);
+    values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
+      values.at(b, h, j, d) = Value(b, h, j, d);
+    });
+  }
+  const uint8_t* Unit(int64_t b, int64_t h, int64_t j, int64_t u) const {
+    return bytes.data() +
+           (b * t.stride[0] + h * t.stride[1] + j * t.stride[2] + u) * UnitBytes(f.type);
+  }
+  float ScaleOf(int64_t b, int64_t h, int64_t j, int64_t d) const {
+    const int64_t* s = scale.shape;
+    const int64_t g = t.shape[3] / s[3];
+    return scale.at(s[0] == 1 ? 0 : b, s[1] == 1 ? 0 : h, s[2] == 1 ? 0 : j / f.rows, d / g);
+  }
+  // The header's definition of element (b, h, j, d).
+  float Value(int64_t b, int64_t h, int64_t j, int64_t d) const {
+    if (Blocked(f.type)) {
+      const uint8_t* blk = Unit(b, h, j, d / 32);
+      uint16_t dh;
+      std::memcpy(&dh, blk, 2);
+      const float scale16 = base::F16ToF32(dh);
+      const int i = static_cast<int>(d % 32);
+      const int q = f.type == OCTATTN_DTYPE_Q8_0 ? static_cast<int8_t>(blk[2 + i])
+                                                 : (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
+      return scale16 * static_cast<float>(q);
+    }
+    const uint8_t c = *Unit(b, h, j, d);
+    const float x = f.type == OCTATTN_DTYPE_INT8 ? static_cast<float>(static_cast<int8_t>(c))
+                                                 : static_cast<float>(Fp8Definition(c, f.type));
+    return has_scale ? ScaleOf(b, h, j, d) * x : x;
+  }
+  octattn_tensor* ptr() { return &t; }
+  const octattn_tensor* ScalePtr() const { return has_scale ? scale.ptr() : nullptr; }
+};
+
+const Format kFormats[] = {
+    {OCTATTN_DTYPE_INT8, 32, 1},      {OCTATTN_DTYPE_INT8, 0, 1},
+    {OCTATTN_DTYPE_INT8, 1, 16},      {OCTATTN_DTYPE_FP8_E4M3, -1, 1},
+    {OCTATTN_DTYPE_FP8_E4M3, 0, 1},   {OCTATTN_DTYPE_FP8_E5M2, 16, 1},
+    {OCTATTN_DTYPE_Q8_0, 0, 1},       {OCTATTN_DTYPE_Q4_0, 0, 1},
+};
+
+// A problem whose k and v are quantized caches of f's format (v: per-token scales where
+// k is KIVI's by-channel), with the f32 tensors of their values.
+struct QuantProblem {
+  Problem p;
+  Cache k, v;
+  QuantProblem(Context& ctx, int64_t B, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk,
+               int64_t D, Format f, int layout, uint32_t seed)
+      : p(B, Hq, Hkv, Tq, Tk, D, D, seed, 1.0f, layout),
+        k(ctx, p.k, f, layout, seed + 7),
+        v(ctx, p.v, f.rows > 1 ? Format{f.type, 32, 1} : f, layout, seed + 8) {}
+  octattn_attention_options Options(octattn_attention_options o) const {
+    o.k_scale = k.ScalePtr();
+    o.v_scale = v.ScalePtr();
+    o.k_scale_rows = k.f.rows;
+    o.v_scale_rows = v.f.rows;
+    return o;
+  }
+};
+
+// The quantized call's o and lse, and the f32 call's on the dequantized cache: the same
+// bytes (same algorithm and target).
+void ExpectAsDequantized(Context& ctx, QuantProblem& qp, const octattn_attention_options& opt) {
+  Tensor o = qp.p.Out(), lse = qp.p.Lse(), o32 = qp.p.Out(), lse32 = qp.p.Lse();
+  const octattn_attention_options qopt = qp.Options(opt);
+  REQUIRE(octattn_attention(ctx, &qopt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), o.ptr(), lse.ptr(),
+                            nullptr, nullptr, 0) == OCTATTN_OK);
+  Attend(ctx, opt, qp.p.q, qp.k.values, qp.v.values, o32, &lse32);
+  CHECK(BytesEqual(o, o32));
+  CHECK(BytesEqual(lse, lse32));
+}
+
+}  // namespace
+
+TEST_CASE("fp8: every code widens to its definition and narrows back") {
+  for (octattn_dtype type : {OCTATTN_DTYPE_FP8_E4M3, OCTATTN_DTYPE_FP8_E5M2}) {
+    const base::Dtype t = static_cast<base::Dtype>(type);
+    for (int c = 0; c < 256; ++c) {
+      const double want = Fp8Definition(static_cast<uint8_t>(c), type);
+      const float got = base::Fp8ToF32(static_cast<uint8_t>(c), t);
+      INFO(type << " code " << c);
+      if (std::isnan(want)) {
+        CHECK(std::isnan(got));
+        CHECK(std::isnan(base::Fp8ToF32(base::F32ToFp8(got, t), t)));
+        continue;
+      }
+      CHECK(static_cast<double>(got) == want);
+      if (std::isinf(want)) continue;
+      CHECK(base::F32ToFp8(got, t) == c);
+    }
+  }
+}
+
+TEST_CASE("fp8: narrowing rounds to nearest even and saturates") {
+  for (octattn_dtype type : {OCTATTN_DTYPE_FP8_E4M3, OCTATTN_DTYPE_FP8_E5M2}) {
+    const base::Dtype t = static_cast<base::Dtype>(type);
+    const uint8_t top = type == OCTATTN_DTYPE_FP8_E4M3 ? 0x7E : 0x7B;
+    // Between consecutive positive codes: below the midpoint, the midpoint, above it.
+    for (int c = 0; c < top; ++c) {
+      const double a = Fp8Definition(static_cast<uint8_t>(c), type);
+      const double b = Fp8Definition(static_cast<uint8_t>(c + 1), type);
+      const float mid = static_cast<float>((a + b) / 2);  // exact in f32
+      INFO(type << " between " << c << " and " << c + 1);
+      CHECK(base::F32ToFp8(std::nextafter(mid, static_cast<float>(a)), t) == c);
+      CHECK(base::F32ToFp8(std::nextafter(mid, static_cast<float>(b)), t) == c + 1);
+      CHECK(base::F32ToFp8(mid, t) == (c % 2 == 0 ? c : c + 1));
+      CHECK(base::F32ToFp8(-mid, t) == (0x80 | (c % 2 == 0 ? c : c + 1)));
+    }
+    CHECK(base::F32ToFp8(1e30f, t) == top);
+    CHECK(base::F32ToFp8(-1e30f, t) == (0x80 | top));
+    CHECK(std::isnan(base::Fp8ToF32(base::F32ToFp8(NAN, t), t)));
+    CHECK(base::F32ToFp8(1e-30f, t) == 0);
+  }
+  CHECK(std::isnan(base::Fp8ToF32(base::F32ToFp8(INFINITY, base::kE4m3), base::kE4m3)));
+  CHECK(std::isinf(base::Fp8ToF32(base::F32ToFp8(INFINITY, base::kE5m2), base::kE5m2)));
+}
+
+TEST_CASE("quantized caches: every path computes on the dequantized values, byte for byte",
+          "[dispatch]") {
+  const auto targets = AllTargets();
+  const int64_t kv = SmallSized(1104, 304);  // whole blocks of KIVI's 16 rows
+  for (const Format& f : kFormats) {
+    for (int layout : {kBHTD, kBTHD}) {
+      Context ctx;
+      // Decode (a GQA group stacked), a chunked prefill over a cached prefix, a prefill.
+      QuantProblem decode(ctx, 2, 8, 2, 1, kv, 64, f, layout, 11);
+      QuantProblem chunk(ctx, 1, 4, 2, 37, kv, 64, f, layout, 23);
+      QuantProblem square(ctx, 1, 2, 1, 160, 160, 64, f, layout, 31);
+      for (const Target& tg : targets) {
+        INFO(f.Name() << " layout " << layout << " " << tg.Name());
+        ctx.Use(tg);
+        ExpectAsDequantized(ctx, decode, Options());
+        ExpectAsDequantized(ctx, decode, Options(1, 100, 64));
+        ExpectAsDequantized(ctx, chunk, Options());
+        ExpectAsDequantized(ctx, square, Options(1, 48, 16));
+        ExpectAsDequantized(ctx, square, Options(0));
+        ExpectAsDequantized(ctx, square, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE));
+        octattn_attention_options mods = Options();
+        std::vector<float> sinks = {0.5f, -1.0f}, slopes = {0.01f, 0.02f};
+        mods.sinks = sinks.data();
+        mods.alibi_slopes = slopes.data();
+        mods.softcap = 20.0f;
+        ExpectAsDequantized(ctx, square, mods);
+      }
+      ExpectAsDequantized(ctx, chunk, Options(1, 0, 0, OCTATTN_ALGORITHM_REFERENCE));
+    }
+  }
+}
+
+TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
+  const int64_t T = SmallSized(1296, 208);
+  for (const Format& f : kFormats) {
+    INFO(f.Name());
+    Context one(1), two(2);
+    QuantProblem qp(one, 1, 4, 1, T, T, 64, f, kBTHD, 5);
+    Tensor full = qp.p.Out(), full2 = qp.p.Out();
+    const octattn_attention_options opt = qp.Options(Options());
+    REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(),
+                              nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(),
+                              nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    CHECK(BytesEqual(full, full2));
+    for (int64_t i : {int64_t{0}, T / 2, T - 1}) {
+      // Query row i alone, over keys 0..i of the same cache (a view of its first rows).
+      octattn_tensor q1 = qp.p.q.t, k1 = qp.k.t, v1 = qp.v.t;
+      q1.shape[2] = 1;
+      q1.data = &qp.p.q.at(0, 0, i, 0);
+      k1.shape[2] = v1.shape[2] = i + 1;
+      Tensor o1(1, 4, 1, 64);
+      octattn_attention_options o = opt;
+      Tensor ks, vs;  // INT8 scales: the rows of the view's keys
+      octattn_tensor kst, vst;
+      if (qp.k.f.type == OCTATTN_DTYPE_INT8) {
+        kst = qp.k.scale.t;
+        kst.shape[2] = (i + 1 + qp.k.f.rows - 1) / qp.k.f.rows;
+        vst = qp.v.scale.t;
+        vst.shape[2] = i + 1;
+        o.k_scale = &kst;
+        o.v_scale = &vst;
+      }
+      INFO("row " << i);
+      REQUIRE(octattn_attention(two, &o, &q1, &k1, &v1, o1.ptr(), nullptr, nullptr, nullptr, 0) ==
+              OCTATTN_OK);
+      bool same = true;
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t d = 0; d < 64; ++d)
+          same = same && std::memcmp(&o1.at(0, h, 0, d), &full.at(0, h, i, d), 4) == 0;
+      CHECK(same);
+    }
+  }
+}
+
+TEST_CASE("quantized caches: paged and ragged batches equal their contiguous calls") {
+  const int64_t kv = SmallSized(700, 130), bs = 16, blocks_per = (kv + bs - 1) / bs;
+  for (const Format& f : kFormats) {
+    INFO(f.Name());
+    Context ctx;
+    const int64_t B = 2, H = 2, D = 64;
+    Problem p(B, 4, H, 1, kv, D, D, 3);
+    // The pool: [B * blocks_per, H, bs, D], sequence b's block i at id (i * B + b)
+    // (interleaved), with the same logical rows as p's k and v.
+    Tensor kpool(B * blocks_per, H, bs, D), vpool(B * blocks_per, H, bs, D);
+    std::vector<int32_t> table(static_cast<size_t>(B * blocks_per));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < blocks_per; ++i) table[b * blocks_per + i] = static_cast<int32_t>(i * B + b);
+    kpool.Fill(9);
+    vpool.Fill(10);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < kv; ++j)
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t id = table[b * blocks_per + j / bs];
+            kpool.at(id, h, j % bs, d) = p.k.at(b, h, j, d);
+            vpool.at(id, h, j % bs, d) = p.v.at(b, h, j, d);
+          }
+    const Format vf = f.rows > 1 ? Format{f.type, 32, 1} : f;
+    Cache kq(ctx, kpool, f, kBHTD, 1), vq(ctx, vpool, vf, kBHTD, 2);
+    octattn_attention_options paged = Options();
+    paged.block_table = table.data();
+    paged.block_table_cols = blocks_per;
+    std::vector<int64_t> lens = {kv, kv - 37};
+    paged.kv_lens = lens.data();
+    paged.k_scale = kq.ScalePtr();
+    paged.v_scale = vq.ScalePtr();
+    paged.k_scale_rows = f.rows;
+    Tensor o = p.Out(), o32 = p.Out();
+    REQUIRE(octattn_attention(ctx, &paged, p.q.ptr(), kq.ptr(), vq.ptr(), o.ptr(), nullptr, nullptr,
+                              nullptr, 0) == OCTATTN_OK);
+    octattn_attention_options plain = paged;
+    plain.k_scale = plain.v_scale = nullptr;
+    plain.k_scale_rows = 0;
+    Attend(ctx, plain, p.q, kq.values, vq.values, o32);
+    CHECK(BytesEqual(o, o32));
+  }
+  // Ragged: two sequences packed along the rows of batch entry 0.
+  for (const Format& f : kFormats) {
+    INFO("ragged " << f.Name());
+    Context ctx;
+    const int64_t rows = SmallSized(608, 160);
+    QuantProblem qp(ctx, 1, 4, 2, rows, rows, 64, f, kBTHD, 17);
+    std::vector<int64_t> cu = {0, rows / 3, rows};
+    octattn_attention_options opt = Options();
+    opt.sequences = 2;
+    opt.cu_seqlens_q = cu.data();
+    opt.cu_seqlens_k = cu.data();
+    ExpectAsDequantized(ctx, qp, opt);
+  }
+}
+
+TEST_CASE("quantized caches: rows no query reads never reach an output") {
+  // Row 0 at position p reads keys 0..p; the rows after p hold every hostile pattern:
+  // NaN and Inf codes, NaN, zero and Inf scales.
+  const int64_t T = 304, p = 170;
+  for (const Format& f : kFormats) {
+    INFO(f.Name());
+    Context ctx;
+    QuantProblem clean(ctx, 1, 2, 1, 1, T, 64, f, kBHTD, 41);
+    QuantProblem dirty = clean;
+    dirty.k.t.data = dirty.k.bytes.data();
+    dirty.v.t.data = dirty.v.bytes.data();
+    for (Cache* c : {&dirty.k, &dirty.v}) {
+      const int64_t units = Blocked(f.type) ? 2 : 64;
+      for (int64_t j = p + 1; j < T; ++j)
+        for (int64_t u = 0; u < units; ++u) {
+          uint8_t* at = const_cast<uint8_t*>(c->Unit(0, 0, j, u));
+          if (Blocked(f.type)) {
+            const uint16_t nan = j % 2 ? 0x7E00 : 0x7C00;
+            std::memcpy(at, &nan, 2);
+          } else {
+            *at = f.type == OCTATTN_DTYPE_FP8_E5M2 ? (j % 2 ? 0x7C : 0x7F) : 0x7F;
+          }
+        }
+      // Scales of rows after p alone (per-token ones), hostile too.
+      if (c->has_scale && c->scale.shape[2] > 1 && c->f.rows == 1)
+        for (int64_t j = p + 1; j < T; ++j)
+          for (int64_t g = 0; g < c->scale.shape[3]; ++g)
+            c->scale.at(0, 0, j, g) = j % 3 == 0 ? NAN : j % 3 == 1 ? 0.0f : INFINITY;
+    }
+    octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_AUTO, p);
+    for (octattn_algorithm a :
+         {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_REFERENCE}) {
+      opt.algorithm = a;
+      Tensor o1 = clean.p.Out(), o2 = clean.p.Out();
+      const octattn_attention_options c1 = clean.Options(opt), c2 = dirty.Options(opt);
+      REQUIRE(octattn_attention(ctx, &c1, clean.p.q.ptr(), clean.k.ptr(), clean.v.ptr(), o1.ptr(),
+                                nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+      REQUIRE(octattn_attention(ctx, &c2, dirty.p.q.ptr(), dirty.k.ptr(), dirty.v.ptr(), o2.ptr(),
+                                nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+      CHECK(BytesEqual(o1, o2));
+      CHECK(std::isfinite(o1.at(0, 0, 0, 0)));
+    }
+  }
+}
+
+TEST_CASE("kv store: each format's values are within its quantization error") {
+  Context ctx;
+  Tensor x(2, 3, 64, 64);
+  x.Fill(77, -3.0f, 3.0f);
+  for (int64_t j = 0; j < 64; ++j) x.at(1, 2, j, 5) = 40.0f;  // an outlier channel
+  for (const Format& f : kFormats) {
+    INFO(f.Name());
+    Cache c(ctx, x, f, kBHTD, 3);
+    bool ok = true;
+    x.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
+      const double v = x.at(b, h, j, d), got = c.values.at(b, h, j, d);
+      double bound = 0;
+      if (f.type == OCTATTN_DTYPE_INT8) {
+        bound = c.ScaleOf(b, h, j, d) * 0.5 * (1 + 1e-6);
+      } else if (Blocked(f.type)) {
+        // Q4_0's levels are -8 .. 7 times d: the value opposite the largest one's sign
+        // may be a whole step off.
+        uint16_t dh;
+        std::memcpy(&dh, c.Unit(b, h, j, d / 32), 2);
+        const double step = f.type == OCTATTN_DTYPE_Q4_0 ? 1.0 : 0.5;
+        bound = std::fabs(base::F16ToF32(dh)) * step * (1 + 1e-6);
+      } else {
+        const double s = c.ScaleOf(b, h, j, d);
+        const double rel = f.type == OCTATTN_DTYPE_FP8_E4M3 ? 1.0 / 16 : 1.0 / 8;
+        bound = std::fabs(v) * rel + s * std::ldexp(1.0, f.type == OCTATTN_DTYPE_FP8_E4M3 ? -10 : -17);
+      }
+      if (!(std::fabs(got - v) <= bound)) ok = false;
+    });
+    CHECK(ok);
+    if (f.type == OCTATTN_DTYPE_INT8 && f.rows == 1 && f.group == 32) {
+      // s = max|x| / 127 of its group, exactly.
+      float m = 0;
+      for (int64_t d = 0; d < 32; ++d) m = std::fmax(m, std::fabs(x.at(0, 1, 7, d)));
+      CHECK(c.scale.at(0, 1, 7, 0) == m / 127.0f);
+    }
+    if (f.type == OCTATTN_DTYPE_Q4_0) {  // the largest magnitude is exactly -8 d
+      float m = 0;
+      for (int64_t d = 0; d < 32; ++d)
+        if (std::fabs(x.at(0, 0, 3, d)) > std::fabs(m)) m = x.at(0, 0, 3, d);
+      uint16_t dh;
+      std::memcpy(&dh, c.Unit(0, 0, 3, 0), 2);
+      CHECK(dh == base::F32ToF16(m / -8.0f));
+    }
+  }
+  // 16-bit and f32 caches: the rounding of each value.
+  for (octattn_dtype t : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
+    std::vector<uint8_t> buf(static_cast<size_t>(2 * 3 * 64 * 64 * 4));
+    octattn_tensor dst = x.t;
+    dst.data = buf.data();
+    dst.dtype = t;
+    REQUIRE(octattn_kv_store(ctx, x.ptr(), &dst, nullptr, 0, nullptr) == OCTATTN_OK);
+    bool ok = true;
+    x.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
+      const int64_t i = b * x.t.stride[0] + h * x.t.stride[1] + j * x.t.stride[2] + d;
+      const float v = x.at(b, h, j, d);
+      if (t == OCTATTN_DTYPE_F32) {
+        ok = ok && std::memcmp(buf.data() + 4 * i, &v, 4) == 0;
+      } else {
+        uint16_t h16;
+        std::memcpy(&h16, buf.data() + 2 * i, 2);
+        ok = ok && h16 == Narrow(v, t);
+      }
+    });
+    CHECK(ok);
+  }
+}
+
+TEST_CASE("kv store: slots write pools as the contiguous store writes rows; any thread count") {
+  const int64_t B = 3, H = 4, T = 32, D = 64, bs = 16, nb = 12;
+  Tensor x(B, H, T, D);
+  x.Fill(5);
+  for (const Format& f : kFormats) {
+    INFO(f.Name());
+    Context one(1), two(2);
+    Cache rows(one, x, f, kBHTD, 9);  // the contiguous store
+    // The pool: sequence b's rows at blocks (2 * b + 1, 2 * b + 6) (slot = block * bs + row).
+    const int64_t units = Blocked(f.type) ? D / 32 : D, ub = UnitBytes(f.type);
+    std::vector<uint8_t> pool(static_cast<size_t>(nb * H * bs * units * ub), 0x5A), pool2;
+    octattn_tensor dst{};
+    dst.data = pool.data();
+    dst.dtype = f.type;
+    const int64_t shape[4] = {nb, H, bs, D};
+    for (int d = 0; d < 4; ++d) dst.shape[d] = shape[d];
+    dst.stride[3] = 1, dst.stride[2] = units, dst.stride[1] = bs * units, dst.stride[0] = H * bs * units;
+    std::vector<int64_t> slots(static_cast<size_t>(B * T));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        slots[b * T + t] = (t < bs ? 2 * b + 1 : 2 * b + 6) * bs + t % bs;
+    for (int64_t t = 0; t < bs; ++t) slots[T + t] = -1;  // skipped: batch entry 1's first block
+    Tensor scale;
+    octattn_tensor* sc = nullptr;
+    if (f.type == OCTATTN_DTYPE_INT8) {
+      scale = Tensor(nb, H, bs / f.rows, f.group > 0 ? D / f.group : 1);
+      sc = scale.ptr();
+    } else if (rows.has_scale) {
+      scale = rows.scale;
+      sc = scale.ptr();
+    }
+    const int64_t srows = f.type == OCTATTN_DTYPE_INT8 ? f.rows : 0;
+    REQUIRE(octattn_kv_store(two, x.ptr(), &dst, sc, srows, slots.data()) == OCTATTN_OK);
+    pool2 = pool;
+    std::fill(pool.begin(), pool.end(), 0x5A);
+    REQUIRE(octattn_kv_store(one, x.ptr(), &dst, sc, srows, slots.data()) == OCTATTN_OK);
+    CHECK(pool == pool2);
+    bool same = true, skipped = true;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t slot = (t < bs ? 2 * b + 1 : 2 * b + 6) * bs + t % bs;
+          const uint8_t* at = pool.data() + ((slot / bs) * dst.stride[0] + h * dst.stride[1] +
+                                             (slot % bs) * dst.stride[2]) * ub;
+          if (b == 1 && t < bs) {
+            for (int64_t i = 0; i < units * ub; ++i) skipped = skipped && at[i] == 0x5A;
+            continue;
+          }
+          same = same && std::memcmp(at, rows.Unit(b, h, t, 0), static_cast<size_t>(units * ub)) == 0;
+        }
+    CHECK(same);
+    CHECK(skipped);
+  }
+  // Big enough for the pool: the same bytes on one thread and two.
+  Tensor big(4, 8, 256, 128);
+  big.Fill(6);
+  Context one(1), two(2);
+  for (const Format& f : kFormats) {
+    Cache a(one, big, f, kBTHD, 4), b(two, big, f, kBTHD, 4);
+    CHECK(a.bytes == b.bytes);
+  }
+}
+
+TEST_CASE("quantized caches: bad input gets a status and writes nothing") {
+  Context ctx;
+  QuantProblem qp(ctx, 1, 2, 1, 4, 64, 64, {OCTATTN_DTYPE_INT8, 32, 1}, kBHTD, 1);
+  Tensor o = qp.p.Out();
+  for (float& x : o.buf) x = 7.0f;
+  const Tensor canary = o;
+  auto attend = [&](const octattn_attention_options& opt, const octattn_tensor* q,
+                    const octattn_tensor* k, const octattn_tensor* v, octattn_tensor* out) {
+    const octattn_status s = octattn_attention(ctx, &opt, q, k, v, out, nullptr, nullptr, nullptr, 0);
+    CHECK(BytesEqual(o, canary));
+    return s;
+  };
+  const octattn_attention_options good = qp.Options(Options());
+  octattn_tensor q = qp.p.q.t, k = qp.k.t, v = qp.v.t;
+  REQUIRE(octattn_attention(ctx, &good, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) ==
+          OCTATTN_OK);
+  for (float& x : o.buf) x = 7.0f;
+  octattn_attention_options bad = good;
+  bad.k_scale = nullptr;  // INT8 needs its scale
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_NULL_POINTER);
+  bad = good;
+  bad.k_scale_rows = -1;
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
+  Tensor wrong(1, 1, 64, 3);  // 3 does not divide 64
+  bad = good;
+  bad.k_scale = wrong.ptr();
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
+  Tensor rows(1, 1, 63, 2);  // 63 scale rows for 64 keys
+  bad.k_scale = rows.ptr();
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
+  Tensor b16 = qp.k.scale;  // a bool scale tensor
+  octattn_tensor bool_scale = b16.t;
+  bool_scale.dtype = OCTATTN_DTYPE_BOOL;
+  bad.k_scale = &bool_scale;
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
+  bad = good;  // a scale for an f32 k
+  CHECK(attend(bad, &q, qp.p.k.ptr(), &v, o.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
+  bad = good;  // a scale overlapping o
+  octattn_tensor over = qp.k.scale.t;
+  over.data = o.buf.data();
+  bad.k_scale = &over;
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_ALIASING);
+  octattn_tensor qq = k;  // a quantized q; a quantized o
+  qq.shape[2] = 4;
+  CHECK(attend(good, &qq, &k, &v, o.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
+  std::vector<uint8_t> obytes(4096);
+  octattn_tensor oq = o.t;
+  oq.data = obytes.data();
+  oq.dtype = OCTATTN_DTYPE_INT8;
+  CHECK(octattn_attention(ctx, &good, &q, &k, &v, &oq, nullptr, nullptr, nullptr, 0) ==
+        OCTATTN_ERROR_UNSUPPORTED);
+  // Q4_0 and Q8_0: rows of whole blocks, consecutive, aligned to their f16.
+  QuantProblem q4(ctx, 1, 2, 1, 4, 64, 64, {OCTATTN_DTYPE_Q4_0, 0, 1}, kBHTD, 2);
+  octattn_tensor k4 = q4.k.t;
+  k4.shape[3] = 48;
+  octattn_tensor q48 = q4.p.q.t;
+  q48.shape[3] = 48;
+  CHECK(attend(Options(), &q48, &k4, q4.v.ptr(), o.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
+  k4 = q4.k.t;
+  k4.stride[3] = 2;
+  k4.stride[2] = 4, k4.stride[1] = 256;
+  CHECK(attend(Options(), q4.p.q.ptr(), &k4, q4.v.ptr(), o.ptr()) == OCTATTN_ERROR_INVALID_STRIDE);
+  k4 = q4.k.t;
+  k4.data = q4.k.bytes.data() + 1;
+  CHECK(attend(Options(), q4.p.q.ptr(), &k4, q4.v.ptr(), o.ptr()) == OCTATTN_ERROR_MISALIGNED);
+  // The backward and the stages take no quantized tensors.
+  Tensor lse = qp.p.Lse(), g = qp.p.Out(), dq = qp.p.q, dk = qp.p.k, dv = qp.p.v;
+  CHECK(octattn_attention_backward(ctx, &good, &q, &k, &v, o.ptr(), lse.ptr(), g.ptr(), nullptr,
+                                   dq.ptr(), dk.ptr(), dv.ptr(), nullptr, nullptr, nullptr,
+                                   0) == OCTATTN_ERROR_UNSUPPORTED);
+  Tensor scores(1, 2, 4, 64);
+  CHECK(octattn_scores(ctx, &q, &k, scores.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
+}
+
+TEST_CASE("kv store: bad input gets a status and writes nothing") {
+  Context ctx;
+  Tensor x(1, 2, 8, 64);
+  x.Fill(1);
+  std::vector<uint8_t> buf(2 * 8 * 64 + 64, 0x33);
+  const std::vector<uint8_t> canary = buf;
+  octattn_tensor dst = x.t;
+  dst.data = buf.data();
+  dst.dtype = OCTATTN_DTYPE_INT8;
+  Tensor scale(1, 2, 8, 2);
+  CHECK(octattn_kv_store(nullptr, x.ptr(), &dst, scale.ptr(), 0, nullptr) ==
+        OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_kv_store(ctx, x.ptr(), &dst, nullptr, 0, nullptr) == OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_kv_store(ctx, x.ptr(), nullptr, scale.ptr(), 0, nullptr) ==
+        OCTATTN_ERROR_NULL_POINTER);
+  CHECK(octattn_kv_store(ctx, x.ptr(), &dst, scale.ptr(), -1, nullptr) ==
+        OCTATTN_ERROR_INVALID_OPTION);
+  CHECK(octattn_kv_store(ctx, x.ptr(), &dst, scale.ptr(), 3, nullptr) ==
+        OCTATTN_ERROR_INVALID_SHAPE);  // 8 rows are no multiple of 3
+  Tensor s3(1, 2, 8, 3);
+  CHECK(octattn_kv_store(ctx, x.ptr(), &dst, s3.ptr(), 0, nullptr) == OCTATTN_ERROR_INVALID_SHAPE);
+  octattn_tensor short_dst = dst;
+  short_dst.shape[2] = 7;
+  CHECK(octattn_kv_store(ctx, x.ptr(), &short_dst, scale.ptr(), 0, nullptr) ==
+        OCTATTN_ERROR_INVALID_SHAPE);
+  octattn_tensor self = dst;  // dst overlapping src
+  self.data = x.buf.data();
+  CHECK(octattn_kv_store(ctx, x.ptr(), &self, scale.ptr(), 0, nullptr) == OCTATTN_ERROR_ALIASING);
+  octattn_tensor src16 = dst;  // a quantized src
+  std::vector<uint8_t> other(buf.size());
+  src16.data = other.data();
+  CHECK(octattn_kv_store(ctx, &src16, &dst, scale.ptr(), 0, nullptr) == OCTATTN_ERROR_UNSUPPORTED);
+  octattn_tensor q8 = dst;  // a scale for a dtype that takes none
+  q8.dtype = OCTATTN_DTYPE_Q8_0;
+  q8.stride[2] = 2, q8.stride[1] = 16;
+  CHECK(octattn_kv_store(ctx, x.ptr(), &q8, scale.ptr(), 0, nullptr) ==
+        OCTATTN_ERROR_INVALID_OPTION);
+  octattn_tensor clash = dst;  // dst elements overlapping each other
+  clash.stride[2] = 0;
+  CHECK(octattn_kv_store(ctx, x.ptr(), &clash, scale.ptr(), 0, nullptr) ==
+        OCTATTN_ERROR_INVALID_STRIDE);
+  // Slots: out of range; INT8 scale blocks misaligned.
+  octattn_tensor pool = dst;
+  pool.shape[0] = 1, pool.shape[2] = 8;
+  std::vector<int64_t> slots(8);
+  for (int64_t i = 0; i < 8; ++i) slots[i] = i;
+  slots[5] = 8;
+  CHECK(octattn_kv_store(ctx, x.ptr(), &pool, scale.ptr(), 0, slots.data()) ==
+        OCTATTN_ERROR_INVALID_OPTION);
+  Tensor s4(1, 2, 2, 2);
+  for (int64_t i = 0; i < 8; ++i) slots[i] = (i + 1) % 8;
+  CHECK(octattn_kv_store(ctx, x.ptr(), &pool, s4.ptr(), 4, slots.data()) ==
+        OCTATTN_ERROR_INVALID_OPTION);
+  CHECK(buf == canary);
+}
