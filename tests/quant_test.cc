@@ -110,8 +110,9 @@ struct Cache {
       std::memcpy(&dh, blk, 2);
       const float scale16 = base::F16ToF32(dh);
       const int i = static_cast<int>(d % 32);
-      const int q = f.type == OCTATTN_DTYPE_Q8_0 ? static_cast<int8_t>(blk[2 + i])
-                                                 : (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
+      const int q = f.type == OCTATTN_DTYPE_Q8_0
+                        ? static_cast<int8_t>(blk[2 + i])
+                        : (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
       return scale16 * static_cast<float>(q);
     }
     const uint8_t c = *Unit(b, h, j, d);
@@ -124,10 +125,10 @@ struct Cache {
 };
 
 const Format kFormats[] = {
-    {OCTATTN_DTYPE_INT8, 32, 1},      {OCTATTN_DTYPE_INT8, 0, 1},
-    {OCTATTN_DTYPE_INT8, 1, 16},      {OCTATTN_DTYPE_FP8_E4M3, -1, 1},
-    {OCTATTN_DTYPE_FP8_E4M3, 0, 1},   {OCTATTN_DTYPE_FP8_E5M2, 16, 1},
-    {OCTATTN_DTYPE_Q8_0, 0, 1},       {OCTATTN_DTYPE_Q4_0, 0, 1},
+    {OCTATTN_DTYPE_INT8, 32, 1},    {OCTATTN_DTYPE_INT8, 0, 1},
+    {OCTATTN_DTYPE_INT8, 1, 16},    {OCTATTN_DTYPE_FP8_E4M3, -1, 1},
+    {OCTATTN_DTYPE_FP8_E4M3, 0, 1}, {OCTATTN_DTYPE_FP8_E5M2, 16, 1},
+    {OCTATTN_DTYPE_Q8_0, 0, 1},     {OCTATTN_DTYPE_Q4_0, 0, 1},
 };
 
 // A problem whose k and v are quantized caches of f's format (v: per-token scales where
@@ -135,8 +136,8 @@ const Format kFormats[] = {
 struct QuantProblem {
   Problem p;
   Cache k, v;
-  QuantProblem(Context& ctx, int64_t B, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk,
-               int64_t D, Format f, int layout, uint32_t seed)
+  QuantProblem(Context& ctx, int64_t B, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D,
+               Format f, int layout, uint32_t seed)
       : p(B, Hq, Hkv, Tq, Tk, D, D, seed, 1.0f, layout),
         k(ctx, p.k, f, layout, seed + 7),
         v(ctx, p.v, f.rows > 1 ? Format{f.type, 32, 1} : f, layout, seed + 8) {}
@@ -246,10 +247,10 @@ TEST_CASE("quantized caches: decode equals prefill, and threads change no byte")
     QuantProblem qp(one, 1, 4, 1, T, T, 64, f, kBTHD, 5);
     Tensor full = qp.p.Out(), full2 = qp.p.Out();
     const octattn_attention_options opt = qp.Options(Options());
-    REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(),
-                              nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
-    REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(),
-                              nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+    REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(), nullptr,
+                              nullptr, nullptr, 0) == OCTATTN_OK);
+    REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(), nullptr,
+                              nullptr, nullptr, 0) == OCTATTN_OK);
     CHECK(BytesEqual(full, full2));
     for (int64_t i : {int64_t{0}, T / 2, T - 1}) {
       // Query row i alone, over keys 0..i of the same cache (a view of its first rows).
@@ -293,7 +294,8 @@ TEST_CASE("quantized caches: paged and ragged batches equal their contiguous cal
     Tensor kpool(B * blocks_per, H, bs, D), vpool(B * blocks_per, H, bs, D);
     std::vector<int32_t> table(static_cast<size_t>(B * blocks_per));
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < blocks_per; ++i) table[b * blocks_per + i] = static_cast<int32_t>(i * B + b);
+      for (int64_t i = 0; i < blocks_per; ++i)
+        table[b * blocks_per + i] = static_cast<int32_t>(i * B + b);
     kpool.Fill(9);
     vpool.Fill(10);
     for (int64_t b = 0; b < B; ++b)
@@ -407,7 +409,8 @@ TEST_CASE("kv store: each format's values are within its quantization error") {
       } else {
         const double s = c.ScaleOf(b, h, j, d);
         const double rel = f.type == OCTATTN_DTYPE_FP8_E4M3 ? 1.0 / 16 : 1.0 / 8;
-        bound = std::fabs(v) * rel + s * std::ldexp(1.0, f.type == OCTATTN_DTYPE_FP8_E4M3 ? -10 : -17);
+        bound =
+            std::fabs(v) * rel + s * std::ldexp(1.0, f.type == OCTATTN_DTYPE_FP8_E4M3 ? -10 : -17);
       }
       if (!(std::fabs(got - v) <= bound)) ok = false;
     });
@@ -466,7 +469,8 @@ TEST_CASE("kv store: slots write pools as the contiguous store writes rows; any 
     dst.dtype = f.type;
     const int64_t shape[4] = {nb, H, bs, D};
     for (int d = 0; d < 4; ++d) dst.shape[d] = shape[d];
-    dst.stride[3] = 1, dst.stride[2] = units, dst.stride[1] = bs * units, dst.stride[0] = H * bs * units;
+    dst.stride[3] = 1, dst.stride[2] = units, dst.stride[1] = bs * units,
+    dst.stride[0] = H * bs * units;
     std::vector<int64_t> slots(static_cast<size_t>(B * T));
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t)
@@ -492,13 +496,15 @@ TEST_CASE("kv store: slots write pools as the contiguous store writes rows; any 
       for (int64_t h = 0; h < H; ++h)
         for (int64_t t = 0; t < T; ++t) {
           const int64_t slot = (t < bs ? 2 * b + 1 : 2 * b + 6) * bs + t % bs;
-          const uint8_t* at = pool.data() + ((slot / bs) * dst.stride[0] + h * dst.stride[1] +
-                                             (slot % bs) * dst.stride[2]) * ub;
+          const uint8_t* at =
+              pool.data() +
+              ((slot / bs) * dst.stride[0] + h * dst.stride[1] + (slot % bs) * dst.stride[2]) * ub;
           if (b == 1 && t < bs) {
             for (int64_t i = 0; i < units * ub; ++i) skipped = skipped && at[i] == 0x5A;
             continue;
           }
-          same = same && std::memcmp(at, rows.Unit(b, h, t, 0), static_cast<size_t>(units * ub)) == 0;
+          same =
+              same && std::memcmp(at, rows.Unit(b, h, t, 0), static_cast<size_t>(units * ub)) == 0;
         }
     CHECK(same);
     CHECK(skipped);
@@ -521,7 +527,8 @@ TEST_CASE("quantized caches: bad input gets a status and writes nothing") {
   const Tensor canary = o;
   auto attend = [&](const octattn_attention_options& opt, const octattn_tensor* q,
                     const octattn_tensor* k, const octattn_tensor* v, octattn_tensor* out) {
-    const octattn_status s = octattn_attention(ctx, &opt, q, k, v, out, nullptr, nullptr, nullptr, 0);
+    const octattn_status s =
+        octattn_attention(ctx, &opt, q, k, v, out, nullptr, nullptr, nullptr, 0);
     CHECK(BytesEqual(o, canary));
     return s;
   };

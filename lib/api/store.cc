@@ -20,9 +20,9 @@ api::Check ValidateStore(const octattn_tensor* src, octattn_tensor* dst, octattn
   OCTATTN_CHECK(api::ValidateTensor(dst, "dst", api::Role::kOutput, false, &c->dst, api::kCache));
   const run::TensorInfo &s = c->src, &d = c->dst;
   if (scale_rows < 0 || scale_rows > run::kMaxStoreScaleRows)
-    return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
-                     "scale_rows must be in [0, " + std::to_string(run::kMaxStoreScaleRows) +
-                         "] (0: 1)");
+    return api::Fail(
+        OCTATTN_ERROR_INVALID_OPTION,
+        "scale_rows must be in [0, " + std::to_string(run::kMaxStoreScaleRows) + "] (0: 1)");
   c->scale_rows = scale_rows == 0 ? 1 : scale_rows;
   const int64_t rows = c->scale_rows;
   OCTATTN_CHECK(api::CheckSize(d, "dst", 1, s.shape[1], "heads of src"));
@@ -67,8 +67,8 @@ api::Check ValidateStore(const octattn_tensor* src, octattn_tensor* dst, octattn
       return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "scale_rows is set, but dst takes no scale");
   } else if (d.type == base::kI8) {
     if (!scale) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "scale is NULL: an INT8 dst needs it");
-    OCTATTN_CHECK(api::ValidateTensor(scale, "scale", api::Role::kOutput, false, &c->scale,
-                                      api::kFloating));
+    OCTATTN_CHECK(
+        api::ValidateTensor(scale, "scale", api::Role::kOutput, false, &c->scale, api::kFloating));
     const int64_t cache_rows = slots ? d.shape[2] : s.shape[2];
     if (cache_rows % rows != 0)
       return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,

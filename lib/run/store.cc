@@ -34,7 +34,8 @@ void StoreBlock(const float* x, Dtype t, uint8_t* dst) {
     finite = finite && std::isfinite(x[i]);
     if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), m = x[i];
   }
-  const uint16_t h = !finite ? 0x7E00 : base::F32ToF16(t == base::kQ8_0 ? amax / 127.0f : m / -8.0f);
+  const uint16_t h =
+      !finite ? 0x7E00 : base::F32ToF16(t == base::kQ8_0 ? amax / 127.0f : m / -8.0f);
   memcpy(dst, &h, 2);
   const float d = base::F16ToF32(h);
   if (t == base::kQ8_0) {
@@ -52,15 +53,15 @@ void StoreBlock(const float* x, Dtype t, uint8_t* dst) {
 // Rows [t0, t0 + n) of (b, h), n = scale_rows (one scale row of an INT8 cache) or 1; `out`
 // their destination rows (null: skipped), `sc` the scale row of the first of them (null:
 // none).
-void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n,
-               float* const* out, const void* sc) {
+void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n, float* const* out,
+               const void* sc) {
   const TensorInfo &src = c.src, &dst = c.dst;
   const int64_t dim = src.shape[3];
   const Dtype t = dst.type;
   const float* rows[kMaxStoreScaleRows];
   for (int64_t r = 0; r < n; ++r)
-    rows[r] = base::ElemAt(src.data, b * src.stride[0] + h * src.stride[1] + (t0 + r) * src.stride[2],
-                           src.type);
+    rows[r] = base::ElemAt(
+        src.data, b * src.stride[0] + h * src.stride[1] + (t0 + r) * src.stride[2], src.type);
   if (t == base::kI8) {
     float* s = const_cast<float*>(static_cast<const float*>(sc));
     for (int64_t g0 = 0; g0 < dim; g0 += c.group) {
@@ -77,7 +78,8 @@ void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n,
       const float sv = base::LoadElem(s, at, c.scale.type);  // as the cache reads it
       for (int64_t r = 0; r < n; ++r)
         for (int64_t d = g0; d < g0 + c.group; ++d) {
-          const int i = !finite || sv == 0.0f ? 0 : RoundClamp(Source(c, rows[r], d) / sv, -127, 127);
+          const int i =
+              !finite || sv == 0.0f ? 0 : RoundClamp(Source(c, rows[r], d) / sv, -127, 127);
           reinterpret_cast<int8_t*>(out[r])[d * dst.stride[3]] = static_cast<int8_t>(i);
         }
     }
@@ -120,12 +122,14 @@ void StoreHead(const StoreCall& c, int64_t b, int64_t h) {
       row = slot % c.block_size;
     }
     for (int64_t r = 0; r < n; ++r)
-      out[r] = base::ElemAt(dst.data, block * dst.stride[0] + h * dst.stride[1] + (row + r) * dst.stride[2],
+      out[r] = base::ElemAt(dst.data,
+                            block * dst.stride[0] + h * dst.stride[1] + (row + r) * dst.stride[2],
                             dst.type);
     // Scale row of rows that start a scale row (INT8), or of each row (FP8: broadcast).
     const void* s = nullptr;
     if (sc.hi != 0)
-      s = base::ElemAt(sc.data, block * sc.stride[0] + h * sc.stride[1] + row / c.scale_rows * sc.stride[2],
+      s = base::ElemAt(sc.data,
+                       block * sc.stride[0] + h * sc.stride[1] + row / c.scale_rows * sc.stride[2],
                        sc.type);
     StoreRows(c, b, h, t0, n, out, s);
   }

@@ -65,14 +65,97 @@ static inline void WidenRowV(const void* src, int64_t stride, Dtype t, int64_t n
   WidenRow(ElemAt(s, d * stride, t), stride, t, n - d, dst + d);
 }
 
+// n fp8 values (e4m3fn: mbits 3; e5m2: 2) widened, as base::Fp8ToF32: the exponent
+// rebiased in integer arithmetic, subnormals as m * 2^-k (exact also where the caller's
+// floating-point environment flushes denormals), specials selected by masks (no branch:
+// the loop runs in vectors).
+template <int mbits>
+static inline void WidenFp8(const uint8_t* __restrict s, int64_t n, float* __restrict dst) {
+  constexpr bool e4 = mbits == 3;
+  constexpr uint32_t rebias = e4 ? 120 : 112;  // 127 - bias
+  constexpr float sub = e4 ? 0x1p-9f : 0x1p-16f;
+  for (int64_t d = 0; d < n; ++d) {
+    const uint32_t b = s[d], sign = (b & 0x80u) << 24, em = b & 0x7Fu;
+    const uint32_t normal = sign | ((em << (23 - mbits)) + (rebias << 23));
+    const uint32_t subn = sign | BitsOf(static_cast<float>(static_cast<int32_t>(em)) * sub);
+    const uint32_t is_sub = 0u - static_cast<uint32_t>(em < (1u << mbits));
+    const uint32_t x = (subn & is_sub) | (normal & ~is_sub);
+    const uint32_t special =
+        0u - static_cast<uint32_t>(e4 ? em == 0x7Fu : em >= 0x7Cu);  // NaN; e5m2: also Inf
+    const uint32_t sp = e4 ? (sign | 0x7FC00000u) : (sign | 0x7F800000u | ((em & 3u) << 21));
+    dst[d] = FloatOf((sp & special) | (x & ~special));
+  }
+}
+
+// DequantRow (base/dtype.h) in loops of independent lanes, which the compiler runs in the
+// target's vectors: the same values (each is a conversion, exact, and at most one
+// product).
+static inline void DequantRowV(const void* src, int64_t stride, Dtype t, int64_t n, const void* sc,
+                               Dtype st, int64_t sc_col, int64_t group, float* dst) {
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  if (Blocked(t)) {
+    const int64_t bytes = DtypeBytes(t);
+    for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+      const uint8_t* blk = s + b * bytes;
+      uint16_t h;
+      memcpy(&h, blk, 2);
+      const float d = F16ToF32(h);
+      float* o = dst + b * kQuantBlock;
+      if (t == kQ8_0) {
+        for (int i = 0; i < 32; ++i) o[i] = d * static_cast<float>(static_cast<int8_t>(blk[2 + i]));
+        continue;
+      }
+      // The nibbles split eight bytes at a time (a byte loop stays scalar here), then
+      // d * (nibble - 8), the difference exact in f32.
+      uint64_t w[2], u[4];
+      memcpy(w, blk + 2, 16);
+      for (int i = 0; i < 2; ++i) {
+        u[i] = w[i] & 0x0F0F0F0F0F0F0F0Full;
+        u[i + 2] = (w[i] >> 4) & 0x0F0F0F0F0F0F0F0Full;
+      }
+      uint8_t nib[kQuantBlock];
+      memcpy(nib, u, kQuantBlock);
+      for (int i = 0; i < 32; ++i) o[i] = d * (static_cast<float>(nib[i]) - 8.0f);
+    }
+    return;
+  }
+  if (stride != 1) return DequantRow(src, stride, t, n, sc, st, sc_col, group, dst);
+  if (t == kI8) {
+    for (int64_t d = 0; d < n; ++d) dst[d] = static_cast<float>(static_cast<int8_t>(s[d]));
+  } else if (t == kE4m3) {
+    WidenFp8<3>(s, n, dst);
+  } else {
+    WidenFp8<2>(s, n, dst);
+  }
+  if (!sc) return;
+  if (group == 1 && sc_col == 1 && st == kF32) {  // by channel (KIVI's keys)
+    const float* f = static_cast<const float*>(sc);
+    for (int64_t d = 0; d < n; ++d) dst[d] = f[d] * dst[d];
+    return;
+  }
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    const float f = LoadElem(sc, g0 / group * sc_col, st);
+    const int64_t g1 = base::MinI(g0 + group, n);
+    for (int64_t d = g0; d < g1; ++d) dst[d] = f * dst[d];
+  }
+}
+
 // Key (value) row j of an op widened or dequantized into f32 (exact for 16-bit rows;
 // quantized ones: their values as dtype.h defines them).
 static inline void WidenKey(const Operands& op, int64_t j, float* dst) {
-  if (Quantized(op.k_type)) return DequantKey(op, j, dst);
+  if (Quantized(op.k_type)) {
+    const Scales& s = op.k_scales;
+    return DequantRowV(KeyRow(op, j), op.k_dim, op.k_type, op.head_dim, ScaleRow(op, s, j), s.type,
+                       s.col, s.group, dst);
+  }
   WidenRowV(KeyRow(op, j), op.k_dim, op.k_type, op.head_dim, dst);
 }
 static inline void WidenValue(const Operands& op, int64_t j, float* dst) {
-  if (Quantized(op.v_type)) return DequantValue(op, j, dst);
+  if (Quantized(op.v_type)) {
+    const Scales& s = op.v_scales;
+    return DequantRowV(ValueRow(op, j), op.v_dim, op.v_type, op.value_dim, ScaleRow(op, s, j),
+                       s.type, s.col, s.group, dst);
+  }
   WidenRowV(ValueRow(op, j), op.v_dim, op.v_type, op.value_dim, dst);
 }
 

@@ -29,6 +29,14 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
+// Whether a task's quantized tiles, dequantized into f32 rows (WidenTile), run as direct
+// tiles on those rows: FlashDirect's conditions for the rows as widened.
+static inline bool FlashDirectWidened(const FlashTask& t, int64_t step) {
+  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
+         Quantized(t.op.k_type) && Quantized(t.op.v_type) && t.op.head_dim % 8 == 0 &&
+         ValuesDirect(1, t.op.value_dim) && !t.op.mods.Scores();
+}
+
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
 // share a few L1 sets (4 KiB an L1 way on the x86 cores measured here).
 static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * bytes) % 4096 == 0; }

@@ -217,8 +217,25 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
     }
   };
   const bool direct = span >= 0 && FlashDirect(t, step);
+  const bool widened = span >= 0 && FlashDirectWidened(t, step);
   for (int64_t t0 = next_tile(begin); t0 < end;) {
     const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (widened && t1 - t0 == kTileKeys &&
+        base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
+      // A quantized tile every row reads: its rows dequantized, then read in place as f32
+      // rows (the bytes of the packed tile of the same values).
+      FlashTask wide[kMaxTaskKvHeads];
+      DirectTile dts[kMaxTaskKvHeads];
+      for (int64_t x = 0; x < nh; ++x) {
+        wide[x] = ts[x];
+        wide[x].op = WidenTile(ts[x], fs[x], t0, t0, t1, first, step, below);
+        dts[x] = DirectTile{&wide[x].op, -t0, t0, t1, 0, 0, fs[x].kt};
+        dts[x].vbuf = fs[x].vpack;
+      }
+      t0 = next_tile(t1);
+      FlashDirectTileHeads<kF32>(wide, dts, fs, nh, rows, sts, stride);
+      continue;
+    }
     if (direct && t1 - t0 == kTileKeys &&
         base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
