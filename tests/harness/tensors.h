@@ -125,7 +125,7 @@ class Floats {
     BigBlocks::Get().Give(p_, cap_);
     n_ = n;
     p_ = BigBlocks::Get().Take(n_, &cap_);
-    std::memcpy(p_, src, n_ * 4);
+    if (n_ > 0) std::memcpy(p_, src, n_ * 4);  // (an empty tensor's src may be null)
   }
   size_t n_ = 0, cap_ = 0;
   float* p_ = nullptr;
