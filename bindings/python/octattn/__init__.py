@@ -16,7 +16,7 @@ from . import _octattn
 __all__ = [
     "Context", "Error", "attention", "workspace_size", "scores", "scale", "mask",
     "modify_scores", "softmax", "weighted_sum", "split_heads", "merge_heads", "split_qkv",
-    "merge", "attention_backward", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
+    "merge", "attention_backward", "kv_store", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
     "version", "STATUS",
 ]
 
@@ -144,6 +144,8 @@ def _per_head(a, like):
 # o = softmax(scale * q k^T + M) v: the extension's entry, keywords parsed in C++ (a
 # Python wrapper cost about 1.5 us a call); help(octattn.attention) has its text.
 attention = _octattn.attention
+# Rows into a KV cache of any dtype, quantized ones included (help(octattn.kv_store)).
+kv_store = _octattn.kv_store
 
 
 

@@ -33,6 +33,9 @@ using OptArray = nb::handle;  // a tensor argument or None
 // released (a module's globals outlive the interpreter's finalization otherwise).
 nb::handle error_class;
 nb::handle torch_tensor, torch_f32, torch_bf16, torch_f16, torch_bool, torch_threads;
+nb::handle torch_i8, torch_u8, torch_e4m3, torch_e5m2;  // the last two: torch >= 2.1
+// A uint8 array's marker dtype: the bytes of ggml blocks, given a format (kv_format).
+constexpr octattn_dtype kBytes = 100;
 
 // Raises octattn.Error(status, message).
 [[noreturn]] void Raise(octattn_status status, const std::string& message) {
@@ -59,6 +62,12 @@ void LearnTorch() {
   torch_bf16 = nb::object(torch.attr("bfloat16")).release();
   torch_f16 = nb::object(torch.attr("float16")).release();
   torch_bool = nb::object(torch.attr("bool")).release();
+  torch_i8 = nb::object(torch.attr("int8")).release();
+  torch_u8 = nb::object(torch.attr("uint8")).release();
+  if (nb::hasattr(torch, "float8_e4m3fn")) {
+    torch_e4m3 = nb::object(torch.attr("float8_e4m3fn")).release();
+    torch_e5m2 = nb::object(torch.attr("float8_e5m2")).release();
+  }
   torch_threads = nb::object(torch.attr("get_num_threads")).release();
   torch_tensor = nb::object(torch.attr("Tensor")).release();
 }
@@ -82,11 +91,15 @@ Raw RawOf(nb::handle h, const char* name) {
   if (IsTorch(h)) {
     if (!nb::cast<bool>(h.attr("is_cpu"))) Bad(name, "a CPU tensor", true);
     nb::handle dt = h.attr("dtype");
-    r.dtype = dt.is(torch_f32)    ? OCTATTN_DTYPE_F32
-              : dt.is(torch_bf16) ? OCTATTN_DTYPE_BF16
-              : dt.is(torch_f16)  ? OCTATTN_DTYPE_F16
-              : dt.is(torch_bool) ? OCTATTN_DTYPE_BOOL
-                                  : 0;
+    r.dtype = dt.is(torch_f32)                        ? OCTATTN_DTYPE_F32
+              : dt.is(torch_bf16)                     ? OCTATTN_DTYPE_BF16
+              : dt.is(torch_f16)                      ? OCTATTN_DTYPE_F16
+              : dt.is(torch_bool)                     ? OCTATTN_DTYPE_BOOL
+              : dt.is(torch_i8)                       ? OCTATTN_DTYPE_INT8
+              : dt.is(torch_u8)                       ? kBytes
+              : torch_e4m3.ptr() && dt.is(torch_e4m3) ? OCTATTN_DTYPE_FP8_E4M3
+              : torch_e5m2.ptr() && dt.is(torch_e5m2) ? OCTATTN_DTYPE_FP8_E5M2
+                                                      : 0;
     nb::tuple shape = nb::borrow<nb::tuple>(h.attr("shape"));
     nb::tuple stride = nb::borrow<nb::tuple>(h.attr("stride")());
     r.ndim = nb::len(shape);
@@ -106,6 +119,8 @@ Raw RawOf(nb::handle h, const char* name) {
               : d.code == static_cast<uint8_t>(Code::Bfloat) && d.bits == 16 ? OCTATTN_DTYPE_BF16
               : d.code == static_cast<uint8_t>(Code::Float) && d.bits == 16  ? OCTATTN_DTYPE_F16
               : d.code == static_cast<uint8_t>(Code::Bool) && d.bits == 8    ? OCTATTN_DTYPE_BOOL
+              : d == nb::dtype<int8_t>()                                     ? OCTATTN_DTYPE_INT8
+              : d == nb::dtype<uint8_t>()                                    ? kBytes
                                                                              : 0;
     r.ndim = a.ndim();
     if (r.ndim > 4) Bad(name, "expected 4 dimensions (3 for lse), got " + std::to_string(r.ndim));
@@ -117,6 +132,43 @@ Raw RawOf(nb::handle h, const char* name) {
   }
   if (r.dtype == 0) Bad(name, "dtype must be float32 (or bool for a mask)", true);
   return r;
+}
+
+// A KV cache argument as the call reads it: a uint8 array of ggml blocks (kv_format
+// "q8_0" or "q4_0": its last dimension the row's bytes, strides in bytes) as blocks of
+// values; a uint8 array of fp8 codes (kv_format "fp8_e4m3" or "fp8_e5m2", numpy having
+// no fp8 dtype) as those; any other as it is.
+Raw CacheOf(nb::handle h, const char* name, octattn_dtype format) {
+  Raw r = RawOf(h, name);
+  if (r.dtype != kBytes) {
+    if (format) Bad(name, "kv_format is for uint8 arrays", true);
+    return r;
+  }
+  if (!format) Bad(name, "a uint8 cache needs kv_format ('q8_0', 'q4_0', 'fp8_e4m3', ...)", true);
+  r.dtype = format;
+  if (format != OCTATTN_DTYPE_Q8_0 && format != OCTATTN_DTYPE_Q4_0) return r;
+  const int64_t unit = format == OCTATTN_DTYPE_Q8_0 ? 34 : 18, last = r.ndim - 1;
+  if (r.ndim < 1 || r.shape[last] % unit != 0 || (r.shape[last] > 1 && r.stride[last] != 1))
+    Bad(name, "rows of whole blocks (" + std::to_string(unit) + " contiguous bytes each)");
+  for (size_t i = 0; i < r.ndim; ++i) {
+    if (static_cast<int64_t>(i) == last) continue;
+    if (r.stride[i] % unit != 0) Bad(name, "strides of whole blocks");
+    r.stride[i] /= unit;
+  }
+  r.shape[last] = r.shape[last] / unit * 32;
+  r.stride[last] = 1;
+  return r;
+}
+
+octattn_dtype FormatOf(nb::handle format) {
+  if (format.is_none()) return 0;
+  const std::string f = nb::cast<std::string>(format);
+  if (f == "q8_0") return OCTATTN_DTYPE_Q8_0;
+  if (f == "q4_0") return OCTATTN_DTYPE_Q4_0;
+  if (f == "fp8_e4m3") return OCTATTN_DTYPE_FP8_E4M3;
+  if (f == "fp8_e5m2") return OCTATTN_DTYPE_FP8_E5M2;
+  if (f == "int8") return OCTATTN_DTYPE_INT8;
+  throw nb::value_error("kv_format is 'q8_0', 'q4_0', 'fp8_e4m3', 'fp8_e5m2' or 'int8'");
 }
 
 // A tensor view of `h`: 4 dimensions (3: a trailing 1 is appended, as for lse
@@ -230,7 +282,14 @@ struct Batch {
   const int64_t *cu_q = nullptr, *cu_k = nullptr;
   const int32_t* table = nullptr;
   int64_t cols = 0;
+  // A quantized cache's scale tensors (null: none) and rows per scale row.
+  const octattn_tensor *k_scale = nullptr, *v_scale = nullptr;
+  int64_t k_scale_rows = 0, v_scale_rows = 0;
   void Apply(octattn_attention_options* o) const {
+    o->k_scale = k_scale;
+    o->v_scale = v_scale;
+    o->k_scale_rows = k_scale_rows;
+    o->v_scale_rows = v_scale_rows;
     o->q_starts = q_starts;
     o->kv_starts = kv_starts;
     o->kv_lens = kv_lens;
@@ -355,6 +414,16 @@ class Context {
     {
       nb::gil_scoped_release release;
       s = octattn_attention(ctx_, &opt.o, &q, &k, &v, o, lse, weights, nullptr, 0);
+    }
+    Check(s);
+  }
+
+  void KvStore(const octattn_tensor& src, octattn_tensor* dst, octattn_tensor* scale,
+               int64_t scale_rows, const int64_t* slots) {
+    octattn_status s;
+    {
+      nb::gil_scoped_release release;
+      s = octattn_kv_store(ctx_, &src, dst, scale, scale_rows, slots);
     }
     Check(s);
   }
@@ -516,8 +585,9 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           nb::handle mask, nb::handle out, bool return_lse, bool return_weights,
                           nb::handle algorithm, nb::handle layout, nb::handle context,
                           nb::handle q_starts, nb::handle kv_starts, nb::handle kv_lens,
-                          nb::handle cu_seqlens_q, nb::handle cu_seqlens_k,
-                          nb::handle block_table) {
+                          nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle block_table,
+                          nb::handle k_scale, nb::handle v_scale, int64_t k_scale_rows,
+                          int64_t v_scale_rows, nb::handle kv_format) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -535,7 +605,8 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                                                     : -1;
   if (algo < 0) throw nb::value_error("algorithm is 'auto', 'fused', 'naive' or 'reference'");
   // Each tensor argument is read once (for torch, five attribute calls).
-  Raw rq = RawOf(q, "q"), rk = RawOf(k, "k"), rv = RawOf(v, "v");
+  const octattn_dtype format = FormatOf(kv_format);
+  Raw rq = RawOf(q, "q"), rk = CacheOf(k, "k", format), rv = CacheOf(v, "v", format);
   // Sequences: ragged (cu_seqlens_q: q, k, v and out [total, H, D]) or the batch entries;
   // a block table makes k and v pools ([blocks, block_size, H, D], layout "bthd").
   Batch batch;
@@ -593,6 +664,14 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   octattn_tensor to = ViewOf(ro, "out", q_bthd), tl{}, tw{};
   if (return_lse) tl = View(lse, "lse");
   if (return_weights) tw = View(weights, "weights");
+  // Scales: [B, Hkv, R, D / G] (bthd: [B, R, Hkv, D / G]) as k and v, sizes of 1 broadcast.
+  octattn_tensor tks{}, tvs{};
+  if (!k_scale.is_none()) tks = ViewOf(RawOf(k_scale, "k_scale"), "k_scale", kv_bthd);
+  if (!v_scale.is_none()) tvs = ViewOf(RawOf(v_scale, "v_scale"), "v_scale", kv_bthd);
+  batch.k_scale = k_scale.is_none() ? nullptr : &tks;
+  batch.v_scale = v_scale.is_none() ? nullptr : &tvs;
+  batch.k_scale_rows = k_scale_rows;
+  batch.v_scale_rows = v_scale_rows;
   ctx->Attention(ViewOf(rq, "q", q_bthd), ViewOf(rk, "k", kv_bthd), ViewOf(rv, "v", kv_bthd), &to,
                  return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
                  q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
@@ -601,6 +680,23 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   if (!return_lse && !return_weights) return o;
   if (return_lse && return_weights) return nb::make_tuple(o, lse, weights);
   return nb::make_tuple(o, return_lse ? lse : weights);
+}
+
+// octattn.kv_store: src [B, H, T, D] (bthd: [B, T, H, D]) converted into dst, a view of
+// the cache's rows (or with slots a pool [blocks, H, block_size, D], bthd [blocks,
+// block_size, H, D]); scale: INT8's output, FP8's input.
+void KvStoreEntry(nb::handle src, nb::handle dst, nb::handle scale, int64_t scale_rows,
+                  nb::handle slots, nb::handle layout, nb::handle kv_format, nb::handle context) {
+  const bool bthd = Is(layout, "bthd");
+  if (!bthd && !Is(layout, "bhtd")) throw nb::value_error("layout is 'bhtd' or 'bthd'");
+  Context* ctx = context.is_none() ? &DefaultContext() : nb::cast<Context*>(context);
+  const octattn_tensor ts = ViewOf(RawOf(src, "src"), "src", bthd);
+  octattn_tensor td = ViewOf(CacheOf(dst, "dst", FormatOf(kv_format)), "dst", bthd), tsc{};
+  if (!scale.is_none()) tsc = ViewOf(RawOf(scale, "scale"), "scale", bthd);
+  const int64_t* sl = nullptr;
+  if (!slots.is_none())
+    sl = static_cast<const int64_t*>(Ints(slots, 64, ts.shape[0] * ts.shape[2], "slots"));
+  ctx->KvStore(ts, &td, scale.is_none() ? nullptr : &tsc, scale_rows, sl);
 }
 
 // The library's size or offset of a struct member (octattn_struct_layout), or -1.
@@ -682,6 +778,9 @@ NB_MODULE(_octattn, m) {
         nb::arg("q_starts").none() = nb::none(), nb::arg("kv_starts").none() = nb::none(),
         nb::arg("kv_lens").none() = nb::none(), nb::arg("cu_seqlens_q").none() = nb::none(),
         nb::arg("cu_seqlens_k").none() = nb::none(), nb::arg("block_table").none() = nb::none(),
+        nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
+        nb::arg("k_scale_rows") = 0, nb::arg("v_scale_rows") = 0,
+        nb::arg("kv_format").none() = nb::none(),
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -699,5 +798,21 @@ of each batch entry: left and right padding), q_starts (each sequence's first qu
 position). Ragged: cu_seqlens_q, cu_seqlens_k (n + 1 offsets) with q, k, v and o
 [total, H, D] (lse [Hq, total]). Paged: block_table (int32 [sequences, blocks]) with k, v
 pools [blocks, block_size, Hkv, D] (layout="bthd", vLLM's) or [blocks, Hkv, block_size,
-D], kv_lens the context lengths.)doc");
+D], kv_lens the context lengths.
+Quantized caches (include/octattn.h, Quantized caches): k and v int8 (torch or numpy)
+with k_scale and v_scale ([B, Hkv, R, D / G] in k's layout, sizes of 1 broadcast;
+k_scale_rows: rows per scale row), torch.float8_e4m3fn / float8_e5m2 (optional scales),
+or uint8 arrays with kv_format "q8_0" / "q4_0" (ggml's blocks: the last dimension the
+row's bytes) or "fp8_e4m3" / "fp8_e5m2" (codes).)doc");
+  m.def("kv_store", &KvStoreEntry, nb::arg("src"), nb::arg("dst"),
+        nb::arg("scale").none() = nb::none(), nb::kw_only(), nb::arg("scale_rows") = 0,
+        nb::arg("slots").none() = nb::none(), nb::arg("layout") = "bhtd",
+        nb::arg("kv_format").none() = nb::none(), nb::arg("context").none() = nb::none(),
+        R"doc(Writes src's rows into a KV cache of any dtype (octattn_kv_store, include/octattn.h).
+
+src [B, H, T, D] float32/bfloat16/float16 (layout="bthd": [B, T, H, D]); dst: a view of
+the cache rows that receive them (src's shape), or with slots (int64 [B * T], vLLM's slot
+mapping, -1 skips) a pool [blocks, H, block_size, D] ([blocks, block_size, H, D] bthd).
+dst float32/bfloat16/float16, int8 (scale: its output, [B, H, T / scale_rows, D / G]),
+float8 (scale: an input, or None), or uint8 with kv_format "q8_0"/"q4_0"/"fp8_*".)doc");
 }

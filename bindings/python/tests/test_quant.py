@@ -1,0 +1,94 @@
+"""Quantized KV caches from Python: numpy int8 and ggml blocks, torch int8 and float8
+tensors, octattn.kv_store, and the outputs against PyTorch's own dequantize-then-SDPA."""
+import numpy as np
+import pytest
+
+import octattn
+
+torch = pytest.importorskip("torch")
+
+
+def _qkv(seed, B=2, Hq=8, Hkv=2, Tq=3, Tk=200, D=64):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, Hq, Tq, D), dtype=np.float32)
+    k = rng.standard_normal((B, Hkv, Tk, D), dtype=np.float32)
+    v = rng.standard_normal((B, Hkv, Tk, D), dtype=np.float32)
+    k[:, :, :, 5] *= 30  # an outlier channel, as trained keys have
+    return q, k, v
+
+
+def test_numpy_int8_cache_computes_on_its_dequantized_values():
+    q, k, v = _qkv(1)
+    G = 32
+    kq, vq = np.empty(k.shape, np.int8), np.empty(v.shape, np.int8)
+    ks = np.empty(k.shape[:3] + (k.shape[3] // G,), np.float32)
+    vs = np.empty_like(ks)
+    octattn.kv_store(k, kq, ks)
+    octattn.kv_store(v, vq, vs)
+    # The header's values: s * i, s repeated over its G channels.
+    kd = (np.repeat(ks, G, axis=3) * kq).astype(np.float32)
+    vd = (np.repeat(vs, G, axis=3) * vq).astype(np.float32)
+    assert np.abs(kd - k).max() <= ks.max() / 2 * (1 + 1e-6)
+    o = octattn.attention(q, kq, vq, k_scale=ks, v_scale=vs)
+    assert np.array_equal(o, octattn.attention(q, kd, vd))
+
+
+def test_ggml_blocks_read_in_place():
+    q, k, v = _qkv(2)
+    B, H, T, D = k.shape
+    for fmt, unit in (("q8_0", 34), ("q4_0", 18)):
+        kb = np.zeros((B, H, T, D // 32 * unit), np.uint8)
+        vb = np.zeros_like(kb)
+        octattn.kv_store(k, kb, kv_format=fmt)
+        octattn.kv_store(v, vb, kv_format=fmt)
+        # ggml's definition, from the bytes.
+        def values(blocks):
+            b = blocks.reshape(B, H, T, D // 32, unit)
+            d = b[..., :2].copy().view(np.float16).astype(np.float32)
+            if fmt == "q8_0":
+                qv = b[..., 2:].view(np.int8).astype(np.float32)
+            else:
+                lo, hi = b[..., 2:] & 15, b[..., 2:] >> 4
+                qv = np.concatenate([lo, hi], axis=-1).astype(np.float32) - 8
+            return (d * qv).reshape(B, H, T, D).astype(np.float32)
+        o = octattn.attention(q, kb, vb, kv_format=fmt)
+        assert np.array_equal(o, octattn.attention(q, values(kb), values(vb)))
+
+
+def test_torch_fp8_and_int8_against_pytorch_dequantize_then_sdpa():
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("torch without float8")
+    q, k, v = (torch.from_numpy(x) for x in _qkv(3, Tq=1, Tk=300))
+    scale = torch.tensor([0.5, 2.0]).reshape(1, 2, 1, 1)  # vLLM's per-kv-head scales
+    for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        k8 = (k / scale).to(dt)  # PyTorch's own conversion
+        v8 = (v / scale).to(dt)
+        o = octattn.attention(q, k8, v8, k_scale=scale, v_scale=scale)
+        kd, vd = k8.float() * scale, v8.float() * scale
+        assert torch.equal(o, octattn.attention(q, kd, vd))
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q, kd.repeat_interleave(4, 1), vd.repeat_interleave(4, 1))
+        assert (o - ref).abs().max() < 1e-5
+    # int8 stored by octattn, dequantized by torch.
+    ki = torch.empty(k.shape, dtype=torch.int8)
+    ks = torch.empty(k.shape[:3] + (2,))
+    octattn.kv_store(k, ki, ks)
+    kd = ks.repeat_interleave(32, 3) * ki.float()
+    o = octattn.attention(q, ki, v, k_scale=ks)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, kd.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+    assert (o - ref).abs().max() < 1e-5
+
+
+def test_kv_store_slots_and_errors():
+    rng = np.random.default_rng(4)
+    new = rng.standard_normal((2, 2, 1, 64), dtype=np.float32)  # a decode step, 2 sequences
+    pool = np.zeros((8, 2, 16, 64), np.int8)
+    scales = np.zeros((8, 2, 16, 2), np.float32)
+    octattn.kv_store(new, pool, scales, slots=np.array([5 * 16 + 3, -1], np.int64))
+    assert np.abs(pool[5, :, 3] * np.repeat(scales[5, :, 3], 32, -1) - new[0, :, 0]).max() < 0.05
+    assert not pool[:5].any() and not pool[6:].any()
+    with pytest.raises(octattn.Error, match="NULL"):  # int8 needs its scale
+        octattn.kv_store(new, np.zeros((2, 2, 1, 64), np.int8))
+    with pytest.raises(octattn.Error, match="quantized"):  # a quantized q
+        octattn.attention(np.zeros((1, 1, 1, 64), np.int8), pool[:1], pool[:1])
