@@ -121,6 +121,8 @@ func checkLayouts() error {
 		{"octattn_attention_options", "cu_seqlens_k", unsafe.Offsetof(o.cu_seqlens_k)},
 		{"octattn_attention_options", "block_table", unsafe.Offsetof(o.block_table)},
 		{"octattn_attention_options", "block_table_cols", unsafe.Offsetof(o.block_table_cols)},
+		{"octattn_attention_options", "k_scale", unsafe.Offsetof(o.k_scale)},
+		{"octattn_attention_options", "v_scale_rows", unsafe.Offsetof(o.v_scale_rows)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
 	}
@@ -155,7 +157,26 @@ const (
 	F32  Dtype = C.OCTATTN_DTYPE_F32
 	BF16 Dtype = C.OCTATTN_DTYPE_BF16 // bfloat16 bit patterns in uint16 (library 0.7 on)
 	F16  Dtype = C.OCTATTN_DTYPE_F16  // IEEE binary16 bit patterns in uint16 (library 0.7 on)
+	// Quantized KV caches (k and v; library 0.11 on), their bytes in Tensor.Bytes
+	// (include/octattn.h, SEMANTICS: Quantized caches).
+	Int8    Dtype = C.OCTATTN_DTYPE_INT8     // int8 values times Options.KScale / VScale
+	FP8E4M3 Dtype = C.OCTATTN_DTYPE_FP8_E4M3 // float8 e4m3fn codes, times optional scales
+	FP8E5M2 Dtype = C.OCTATTN_DTYPE_FP8_E5M2 // float8 e5m2 codes, times optional scales
+	Q8_0    Dtype = C.OCTATTN_DTYPE_Q8_0     // ggml's 34-byte blocks of 32 values
+	Q4_0    Dtype = C.OCTATTN_DTYPE_Q4_0     // ggml's 18-byte blocks of 32 values
 )
+
+// unitBytes is the bytes of one element of a quantized Dtype (of one block for Q8_0
+// and Q4_0, whose strides count blocks).
+func unitBytes(t Dtype) int {
+	switch t {
+	case Q8_0:
+		return 34
+	case Q4_0:
+		return 18
+	}
+	return 1
+}
 
 // Tensor is a view of float32 data as [B, H, T, D] with strides in elements, or, with
 // Type BF16 or F16, of the 16-bit patterns in Half (q, k, v and o of Attention: a call
@@ -167,7 +188,28 @@ type Tensor struct {
 	Shape   [4]int
 	Strides [4]int
 	Half    []uint16
-	Type    Dtype // 0 or F32: Data
+	Type    Dtype  // 0 or F32: Data
+	Bytes   []byte // Int8, FP8E4M3, FP8E5M2, Q8_0, Q4_0 (strides in elements, Q8_0 and Q4_0: in blocks)
+}
+
+// QuantBHTD views contiguous [B, H, T, D] data of a quantized Dtype (Q8_0 and Q4_0: d a
+// multiple of 32, rows of d / 32 blocks).
+func QuantBHTD(data []byte, typ Dtype, b, h, t, d int) (Tensor, error) {
+	u := d
+	if typ == Q8_0 || typ == Q4_0 {
+		u = d / 32
+	}
+	x := Tensor{Shape: [4]int{b, h, t, d}, Strides: [4]int{h * t * u, t * u, u, 1}, Bytes: data, Type: typ}
+	return x, quantExtent(x)
+}
+
+// quantExtent checks that a quantized view's units lie inside its bytes.
+func quantExtent(x Tensor) error {
+	shape := x.Shape
+	if x.Type == Q8_0 || x.Type == Q4_0 {
+		shape[3] /= 32
+	}
+	return extent(len(x.Bytes)/unitBytes(x.Type), shape, x.Strides)
 }
 
 // Mask is a boolean view [B, Hq, Tq, Tk] (true: the pair may be read); a stride of 0
@@ -242,6 +284,10 @@ type Options struct {
 	// are pools [blocks, kv_heads, block_size, D] (any strides).
 	BlockTable     []int32
 	BlockTableCols int
+	// A quantized cache's scales (SEMANTICS: Quantized caches): float32 [B, Hkv, R, D / G]
+	// (sizes of 1 broadcast); key row j reads scale row j / KScaleRows (0: 1).
+	KScale, VScale         *Tensor
+	KScaleRows, VScaleRows int64
 }
 
 // Context holds a thread cap, a backend and target, and scratch memory reused across
@@ -337,7 +383,16 @@ type call struct {
 
 func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 	var t C.octattn_tensor
-	if x.Type == BF16 || x.Type == F16 {
+	if x.Type >= Int8 && x.Type <= Q4_0 {
+		if err := quantExtent(x); err != nil {
+			return t, fmt.Errorf("%s: %w", name, err)
+		}
+		t.dtype = C.octattn_dtype(x.Type)
+		if len(x.Bytes) > 0 {
+			c.pin.Pin(&x.Bytes[0])
+			t.data = unsafe.Pointer(&x.Bytes[0])
+		}
+	} else if x.Type == BF16 || x.Type == F16 {
 		if err := extent(len(x.Half), x.Shape, x.Strides); err != nil {
 			return t, fmt.Errorf("%s: %w", name, err)
 		}
@@ -426,6 +481,24 @@ func (c *call) options(o *Options, batch, qHeads int) (*C.octattn_attention_opti
 		c.pin.Pin(mt)
 		opts.mask = mt
 	}
+	for _, sc := range []struct {
+		name string
+		t    *Tensor
+		dst  **C.octattn_tensor
+	}{{"KScale", o.KScale, &opts.k_scale}, {"VScale", o.VScale, &opts.v_scale}} {
+		if sc.t == nil {
+			continue
+		}
+		t, err := c.tensor(*sc.t, sc.name)
+		if err != nil {
+			return nil, err
+		}
+		tp := &t
+		c.pin.Pin(tp)
+		*sc.dst = tp
+	}
+	opts.k_scale_rows = C.int64_t(o.KScaleRows)
+	opts.v_scale_rows = C.int64_t(o.VScaleRows)
 	if err := c.sequences(o, opts, batch); err != nil {
 		return nil, err
 	}
@@ -513,6 +586,47 @@ func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) err
 		return err
 	}
 	return ctx.check(C.octattn_attention(ctx.c, options, &tq, &tk, &tv, &to, tl, nil, nil, 0))
+}
+
+// KVStore converts src's rows (float32 or 16-bit [B, H, T, D]) into dst, a view of a
+// cache's rows of any Dtype (src's shape), or with slots (one per row of every batch
+// entry, vLLM's slot mapping; -1 skips) a pool [blocks, H, block_size, D]. scale: an
+// Int8 dst's output, [B, H, T / scaleRows, D / G] (pools: [blocks, H, block_size /
+// scaleRows, D / G]); an FP8 dst's input (nil: 1); nil for the others. On failure
+// nothing is written.
+func (ctx *Context) KVStore(src, dst Tensor, scale *Tensor, scaleRows int, slots []int64) error {
+	if err := ctx.live(); err != nil {
+		return err
+	}
+	var c call
+	defer c.pin.Unpin()
+	ts, err := c.tensor(src, "src")
+	if err != nil {
+		return err
+	}
+	td, err := c.tensor(dst, "dst")
+	if err != nil {
+		return err
+	}
+	var tsc *C.octattn_tensor
+	if scale != nil {
+		t, err := c.tensor(*scale, "scale")
+		if err != nil {
+			return err
+		}
+		tsc = &t
+	}
+	var sl *C.int64_t
+	if slots != nil {
+		if len(slots) != src.Shape[0]*src.Shape[2] {
+			return &Error{InvalidOption, fmt.Sprintf("slots: %d entries for %d rows", len(slots), src.Shape[0]*src.Shape[2])}
+		}
+		if len(slots) > 0 {
+			c.pin.Pin(&slots[0])
+			sl = (*C.int64_t)(unsafe.Pointer(&slots[0]))
+		}
+	}
+	return ctx.check(C.octattn_kv_store(ctx.c, &ts, &td, tsc, C.int64_t(scaleRows), sl))
 }
 
 // Grads are the outputs of AttentionBackward: DQ, DK and DV (the shapes of q, k and v)

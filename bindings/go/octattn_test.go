@@ -391,3 +391,52 @@ func TestBF16TensorsAreTheFloat32CallOnTheirValues(t *testing.T) {
 		}
 	}
 }
+
+func TestInt8CacheIsTheFloat32CallOnItsValues(t *testing.T) {
+	const b, hq, hkv, n, d, g = 1, 4, 2, 300, 64, 32
+	q, k, v := data(b*hq*n*d, 41), data(b*hkv*n*d, 42), data(b*hkv*n*d, 43)
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	tq, _ := BHTD(q, b, hq, n, d)
+	// The cache stored by KVStore: int8 values, one float32 scale per token and g channels.
+	store := func(x []float32) (Tensor, Tensor, []float32) {
+		src, _ := BHTD(x, b, hkv, n, d)
+		dst, _ := QuantBHTD(make([]byte, len(x)), Int8, b, hkv, n, d)
+		sc := make([]float32, b*hkv*n*d/g)
+		ts, _ := BHTD(sc, b, hkv, n, d/g)
+		if err := ctx.KVStore(src, dst, &ts, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		values := make([]float32, len(x))
+		for i := range values {
+			values[i] = sc[i/g] * float32(int8(dst.Bytes[i]))
+		}
+		return dst, ts, values
+	}
+	qk, ks, kd := store(k)
+	qv, vs, vd := store(v)
+	o := make([]float32, len(q))
+	to, _ := BHTD(o, b, hq, n, d)
+	if err := ctx.Attention(&Options{KScale: &ks, VScale: &vs}, tq, qk, qv, to, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, len(q))
+	tw, _ := BHTD(want, b, hq, n, d)
+	tk, _ := BHTD(kd, b, hkv, n, d)
+	tv, _ := BHTD(vd, b, hkv, n, d)
+	if err := ctx.Attention(nil, tq, tk, tv, tw, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range o {
+		if math.Float32bits(o[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("element %d: %v, the f32 call on the values %v", i, o[i], want[i])
+		}
+	}
+	// Without its scales an int8 cache is refused.
+	if err := ctx.Attention(nil, tq, qk, qv, to, nil); err == nil {
+		t.Fatal("an int8 cache without scales was accepted")
+	}
+}

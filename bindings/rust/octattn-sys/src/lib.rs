@@ -257,6 +257,14 @@ extern "C" {
         o: *mut octattn_tensor,
         lse: *mut octattn_tensor,
     ) -> octattn_status;
+    pub fn octattn_kv_store(
+        ctx: *mut octattn_context,
+        src: *const octattn_tensor,
+        dst: *mut octattn_tensor,
+        scale: *mut octattn_tensor,
+        scale_rows: i64,
+        slots: *const i64,
+    ) -> octattn_status;
     pub fn octattn_scores(
         ctx: *mut octattn_context,
         q: *const octattn_tensor,
@@ -452,8 +460,16 @@ pub fn check_layouts() -> Result<(), String> {
             Some("block_table_cols"),
             offset_of!(O, block_table_cols),
         ),
-        ("octattn_attention_options", Some("k_scale"), offset_of!(O, k_scale)),
-        ("octattn_attention_options", Some("v_scale"), offset_of!(O, v_scale)),
+        (
+            "octattn_attention_options",
+            Some("k_scale"),
+            offset_of!(O, k_scale),
+        ),
+        (
+            "octattn_attention_options",
+            Some("v_scale"),
+            offset_of!(O, v_scale),
+        ),
         (
             "octattn_attention_options",
             Some("k_scale_rows"),

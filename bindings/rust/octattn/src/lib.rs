@@ -137,6 +137,53 @@ impl Half {
     }
 }
 
+/// The quantized KV cache formats k and v may have (since library 0.11), as bytes:
+/// include/octattn.h defines each value (SEMANTICS: Quantized caches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    /// int8 values times a scale of `Options::k_scale` / `v_scale`.
+    Int8,
+    /// float8 e4m3fn codes, times optional scales.
+    Fp8E4m3,
+    /// float8 e5m2 codes, times optional scales.
+    Fp8E5m2,
+    /// ggml's 34-byte blocks of 32 values (strides count blocks).
+    Q8_0,
+    /// ggml's 18-byte blocks of 32 values (strides count blocks).
+    Q4_0,
+}
+
+impl Quant {
+    fn dtype(self) -> sys::octattn_dtype {
+        match self {
+            Quant::Int8 => sys::OCTATTN_DTYPE_INT8,
+            Quant::Fp8E4m3 => sys::OCTATTN_DTYPE_FP8_E4M3,
+            Quant::Fp8E5m2 => sys::OCTATTN_DTYPE_FP8_E5M2,
+            Quant::Q8_0 => sys::OCTATTN_DTYPE_Q8_0,
+            Quant::Q4_0 => sys::OCTATTN_DTYPE_Q4_0,
+        }
+    }
+    // Bytes of a unit of the strides, and the shape in units.
+    fn units(self, shape: [usize; 4]) -> (usize, [usize; 4]) {
+        match self {
+            Quant::Q8_0 => (34, [shape[0], shape[1], shape[2], shape[3] / 32]),
+            Quant::Q4_0 => (18, [shape[0], shape[1], shape[2], shape[3] / 32]),
+            _ => (1, shape),
+        }
+    }
+    fn view(
+        self,
+        len: usize,
+        shape: [usize; 4],
+        strides: [usize; 4],
+    ) -> Result<([i64; 4], [i64; 4])> {
+        let (unit, units) = self.units(shape);
+        let (_, st) = checked(len / unit, units, strides)?;
+        let (sh, _) = checked(usize::MAX, shape, [0; 4])?;
+        Ok((sh, st))
+    }
+}
+
 /// A view of `f32` data (or, from `half`, of bf16 or f16 data): shape and strides in
 /// elements, every element inside the slice.
 #[derive(Clone, Copy, Debug)]
@@ -232,6 +279,20 @@ impl<'a> Tensor<'a> {
         let (s, st) = bthd(shape);
         Self::new(data, s, st)
     }
+    /// A quantized cache's bytes as [B, H, T, D] with any strides (in elements; Q8_0 and
+    /// Q4_0: in blocks, D a multiple of 32): k and v of `attention`.
+    pub fn quantized(
+        data: &'a [u8],
+        kind: Quant,
+        shape: [usize; 4],
+        strides: [usize; 4],
+    ) -> Result<Self> {
+        let s = kind.view(data.len(), shape, strides)?;
+        Ok(Tensor {
+            raw: raw(data.as_ptr() as *mut _, kind.dtype(), s),
+            _data: PhantomData,
+        })
+    }
     /// bf16 or f16 `data` (bit patterns) as [B, H, T, D] with any strides (in elements):
     /// q, k and v of `attention` (a 16-bit model, or f32 queries over a 16-bit cache).
     pub fn half(
@@ -262,6 +323,19 @@ impl<'a> TensorMut<'a> {
     pub fn bthd(data: &'a mut [f32], shape: [usize; 4]) -> Result<Self> {
         let (s, st) = bthd(shape);
         Self::new(data, s, st)
+    }
+    /// A quantized cache's bytes, written by `Context::kv_store`.
+    pub fn quantized(
+        data: &'a mut [u8],
+        kind: Quant,
+        shape: [usize; 4],
+        strides: [usize; 4],
+    ) -> Result<Self> {
+        let s = kind.view(data.len(), shape, strides)?;
+        Ok(TensorMut {
+            raw: raw(data.as_mut_ptr() as *mut _, kind.dtype(), s),
+            _data: PhantomData,
+        })
     }
     /// A bf16 or f16 output (o, in q's type), [B, H, T, D] with any strides.
     pub fn half(
@@ -323,6 +397,12 @@ pub struct Options<'a> {
     /// A paged cache (SEMANTICS: Paged): the block ids of each sequence, `cols` per
     /// sequence; k and v are pools [blocks, kv_heads, block_size, D] (any strides).
     pub block_table: Option<(&'a [i32], usize)>,
+    /// A quantized cache's scales (SEMANTICS: Quantized caches): f32 [B, Hkv, R, D / G],
+    /// sizes of 1 broadcasting; key row j reads scale row j / k_scale_rows (0: 1).
+    pub k_scale: Option<Tensor<'a>>,
+    pub v_scale: Option<Tensor<'a>>,
+    pub k_scale_rows: usize,
+    pub v_scale_rows: usize,
 }
 
 impl Default for Options<'_> {
@@ -346,18 +426,22 @@ impl Default for Options<'_> {
             kv_lens: None,
             cu_seqlens: None,
             block_table: None,
+            k_scale: None,
+            v_scale: None,
+            k_scale_rows: 0,
+            v_scale_rows: 0,
         }
     }
 }
 
 impl Options<'_> {
     // The C struct; the per-head arrays are checked against the query heads.
+    // The tensors it points at are held in `held` (bias, mask, k_scale, v_scale).
     fn raw(
         &self,
         batch: i64,
         q_heads: i64,
-        bias: &mut sys::octattn_tensor,
-        mask: &mut sys::octattn_tensor,
+        held: &mut [sys::octattn_tensor; 4],
     ) -> Result<sys::octattn_attention_options> {
         let mut o = std::mem::MaybeUninit::<sys::octattn_attention_options>::uninit();
         // The sized init: it writes this crate's struct, whatever library is loaded.
@@ -391,6 +475,7 @@ impl Options<'_> {
                 *dst = a.as_ptr();
             }
         }
+        let [bias, mask, k_scale, v_scale] = held;
         if let Some(b) = self.bias {
             *bias = b.raw;
             o.bias = bias;
@@ -399,6 +484,16 @@ impl Options<'_> {
             *mask = m.raw;
             o.mask = mask;
         }
+        if let Some(t) = self.k_scale {
+            *k_scale = t.raw;
+            o.k_scale = k_scale;
+        }
+        if let Some(t) = self.v_scale {
+            *v_scale = t.raw;
+            o.v_scale = v_scale;
+        }
+        o.k_scale_rows = self.k_scale_rows as i64;
+        o.v_scale_rows = self.v_scale_rows as i64;
         // The sequences: the batch entries, or a ragged batch's n.
         let sequences = match self.cu_seqlens {
             Some((cq, ck)) => {
@@ -538,6 +633,40 @@ impl Context {
 
     /// o = softmax(scale * q k^T + M) v; lse (optional, [B, Hq, Tq, 1]) gets each row's
     /// log-sum-exp. On failure nothing is written.
+    /// Converts `src`'s rows (f32 or 16-bit [B, H, T, D]) into `dst`, a view of a cache's
+    /// rows of any dtype (src's shape), or with `slots` (one per row of every batch entry,
+    /// vLLM's slot mapping; -1 skips) a pool [blocks, H, block_size, D]. `scale`: an Int8
+    /// dst's output ([B, H, T / scale_rows, D / G]), an fp8 dst's input (None: 1).
+    pub fn kv_store(
+        &mut self,
+        src: &Tensor,
+        dst: &mut TensorMut,
+        scale: Option<&mut TensorMut>,
+        scale_rows: usize,
+        slots: Option<&[i64]>,
+    ) -> Result<()> {
+        let rows = (src.raw.shape[0] * src.raw.shape[2]) as usize;
+        if let Some(s) = slots {
+            if s.len() != rows {
+                return Err(invalid(
+                    sys::OCTATTN_ERROR_INVALID_OPTION,
+                    format!("slots: {} entries for {rows} rows", s.len()),
+                ));
+            }
+        }
+        let scale_ptr = scale.map_or(std::ptr::null_mut(), |t| &mut t.raw as *mut _);
+        self.check(unsafe {
+            sys::octattn_kv_store(
+                self.raw,
+                &src.raw,
+                &mut dst.raw,
+                scale_ptr,
+                scale_rows as i64,
+                slots.map_or(std::ptr::null(), |s| s.as_ptr()),
+            )
+        })
+    }
+
     pub fn attention(
         &mut self,
         options: &Options,
@@ -547,8 +676,8 @@ impl Context {
         o: &mut TensorMut,
         lse: Option<&mut TensorMut>,
     ) -> Result<()> {
-        let (mut bias, mut mask) = (q.raw, q.raw);
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut bias, &mut mask)?;
+        let mut held = [q.raw; 4];
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut held)?;
         let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
         self.check(unsafe {
             sys::octattn_attention(
@@ -588,8 +717,8 @@ impl Context {
         dsinks: Option<&mut [f32]>,
         dbias: Option<&mut TensorMut>,
     ) -> Result<()> {
-        let (mut bias, mut mask) = (q.raw, q.raw);
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut bias, &mut mask)?;
+        let mut held = [q.raw; 4];
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut held)?;
         let dsinks_ptr = match dsinks {
             Some(s) if s.len() as i64 != q.raw.shape[1] => {
                 return Err(invalid(
@@ -637,8 +766,8 @@ impl Context {
         v: &Tensor,
         o: &TensorMut,
     ) -> Result<usize> {
-        let (mut bias, mut mask) = (q.raw, q.raw);
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut bias, &mut mask)?;
+        let mut held = [q.raw; 4];
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut held)?;
         let mut bytes = 0usize;
         self.check(unsafe {
             sys::octattn_attention_workspace_size(
@@ -871,12 +1000,12 @@ mod tests {
             // On avx512_bf16 and amx_bf16 the bf16 weighted sums round the weights to bf16:
             // the header adds max|v| * 2^-8 to the bound there.
             let target = ctx.last_run().unwrap().target;
-            let pairs = if kind == Half::Bf16 && matches!(target.as_str(), "avx512_bf16" | "amx_bf16")
-            {
-                vw.iter().fold(0.0f32, |m, x| m.max(x.abs())) * 2f32.powi(-8)
-            } else {
-                0.0
-            };
+            let pairs =
+                if kind == Half::Bf16 && matches!(target.as_str(), "avx512_bf16" | "amx_bf16") {
+                    vw.iter().fold(0.0f32, |m, x| m.max(x.abs())) * 2f32.powi(-8)
+                } else {
+                    0.0
+                };
             for (a, w) in widen(&o16).iter().zip(&want) {
                 assert!(
                     (a - w).abs() <= half_ulp * w.abs() + 2f32.powi(-25) + pairs,
@@ -1194,5 +1323,65 @@ mod tests {
         let (r, untouched) = attend(&opts, &q, &k, &v, 3, t);
         assert_eq!(r.unwrap_err().status, sys::OCTATTN_ERROR_INVALID_OPTION);
         assert!(untouched.iter().all(|&x| x == 7.0));
+    }
+    #[test]
+    fn an_int8_cache_is_the_f32_call_on_its_values() {
+        let (b, hq, hkv, n, d, g) = (1usize, 4usize, 2usize, 300usize, 64usize, 32usize);
+        let q = data(b * hq * n * d, 51);
+        let k = data(b * hkv * n * d, 52);
+        let mut ctx = Context::new().unwrap();
+        let shape = [b, hkv, n, d];
+        let mut kq = vec![0u8; k.len()];
+        let mut ks = vec![0f32; k.len() / g];
+        ctx.kv_store(
+            &Tensor::bhtd(&k, shape).unwrap(),
+            &mut TensorMut::quantized(&mut kq, Quant::Int8, shape, dense(shape)).unwrap(),
+            Some(&mut TensorMut::bhtd(&mut ks, [b, hkv, n, d / g]).unwrap()),
+            0,
+            None,
+        )
+        .unwrap();
+        let values: Vec<f32> = (0..k.len())
+            .map(|i| ks[i / g] * (kq[i] as i8) as f32)
+            .collect();
+        let qt = Tensor::bhtd(&q, [b, hq, n, d]).unwrap();
+        let mut o = vec![0f32; q.len()];
+        let mut want = vec![0f32; q.len()];
+        let opts = Options {
+            k_scale: Some(Tensor::bhtd(&ks, [b, hkv, n, d / g]).unwrap()),
+            ..Default::default()
+        };
+        let kt = Tensor::quantized(&kq, Quant::Int8, shape, dense(shape)).unwrap();
+        let vt = Tensor::bhtd(&k, shape).unwrap();
+        ctx.attention(
+            &opts,
+            &qt,
+            &kt,
+            &vt,
+            &mut TensorMut::bhtd(&mut o, [b, hq, n, d]).unwrap(),
+            None,
+        )
+        .unwrap();
+        ctx.attention(
+            &Options::default(),
+            &qt,
+            &Tensor::bhtd(&values, shape).unwrap(),
+            &vt,
+            &mut TensorMut::bhtd(&mut want, [b, hq, n, d]).unwrap(),
+            None,
+        )
+        .unwrap();
+        assert!(o.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()));
+        // Without its scales an int8 cache is refused.
+        let mut o2 = vec![0f32; q.len()];
+        let err = ctx.attention(
+            &Options::default(),
+            &qt,
+            &kt,
+            &vt,
+            &mut TensorMut::bhtd(&mut o2, [b, hq, n, d]).unwrap(),
+            None,
+        );
+        assert!(err.is_err());
     }
 }
