@@ -172,6 +172,7 @@ struct Args {
   std::string against;      // another build of the library, timed call by call with this one
   bool vs_read = false;     // each call paired with a read of its K and V bytes
   bool contiguous = false;  // each paged batch paired with the batch in a contiguous cache
+  bool store = false;       // time octattn_kv_store of q_len new rows instead of attention
 };
 
 const char* kHelp =
@@ -194,6 +195,8 @@ const char* kHelp =
     "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|\n"
     "               q8_0|q4_0 (k and v only; quantized ones stored by octattn_kv_store)\n"
     "  --kv-group G  an int8 cache's channels per f32 scale (default 32; its bytes count)\n"
+    "  --store  time octattn_kv_store of --q-len new f32 rows per (batch, kv head) into a\n"
+    "           --kv-dtype cache of --kv-len rows (a decode step's append: --q-len 1)\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
     "  --seq-kv-lens LIST  a batch of sequences with these key lengths, --q-len new\n"
@@ -342,6 +345,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->seq_mode = "separate";
     else if (f == "--seq-layout")
       a->seq_layout = next();
+    else if (f == "--store")
+      a->store = true;
     else if (f == "--prefill")
       a->prefill = true;
     else if (f == "--block-size")
@@ -941,6 +946,65 @@ struct SequenceBatch {
   }
 };
 
+// Times octattn_kv_store of a decode step's rows: q_len new rows of every (batch entry,
+// kv head), f32, into a cache of kv_len rows in --kv-dtype (INT8: its scales computed;
+// FP8: one scale per tensor), at its last rows; many stores a timing (a store takes
+// microseconds), the median of --repeat timings per store.
+void RunStore(const Case& c, const Args& a) {
+  const octattn_dtype type = c.KvType();
+  const int64_t rows = c.q_len, cap = std::max(c.kv_len, rows);
+  const int64_t ss[4] = {c.batch, c.kv_heads, rows, c.head_dim};
+  const int64_t cs[4] = {c.batch, c.kv_heads, cap, c.head_dim};
+  Floats src(static_cast<size_t>(ss[0] * ss[1] * ss[2] * ss[3])), cache_f;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : src) x = dist(rng);
+  cache_f.assign(static_cast<size_t>(cs[0] * cs[1] * cs[2] * cs[3]), 0.0f);
+  octattn_tensor ts, tc;
+  octattn_tensor_init(&ts, src.data(), ss, OCTATTN_LAYOUT_BHTD);
+  octattn_tensor_init(&tc, cache_f.data(), cs, OCTATTN_LAYOUT_BHTD);
+  QuantData qd;
+  Halves h16;
+  if (Quantized(type)) {
+    Quantize(&cache_f, &qd, &tc, c);
+  } else {
+    Retype(&cache_f, &h16, &tc, type);
+  }
+  // The view of the cache's last `rows` rows and of their scales.
+  octattn_tensor dst = tc, scale = qd.ts;
+  dst.shape[2] = rows;
+  dst.data = static_cast<char*>(tc.data) + (cap - rows) * tc.stride[2] * DtypeBytes(type);
+  if (type == OCTATTN_DTYPE_INT8) {
+    scale.shape[2] = rows;
+    scale.data = static_cast<float*>(qd.ts.data) + (cap - rows) * qd.ts.stride[2];
+  }
+  std::string err;
+  octattn_context* ctx = MakeContext(c, &err);
+  octattn_tensor* sc = qd.scale.empty() ? nullptr : &scale;
+  auto store = [&] { return octattn_kv_store(ctx, &ts, &dst, sc, 0, nullptr); };
+  if (!ctx || store() != OCTATTN_OK) {
+    std::printf("error: %s\n", ctx ? octattn_context_last_error(ctx) : err.c_str());
+    octattn_context_destroy(ctx);
+    return;
+  }
+  int64_t n = 1;  // stores per timing: about 10 ms of them
+  while (Seconds([&] {
+           for (int64_t i = 0; i < n; ++i) store();
+         }) < 0.01 &&
+         n < (int64_t{1} << 24))
+    n *= 2;
+  const std::vector<double> times = TimeRepeats(a.repeat, [&] {
+    for (int64_t i = 0; i < n; ++i) store();
+  });
+  octattn_context_destroy(ctx);
+  const double per = times[times.size() / 2] / static_cast<double>(n);
+  const double values = static_cast<double>(c.batch * c.kv_heads * rows * c.head_dim);
+  std::printf(
+      "store %s thr %d  B%lld Hkv%lld rows %lld D%lld f32 -> %s  %9.3f us  %7.2f Gvalues/s\n",
+      octattn_target_name(c.target), c.threads, (long long)c.batch, (long long)c.kv_heads,
+      (long long)rows, (long long)c.head_dim, DtypeName(type), per * 1e6, values / per / 1e9);
+}
+
 // Times one step over a batch of sequences (all of them, whichever way they are passed).
 void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   const bool padded = a.seq_mode == "padded", separate = a.seq_mode == "separate";
@@ -1140,7 +1204,9 @@ int RunBench(int argc, char** argv) {
               c.backend = backend;
               c.target = target;
               c.threads = threads;
-              if (a.seq_kv_lens.empty())
+              if (a.store)
+                RunStore(c, a);
+              else if (a.seq_kv_lens.empty())
                 RunCase(c, a, limits);
               else
                 RunSequenceBatch(c, a, limits);
