@@ -60,9 +60,7 @@ static api::Check CheckShapes(const octattn_attention_options& opt, run::Call* c
   sh.kv_len = c->k.shape[2];
   sh.value_dim = c->v.shape[3];
   sh.v_dim = c->v.stride[3];
-  // (Quantized caches' scales step by kv head too: their decode tasks take one each.)
-  sh.shared_rows = c->k.stride[1] < c->k.stride[2] && c->v.stride[1] < c->v.stride[2] &&
-                   !base::Quantized(c->k.type) && !base::Quantized(c->v.type);
+  sh.shared_rows = c->k.stride[1] < c->k.stride[2] && c->v.stride[1] < c->v.stride[2];
   sh.q_type = c->q.type;
   sh.k_type = c->k.type;
   sh.v_type = c->v.type;

@@ -136,13 +136,18 @@ inline const float* ValueRow(const Operands& op, int64_t j) {
 inline const void* ScaleRow(const Operands& op, const Scales& s, int64_t j) {
   if (!s.data) return nullptr;
   const float* base = static_cast<const float*>(s.data);
-  if (!op.paging) return ElemAt(base, (s.row0 + j) / s.rows * s.row, s.type);
+  // (A scale row per key row, the common case, takes no division.)
+  if (!op.paging) {
+    const int64_t r = s.row0 + j;
+    return ElemAt(base, (s.rows == 1 ? r : r / s.rows) * s.row, s.type);
+  }
   const Paging& p = *op.paging;
   const int64_t r = p.first + j;
   const int64_t b = p.shift >= 0 ? r >> p.shift : r / p.size;
-  return ElemAt(base,
-                static_cast<int64_t>(p.blocks[b]) * s.block + (r - b * p.size) / s.rows * s.row,
-                s.type);
+  const int64_t in = r - b * p.size;
+  return ElemAt(
+      base, static_cast<int64_t>(p.blocks[b]) * s.block + (s.rows == 1 ? in : in / s.rows) * s.row,
+      s.type);
 }
 
 // Key (value) row j of a quantized op dequantized into dst (head_dim, value_dim floats).
@@ -220,6 +225,7 @@ struct FlashTask {
   // time, so that whole rows stream in order; each head's bytes are its own task's.
   int64_t kv_heads = 1;
   int64_t q_kv = 0, k_kv = 0, v_kv = 0, o_kv = 0, lse_kv = 0;
+  int64_t ks_kv = 0, vs_kv = 0;  // quantized caches: their scales' (Operands::k_scales)
   size_t partial_kv = 0;
   Tuning tuning;
 };

@@ -57,6 +57,8 @@ void CoverKvHeads(const Call& c, const plan::SequencePlan& p, const plan::Decode
   t->q_kv = c.q.stride[1] * group;
   t->k_kv = c.k.stride[1];
   t->v_kv = c.v.stride[1];
+  t->ks_kv = c.k_scale.t.stride[1];  // (0 where absent or broadcast)
+  t->vs_kv = c.v_scale.t.stride[1];
   t->o_kv = c.o.stride[1] * group;
   t->lse_kv = c.has_lse ? c.lse.stride[1] * group : 0;
   t->partial_kv = plan::PartialOffset(p.schedule, p.shape, 1, 0) -

@@ -186,8 +186,21 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
   const Operands& op = t.op;
   const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
   const bool pairs = S::kDotBf16 && op.q_type == kBf16, pairs_v = pairs && FlashPairsV(op);
+  // Quantized rows are a few lines each, which the core's prefetchers miss where the
+  // rows lie apart ([T, H, D] caches: a row of every head between two of this head's):
+  // the rows kWidenAhead on are fetched while these are dequantized.
+  constexpr int64_t kWidenAhead = 8;
+  const bool fetch = Quantized(op.k_type) && Quantized(op.v_type);
+  const int64_t kbytes = RowBytes(op.k_type, hd), vbytes = RowBytes(op.v_type, dv);
   for (int64_t g = t0; g < t1; ++g) {
     float* vr = f.vw + (g - t0) * dvp;
+    const int64_t a = g + kWidenAhead;
+    if (fetch && a < t1 && (a >= load || below.Has(a))) {
+      const char* kr = reinterpret_cast<const char*>(KeyRow(op, first + a * step));
+      const char* vn = reinterpret_cast<const char*>(ValueRow(op, first + a * step));
+      for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(kr + b, 0, 3);
+      for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(vn + b, 0, 3);
+    }
     if (g >= load || below.Has(g)) {
       if (pairs) {
         CopyElems(KeyRow(op, first + g * step), op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
@@ -210,6 +223,31 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
   w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = pairs_v ? kBf16 : kF32;
   w.paging = nullptr;
   return w;
+}
+
+// WidenTile of the full tiles of nh tasks whose kv heads' slices share each key row
+// (quantized decode of [T, H, D] caches): row by row, every head's slice of a row in
+// turn, so that whole rows stream in order; each head's rows in its own scratch, as
+// WidenTile leaves them (every key of the tile loaded).
+static inline void WidenTileHeads(const FlashTask* ts, const FlashScratch* fs, int64_t nh,
+                                  int64_t t0, int64_t t1, int64_t first, int64_t step,
+                                  Operands* out) {
+  const Operands& op0 = ts[0].op;
+  const int64_t hd = op0.head_dim, dv = op0.value_dim, dvp = PadKeys(dv);
+  for (int64_t g = t0; g < t1; ++g)
+    for (int64_t x = 0; x < nh; ++x) {
+      float* vr = fs[x].vw + (g - t0) * dvp;
+      WidenKey(ts[x].op, first + g * step, fs[x].kw + (g - t0) * hd);
+      WidenValue(ts[x].op, first + g * step, vr);
+      for (int64_t d = dv; d < dvp; ++d) vr[d] = 0.0f;
+    }
+  for (int64_t x = 0; x < nh; ++x) {
+    Operands w = ts[x].op;
+    w.k = fs[x].kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
+    w.v = fs[x].vw, w.v_row = dvp, w.v_dim = 1, w.v_type = kF32;
+    w.paging = nullptr;
+    out[x] = w;
+  }
 }
 
 // Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys

@@ -226,9 +226,11 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       // rows (the bytes of the packed tile of the same values).
       FlashTask wide[kMaxTaskKvHeads];
       DirectTile dts[kMaxTaskKvHeads];
+      Operands ops[kMaxTaskKvHeads];
+      if (nh > 1) WidenTileHeads(ts, fs, nh, t0, t1, first, step, ops);
       for (int64_t x = 0; x < nh; ++x) {
         wide[x] = ts[x];
-        wide[x].op = WidenTile(ts[x], fs[x], t0, t0, t1, first, step, below);
+        wide[x].op = nh > 1 ? ops[x] : WidenTile(ts[x], fs[x], t0, t0, t1, first, step, below);
         dts[x] = DirectTile{&wide[x].op, -t0, t0, t1, 0, 0, fs[x].kt};
         dts[x].vbuf = fs[x].vpack;
       }
@@ -376,6 +378,12 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
     tx.op.q = ElemAt(task.op.q, x * task.q_kv, task.op.q_type);
     tx.op.k = ElemAt(task.op.k, x * task.k_kv, task.op.k_type);
     tx.op.v = ElemAt(task.op.v, x * task.v_kv, task.op.v_type);
+    if (tx.op.k_scales.data)
+      tx.op.k_scales.data = ElemAt(static_cast<const float*>(task.op.k_scales.data), x * task.ks_kv,
+                                   task.op.k_scales.type);
+    if (tx.op.v_scales.data)
+      tx.op.v_scales.data = ElemAt(static_cast<const float*>(task.op.v_scales.data), x * task.vs_kv,
+                                   task.op.v_scales.type);
     tx.op.o = ElemAt(task.op.o, x * task.o_kv, task.op.o_type);
     if (task.op.lse) tx.op.lse = task.op.lse + x * task.lse_kv;
     if (task.partial) tx.partial = task.partial + x * task.partial_kv;
