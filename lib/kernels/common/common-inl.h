@@ -120,6 +120,14 @@ static inline void DequantRowV(const void* src, int64_t stride, Dtype t, int64_t
     return;
   }
   if (stride != 1) return DequantRow(src, stride, t, n, sc, st, sc_col, group, dst);
+  if (t == kI8 && sc && group > 1) {  // one pass: each group's values times its scale
+    for (int64_t g0 = 0; g0 < n; g0 += group) {
+      const float f = LoadElem(sc, g0 / group * sc_col, st);
+      const int64_t g1 = base::MinI(g0 + group, n);
+      for (int64_t d = g0; d < g1; ++d) dst[d] = f * static_cast<float>(static_cast<int8_t>(s[d]));
+    }
+    return;
+  }
   if (t == kI8) {
     for (int64_t d = 0; d < n; ++d) dst[d] = static_cast<float>(static_cast<int8_t>(s[d]));
   } else if (t == kE4m3) {
