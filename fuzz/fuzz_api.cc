@@ -85,12 +85,16 @@ View ReadView(Input& in, float* arena) {
         blocked && d == 3 && v.t.shape[3] % 32 == 0 ? v.t.shape[3] / 32 : v.t.shape[d];
     if (v.t.shape[d] < 1 || v.t.stride[d] < 0 ||
         __builtin_mul_overflow(n - 1, v.t.stride[d], &part) ||
-        __builtin_add_overflow(span, part, &span) || span > (int64_t{1} << 56))
+        __builtin_add_overflow(span, part, &span))
       v.valid_looking = false;
   }
   if (v.valid_looking && v.t.data) {
+    // (An extent past 2^64 reaches past the arena, as any past its end.)
     v.lo = reinterpret_cast<uint64_t>(v.t.data);
-    v.hi = v.lo + (static_cast<uint64_t>(span) + 1) * unit;
+    uint64_t bytes;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(span) + 1, unit, &bytes) ||
+        __builtin_add_overflow(v.lo, bytes, &v.hi))
+      v.hi = UINT64_MAX;
   }
   return v;
 }

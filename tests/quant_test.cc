@@ -453,7 +453,7 @@ TEST_CASE("kv store: each format's values are within its quantization error") {
   }
 }
 
-TEST_CASE("kv store: slots write pools as the contiguous store writes rows; any thread count") {
+TEST_CASE("kv store: slots write pools as the contiguous store writes rows, at any thread count") {
   const int64_t B = 3, H = 4, T = 32, D = 64, bs = 16, nb = 12;
   Tensor x(B, H, T, D);
   x.Fill(5);
