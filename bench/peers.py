@@ -114,7 +114,24 @@ def torch_call(peer, args, q_len, kv_len, dim):
     if args.dtype != "f32":
         q, k, v = (x.to(to[args.dtype]) for x in (q, k, v))
     kv_cache = None
-    if args.kv_dtype not in ("", "f32", args.dtype):
+    quant = None  # --kv-dtype int8, fp8_*: PyTorch's dequantize-then-SDPA on each call
+    if args.kv_dtype in ("int8", "fp8_e4m3", "fp8_e5m2"):
+        if args.dtype != "f32" or args.backward:
+            raise SystemExit("torch: a quantized --kv-dtype with f32 queries (forward) only")
+        if args.kv_dtype == "int8":  # absmax per token and group of --kv-group channels
+            G = args.kv_group
+
+            def int8(x):
+                s = x.reshape(*x.shape[:3], -1, G).abs().amax(-1) / 127
+                i = torch.round(x / s.repeat_interleave(G, -1)).clamp(-127, 127)
+                return i.to(torch.int8), s
+            quant = (int8(k), int8(v))
+        else:
+            dt = torch.float8_e4m3fn if args.kv_dtype == "fp8_e4m3" else torch.float8_e5m2
+            quant = ((k.to(dt), None), (v.to(dt), None))
+    elif args.kv_dtype in ("q8_0", "q4_0"):
+        raise SystemExit("torch: no ggml block caches")
+    elif args.kv_dtype not in ("", "f32", args.dtype):
         if args.dtype != "f32" or args.backward:
             raise SystemExit("torch: --kv-dtype with f32 queries (forward) only")
         kv_cache = (k.to(to[args.kv_dtype]), v.to(to[args.kv_dtype]))
@@ -152,6 +169,12 @@ def torch_call(peer, args, q_len, kv_len, dim):
     def call():
         nonlocal k, v
         with torch.no_grad():
+            if quant is not None:
+                k, v = (x.float() if s is None else x.float() * s.repeat_interleave(
+                    args.kv_group, -1) for x, s in quant)
+                if group > 1:
+                    k = k.repeat_interleave(group, dim=1)
+                    v = v.repeat_interleave(group, dim=1)
             if kv_cache is not None:
                 k, v = (x.float() for x in kv_cache)
                 if group > 1:
@@ -385,6 +408,7 @@ def octattn_case(args, q_len, kv_len, dim):
     if args.target:
         cmd += ["--target", args.target]
     cmd += ["--dtype", args.dtype] + (["--kv-dtype", args.kv_dtype] if args.kv_dtype else [])
+    cmd += ["--kv-group", str(args.kv_group)]
     if args.window:
         cmd += ["--window", str(args.window), "--stride", str(args.stride)]
     name, value = modifier(args)
@@ -428,8 +452,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16"),
                     help="q, k, v and o (octattn, torch; ggml: f16 K/V)")
-    ap.add_argument("--kv-dtype", default="", choices=("", "f32", "bf16", "f16"),
-                    help="K and V only (f32 queries): torch widens them each call")
+    ap.add_argument("--kv-dtype", default="",
+                    choices=("", "f32", "bf16", "f16", "int8", "fp8_e4m3", "fp8_e5m2", "q8_0",
+                             "q4_0"),
+                    help="K and V only (f32 queries): torch widens or dequantizes them each "
+                    "call (no q8_0/q4_0)")
+    ap.add_argument("--kv-group", type=int, default=32,
+                    help="an int8 cache's channels per scale (octattn and torch)")
     ap.add_argument("--target", default="",
                     help="the octattn target (octattn bench --target; default auto)")
     ap.add_argument("--repeat", type=int, default=3)
