@@ -16,6 +16,11 @@ template <Dtype T>
 constexpr int64_t DirectAhead() {
   return T == kF16 ? 2 * kDirectAhead : kDirectAhead;
 }
+// f32 rows also fetched this far ahead, into L2 (DirectTile::far): L1's fetches alone,
+// each holding one of its few miss buffers for memory's whole latency, left the rows'
+// compute waiting on memory rather than beside it. Not for 16-bit rows, whose loop is
+// bound by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
+constexpr int64_t kDirectFar = 128;
 
 // Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
 // whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
@@ -167,13 +172,16 @@ struct DirectTile {
   int64_t lg = 0, row0 = 0;
   bool fetch = true;      // whether Fetch fetches (DirectFetch: not kFetchNone)
   bool fetch_l2 = false;  // whether FetchAs fetches 16-bit rows into L2 (kFetchL2)
-  // The cache lines of stream row i, into L1; not at all where DirectFetch says so.
-  // (Always inlined: a call whose only effect is a prefetch may be dropped.)
+  int64_t far = 0;        // stream rows on that Fetch also fetches into L2 (kDirectFar)
+  // The cache lines of stream row i, into L1, and with far those of row i + far into
+  // L2; not at all where DirectFetch says so. (Always inlined: a call whose only effect
+  // is a prefetch may be dropped.)
   OCTATTN_INLINE void Fetch(int64_t i) const {
     if (!fetch) return;
     int64_t bytes = 0;
     const char* row = Row(i, &bytes);
     if (row) FetchLines<3>(row, bytes);
+    if (far && (row = Row(i + far, &bytes)) != nullptr) FetchLines<2>(row, bytes);
   }
   // The cache lines of `bytes` at row, with locality `level` (3: prefetcht0, 2:
   // prefetcht1).

@@ -249,6 +249,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         dts[x].vbuf = fs[x].vpack;
         dts[x].fetch = to != kFetchNone;
         dts[x].fetch_l2 = to == kFetchL2;
+        if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dts[x].far = kDirectFar;
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
         if (WholeRows(t.op, nh)) {
           dts[x].heads = dts;
