@@ -4,9 +4,14 @@ the attention output against the same call on the f32 cache, on plain normal dat
 keys with a few outlier channels (10-50x the rest, as trained models' keys have).
 
     python3 bench/quant_accuracy.py [--heads 32 --kv-heads 8 --kv-len 4096 --head-dim 128]
+    python3 bench/quant_accuracy.py --model [--new-tokens 64]
 
 Prints a Markdown table: per format, max |stored - x| / max|x| of keys and values, and
-max |o - o_f32| / max|v| and its mean over the outputs (decode: one query per head)."""
+max |o - o_f32| / max|v| and its mean over the outputs (decode: one query per head).
+--model: a tiny transformers Llama instead (random weights; then with four key
+channels of each kv head 10-50x the rest, as trained models have), greedy generation with octattn.hf.QuantizedCache in each format
+against the f32 cache: the tokens that match before the first difference, and the
+largest logit difference over those steps relative to the largest logit."""
 import argparse
 
 import numpy as np
@@ -57,13 +62,63 @@ def stored(x, fmt, group, rows):
     return cache, None, (d * qv).reshape(x.shape).astype(np.float32)
 
 
+def model_report(new_tokens):
+    import torch
+    import transformers
+
+    import octattn.hf
+    octattn.hf.register()
+    kv_heads, d = 2, 64
+    config = transformers.LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=4, num_attention_heads=8,
+                                      num_key_value_heads=kv_heads, head_dim=d,
+                                      max_position_embeddings=1024)
+    ids = torch.randint(1, config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(1))
+    print(f"| keys | format | G | tokens equal to the f32 cache's (of {new_tokens}) "
+          "| max abs(logit - logit_f32) / max abs(logit_f32) before the first difference |")
+    print("| --- | --- | --- | --- | --- |")
+    for outliers in (False, True):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).eval()
+        if outliers:  # four channels of each kv head's keys 10-50x the rest
+            rng = np.random.default_rng(0)
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    for h in range(kv_heads):
+                        for ch in rng.choice(d, 4, replace=False):
+                            layer.self_attn.k_proj.weight[h * d + ch] *= float(rng.uniform(10, 50))
+        model.set_attn_implementation("octattn")
+
+        def generate(cache):
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, cache=cache, max_new_tokens=new_tokens,
+                                     do_sample=False, pad_token_id=0, output_logits=True,
+                                     return_dict_in_generate=True)
+            return out.sequences[0, ids.shape[1]:], torch.stack(out.logits)
+
+        tokens32, logits32 = generate(transformers.DynamicCache())
+        for fmt, group in (("int8", 32), ("int8", 64), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
+                           ("q8_0", 32), ("q4_0", 32)):
+            tokens, logits = generate(octattn.hf.QuantizedCache(fmt, group=group or 32))
+            differ = (tokens != tokens32).nonzero()
+            same = int(differ[0]) if len(differ) else new_tokens
+            steps = max(same, 1)
+            rel = (logits[:steps] - logits32[:steps]).abs().max() / logits32[:steps].abs().max()
+            print(f"| {'outliers' if outliers else 'normal'} | {fmt} | {group or 'unscaled'} "
+                  f"| {same} | {float(rel):.2e} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--kv-len", type=int, default=4096)
     ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--model", action="store_true")
+    ap.add_argument("--new-tokens", type=int, default=64)
     args = ap.parse_args()
+    if args.model:
+        return model_report(args.new_tokens)
     formats = [("int8", 32, 1), ("int8", 64, 1), ("int8", args.head_dim, 1), ("int8 KIVI", 1, 32),
                ("fp8_e4m3", 0, 1), ("fp8_e5m2", 0, 1), ("q8_0", 32, 1), ("q4_0", 32, 1)]
     print("| keys | format | G | max err k / max|k| | max err v / max|v| | "

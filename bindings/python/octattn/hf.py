@@ -18,8 +18,18 @@ sdpa and passed as the library's mask tensor, so every model stays exact.
 
 Models run in float32, bfloat16 or float16 (the backward, for training, takes float32);
 dropout must be 0.
+
+QuantizedCache keeps every layer's K/V quantized (int8 with a scale per group of channels,
+float8, or ggml's q8_0/q4_0 blocks): each step's new rows go in through octattn.kv_store
+and the attention reads the cache in place, so a step moves the quantized bytes only:
+
+    cache = octattn.hf.QuantizedCache("int8", group=32)
+    model.generate(ids, cache=cache, max_new_tokens=64)
 """
+import functools
+
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 import octattn
 
@@ -121,7 +131,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         raise NotImplementedError("octattn: attention dropout is not supported")
     B, H, T, _ = query.shape
     Tk = key.shape[2]
-    out = query.new_empty((B, T, H, value.shape[3]))  # the model's dtype
+    cached = getattr(key, "_octattn_cache", None)  # a QuantizedCache layer's rows
+    dv = cached.value_dim if cached is not None else value.shape[3]
+    out = query.new_empty((B, T, H, dv))  # the model's dtype
     causal = bool(getattr(module, "is_causal", True))
     window, q_start, mask, spans = 0, None, None, None
     compiling = torch.compiler.is_compiling()
@@ -149,7 +161,10 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if mask is not None and mask.shape[0] != B:
         mask = mask.expand(B, H, T, Tk)
     sinks = s_aux.float() if s_aux is not None else None
+    quant = cached.attention_kwargs(key) if cached is not None else {}
     if compiling:
+        if quant:
+            raise NotImplementedError("octattn: QuantizedCache runs in eager mode only")
         from octattn import ops  # noqa: F401 (registers torch.ops.octattn)
         o, _ = torch.ops.octattn.attention(query, key, value, None, sinks, None, mask,
                                            causal=causal, window=window, scale=scaling,
@@ -162,8 +177,154 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
                      q_starts=((q_start if q_start is not None else Tk - T) - starts).contiguous())
     octattn.attention(query, key, value, causal=causal, window=window, scale=scaling, q_start=q_start,
                       softcap=float(softcap or 0.0), sinks=sinks, mask=mask,
-                      out=out.transpose(1, 2), **batch)
+                      out=out.transpose(1, 2), **batch, **quant)
     return out, None
+
+
+# The formats QuantizedCache stores: (element dtype of the cache tensor, bytes of a ggml
+# block of 32 values or None).
+_FORMATS = {
+    "int8": (torch.int8, None),
+    "fp8_e4m3": (getattr(torch, "float8_e4m3fn", None), None),
+    "fp8_e5m2": (getattr(torch, "float8_e5m2", None), None),
+    "q8_0": (torch.uint8, 34),
+    "q4_0": (torch.uint8, 18),
+}
+
+
+class QuantizedLayer(CacheLayerMixin):
+    """One layer's quantized K/V: [B, Hkv, capacity, D] (ggml formats: D / 32 blocks
+    of bytes), int8's scales [B, Hkv, capacity, D / group] float32. The capacity
+    doubles as tokens arrive (the bytes copied once per doubling)."""
+
+    is_sliding = False
+    is_croppable = True
+
+    def __init__(self, kv_format="int8", group=32):
+        super().__init__()
+        if kv_format not in _FORMATS or _FORMATS[kv_format][0] is None:
+            raise ValueError(f"octattn: kv_format is one of {sorted(_FORMATS)} "
+                             "(float8 ones need a torch with float8 dtypes)")
+        self.kv_format, self.group, self.length = kv_format, int(group), 0
+        self.k_scale = self.v_scale = None
+
+    def _alloc(self, like, capacity):
+        B, H, _, D = like.shape
+        dtype, block = _FORMATS[self.kv_format]
+        cols = D if block is None else (D // 32) * block
+        data = torch.empty((B, H, capacity, cols), dtype=dtype, device=like.device)
+        scale = None
+        if self.kv_format == "int8":
+            if D % self.group:
+                raise ValueError(f"octattn: group {self.group} does not divide the head "
+                                 f"dimension {D}")
+            scale = torch.empty((B, H, capacity, D // self.group), dtype=torch.float32,
+                                device=like.device)
+        return data, scale
+
+    def lazy_initialization(self, key_states, value_states):
+        self.device = key_states.device
+        self.keys, self.k_scale = self._alloc(key_states, 0)
+        self.values, self.v_scale = self._alloc(value_states, 0)
+        self.is_initialized = True
+
+    def _grow(self, need, key_states, value_states):
+        capacity = self.keys.shape[2]
+        if need <= capacity:
+            return
+        capacity = max(need, 2 * capacity, 256)
+        n = self.length
+        for name, scale_name, like in (("keys", "k_scale", key_states),
+                                       ("values", "v_scale", value_states)):
+            data, scale = self._alloc(like, capacity)
+            data[:, :, :n] = getattr(self, name)[:, :, :n]
+            if scale is not None:
+                scale[:, :, :n] = getattr(self, scale_name)[:, :, :n]
+            setattr(self, name, data)
+            setattr(self, scale_name, scale)
+
+    def _store(self, src, data, scale, n):
+        t = src.shape[2]
+        fmt = self.kv_format if data.dtype == torch.uint8 else None
+        octattn.kv_store(src, data[:, :, n:n + t],
+                         scale[:, :, n:n + t] if scale is not None else None, kv_format=fmt)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, t = self.length, key_states.shape[2]
+        self._grow(n + t, key_states, value_states)
+        self._store(key_states, self.keys, self.k_scale, n)
+        self._store(value_states, self.values, self.v_scale, n)
+        self.length = n + t
+        k, v = self.keys[:, :, :n + t], self.values[:, :, :n + t]
+        # The attention function finds its way back here (attention_kwargs).
+        k._octattn_cache = v._octattn_cache = self
+        return k, v
+
+    @property
+    def value_dim(self):
+        """The values' head dimension (a ggml row holds D / 32 blocks of bytes)."""
+        block = _FORMATS[self.kv_format][1]
+        return self.values.shape[3] if block is None else self.values.shape[3] // block * 32
+
+    def attention_kwargs(self, key):
+        """The quantized call's arguments for the rows update() returned."""
+        n = key.shape[2]
+        kw = {}
+        if self.k_scale is not None:
+            kw.update(k_scale=self.k_scale[:, :, :n], v_scale=self.v_scale[:, :, :n])
+        if self.keys.dtype == torch.uint8:
+            kw["kv_format"] = self.kv_format
+        return kw
+
+    def get_mask_sizes(self, query_length):
+        return self.length + query_length, 0
+
+    def get_seq_length(self):
+        return self.length
+
+    def get_max_length(self):
+        return -1
+
+    def reset(self):
+        self.length = 0
+
+    def crop(self, tokens_to_remove):
+        if tokens_to_remove > 0:
+            raise ValueError("octattn: crop takes a negative count of tokens to remove")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def _each(self, fn):
+        for name in ("keys", "values", "k_scale", "v_scale"):
+            x = getattr(self, name)
+            if x is not None:
+                setattr(self, name, fn(x[:, :, :self.length]).contiguous())
+
+    def reorder_cache(self, beam_idx):
+        if self.length:
+            self._each(lambda x: x.index_select(0, beam_idx.to(x.device)))
+
+    def batch_repeat_interleave(self, repeats):
+        if self.length:
+            self._each(lambda x: x.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices):
+        if self.length:
+            self._each(lambda x: x[indices, ...])
+
+
+class QuantizedCache(Cache):
+    """A transformers Cache whose layers keep K/V quantized (kv_format "int8" with one
+    float32 scale per `group` channels of each token, "fp8_e4m3" and "fp8_e5m2" unscaled,
+    or ggml's "q8_0" and "q4_0"), filled by octattn.kv_store and read in place by the
+    attention of attn_implementation="octattn" (eager mode; every layer keeps all its
+    tokens, sliding-window layers included, their window applied by the mask)."""
+
+    def __init__(self, kv_format="int8", group=32):
+        QuantizedLayer(kv_format, group)  # checks the format now, not at the first step
+        super().__init__(
+            layer_class_to_replicate=functools.partial(QuantizedLayer, kv_format, group))
 
 
 def register(name=NAME):

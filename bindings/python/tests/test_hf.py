@@ -128,3 +128,79 @@ def test_llama_in_bfloat16():
     theirs = (logits["sdpa"] - ref)[valid].abs().max().item()
     assert ours < 0.02 * scale and theirs < 0.02 * scale, (ours, theirs, scale)
     assert (logits["octattn"] - logits["sdpa"])[valid].abs().max().item() < 0.02 * scale
+
+
+def _dequantize(layer, data, scale):
+    """The header's values of a QuantizedLayer's rows, in float32."""
+    fmt = layer.kv_format
+    if fmt == "int8":
+        return data.float() * scale.repeat_interleave(layer.group, dim=3)
+    if fmt.startswith("fp8"):
+        return data.float()
+    blocks = data.reshape(*data.shape[:3], -1, 34 if fmt == "q8_0" else 18)
+    d = blocks[..., :2].contiguous().view(torch.float16).float()  # [..., blocks, 1]
+    if fmt == "q8_0":
+        q = blocks[..., 2:].contiguous().view(torch.int8).float()
+    else:  # value j: low nibble of byte j; value j + 16: its high nibble
+        b = blocks[..., 2:].to(torch.int16)
+        q = (torch.cat([b & 15, b >> 4], dim=-1) - 8).float()
+    return (d * q).reshape(*data.shape[:3], -1)
+
+
+class _DequantizedLayer(octattn.hf.QuantizedLayer):
+    """The same stored bytes, handed to the attention as float32 values."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        k, v = super().update(key_states, value_states)
+        del k._octattn_cache, v._octattn_cache
+        n = self.length
+        scales = (self.k_scale, self.v_scale)
+        return tuple(_dequantize(self, x, s[:, :, :n] if s is not None else None)
+                     for x, s in zip((k, v), scales))
+
+
+@pytest.mark.parametrize("kv_format", ["int8", "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"])
+def test_quantized_cache_is_read_in_place_exactly(kv_format):
+    """Greedy generation over octattn.hf.QuantizedCache: every step's logits are those of
+    the same model reading the dequantized values of the same cache as float32 tensors,
+    byte for byte (the library's quantized call is its f32 call on those values)."""
+    import functools
+    model = tiny(transformers.LlamaConfig, transformers.LlamaForCausalLM, head_dim=32)
+    model.set_attn_implementation("octattn")
+    torch.manual_seed(1)
+    ids = torch.randint(1, 128, (2, 21))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[0, :6] = 0
+    runs = []
+    for layer in (octattn.hf.QuantizedLayer, _DequantizedLayer):
+        cache = transformers.cache_utils.Cache(
+            layer_class_to_replicate=functools.partial(layer, kv_format, 16))
+        with torch.no_grad():
+            runs.append(model.generate(input_ids=ids, attention_mask=attention_mask,
+                                       cache=cache, max_new_tokens=12,
+                                       do_sample=False, pad_token_id=0, output_logits=True,
+                                       return_dict_in_generate=True))
+        assert cache.get_seq_length() == 21 + 12 - 1
+        assert isinstance(cache.layers[0], layer)
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    for a, b in zip(runs[0].logits, runs[1].logits):
+        assert torch.equal(a, b)
+
+
+def test_quantized_cache_stores_quantized_bytes_and_checks_its_format():
+    cache = octattn.hf.QuantizedCache("int8", group=16)
+    k = torch.randn(1, 2, 5, 32)
+    keys, values = cache.update(k, k * 2, 0)
+    layer = cache.layers[0]
+    assert keys.dtype == torch.int8 and keys.shape == (1, 2, 5, 32)
+    assert layer.k_scale.shape[3] == 2 and cache.get_seq_length() == 5
+    assert (_dequantize(layer, keys, layer.k_scale[:, :, :5]) - k).abs().max() <= \
+        layer.k_scale[:, :, :5].max() / 2 * 1.0001
+    cache.update(k[:, :, :1], k[:, :, :1], 0)
+    assert cache.get_seq_length() == 6
+    cache.crop(-2)
+    assert cache.get_seq_length() == 4
+    with pytest.raises(ValueError, match="kv_format"):
+        octattn.hf.QuantizedCache("int4")
+    with pytest.raises(ValueError, match="group"):
+        octattn.hf.QuantizedCache("int8", group=24).update(k, k, 0)
