@@ -23,7 +23,9 @@ Peers, where installed:
   q_len == kv_len only).
 - ggml_flash: ggml's flash_attn_ext with f32 K and V and an f16 mask (0 / -inf), through
   ctypes from a ggml that the caller built (--ggml-lib: the folder with libggml-base.so
-  and libggml-cpu.so, or OCTATTN_GGML_LIB).
+  and libggml-cpu.so, or OCTATTN_GGML_LIB); f16 K/V with --dtype or --kv-dtype f16, and
+  its own q8_0 and q4_0 caches with --kv-dtype q8_0 or q4_0 (llama.cpp's -ctk/-ctv: the
+  blocks quantized by octattn.kv_store, which writes ggml's bytes).
 - torch_by_hand, numpy_by_hand: matmul, mask, softmax, matmul (not in the default list).
 With --backward the timed call is the backward of the attention (octattn: `bench
 --backward`; torch_sdpa: torch.autograd.grad of SDPA's output, its graph built once and
@@ -307,13 +309,23 @@ def ggml_call(args, q_len, kv_len, dim):
     if name == "sinks":
         raise SystemExit("ggml_flash: sinks are not wired here")
     # ggml takes f32 queries; its f16 K/V (llama.cpp's default cache) with --dtype or
-    # --kv-dtype f16.
+    # --kv-dtype f16; its q8_0 and q4_0 block caches with --kv-dtype.
     cache = args.kv_dtype or args.dtype
-    if cache not in ("f32", "f16"):
+    blocks = {"q8_0": (8, 34), "q4_0": (2, 18)}  # GGML_TYPE_Q8_0, GGML_TYPE_Q4_0; bytes
+    if cache not in ("f32", "f16") and cache not in blocks:
         raise SystemExit("ggml_flash: " + cache + " K/V are not wired here")
     kv_type = f16 if cache == "f16" else f32
     if cache == "f16":
         k, v = k.astype(np.float16), v.astype(np.float16)
+    if cache in blocks:
+        import octattn
+        kv_type, unit = blocks[cache]
+
+        def quantized(x):  # [B, H, T, D / 32 * unit] bytes, as ggml lays a row
+            out = np.empty(x.shape[:3] + (x.shape[3] // 32 * unit,), np.uint8)
+            octattn.kv_store(x, out, kv_format=cache)
+            return out
+        k, v = quantized(k), quantized(v)
     allowed = mask(q_len, kv_len, args.window, args.stride, np, int(value) if name == "chunk" else 0)
     add = mod_arrays(args, q_len, kv_len, np)[2] if name == "bias_tensor" else 0.0
     m = np.where(allowed, add, -np.inf).astype(np.float16)
@@ -322,8 +334,10 @@ def ggml_call(args, q_len, kv_len, dim):
     size = q.nbytes * 2 + k.nbytes + v.nbytes + m.nbytes + (256 << 20)
     ctx = base.ggml_init(InitParams(size, None, False))
 
-    def tensor(kind, a):  # ggml's ne is the numpy shape reversed
+    def tensor(kind, a):  # ggml's ne is the numpy shape reversed (a block row: D values)
         ne = list(reversed(a.shape)) + [1] * (4 - a.ndim)
+        if a.dtype == np.uint8:
+            ne[0] = dim
         t = base.ggml_new_tensor_4d(ctx, kind, *ne)
         ctypes.memmove(base.ggml_get_data(t), a.ctypes.data, a.nbytes)
         return t
@@ -456,7 +470,7 @@ def main():
                     choices=("", "f32", "bf16", "f16", "int8", "fp8_e4m3", "fp8_e5m2", "q8_0",
                              "q4_0"),
                     help="K and V only (f32 queries): torch widens or dequantizes them each "
-                    "call (no q8_0/q4_0)")
+                    "call (no q8_0/q4_0); ggml reads f16, q8_0 and q4_0 caches")
     ap.add_argument("--kv-group", type=int, default=32,
                     help="an int8 cache's channels per scale (octattn and torch)")
     ap.add_argument("--target", default="",
