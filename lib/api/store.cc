@@ -110,7 +110,7 @@ octattn_status octattn_kv_store(octattn_context* ctx, const octattn_tensor* src,
     OCTATTN_CHECK(api::NeedContext(ctx));
     run::StoreCall c;
     OCTATTN_CHECK(ValidateStore(src, dst, scale, scale_rows, slots, &c));
-    run::Store(*ctx->pool, c);
+    run::Store(*ctx->pool, *api::SelectTable(*ctx), c);
     return api::Check();
   });
 }

@@ -141,27 +141,32 @@ inline float Fp8ToF32(uint8_t b, Dtype t) {
 // saturate to it (vLLM's convention), NaN stays NaN, and an infinity becomes NaN in e4m3fn
 // (which has none) and stays one in e5m2.
 inline uint8_t F32ToFp8(float f, Dtype t) {
-  const int mbits = t == kE4m3 ? 3 : 2, bias = t == kE4m3 ? 7 : 15;
+  const bool e4 = t == kE4m3;
+  const uint32_t mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
   const uint32_t x = BitsOf(f), sign = (x >> 24) & 0x80u, ax = x & 0x7FFFFFFFu;
-  const uint8_t nan = t == kE4m3 ? 0x7F : 0x7E;
-  if (ax > 0x7F800000u) return static_cast<uint8_t>(sign | nan);
-  if (ax == 0x7F800000u) return static_cast<uint8_t>(sign | (t == kE4m3 ? nan : 0x7C));
-  const uint8_t top = t == kE4m3 ? 0x7E : 0x7B;  // the largest finite magnitude's code
-  const float a = FloatOf(ax), largest = Fp8ToF32(top, t);
-  if (a >= largest) return static_cast<uint8_t>(sign | top);
-  // The quantum of a's binade (of the subnormals below the smallest normal), a power of
-  // two: a / quantum is exact, and its rounding to an integer is the fp8's rounding.
-  const int exp = static_cast<int>(ax >> 23) - 127;
-  const int qexp = (exp < 1 - bias ? 1 - bias : exp) - mbits;
-  const float quantum = FloatOf(static_cast<uint32_t>(qexp + 127) << 23);
-  const float n = __builtin_rintf(a / quantum);  // round half to even
-  const float r = n * quantum;
-  if (r == 0.0f) return static_cast<uint8_t>(sign);
-  const int rexp = static_cast<int>(BitsOf(r) >> 23) - 127;
-  if (rexp < 1 - bias)  // subnormal: r = m * 2^(1 - bias - mbits)
-    return static_cast<uint8_t>(sign | static_cast<uint32_t>(n));
-  const uint32_t m = (BitsOf(r) >> (23 - mbits)) & ((1u << mbits) - 1);
-  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(rexp + bias) << mbits) | m);
+  const uint32_t nan = e4 ? 0x7Fu : 0x7Eu, inf = e4 ? 0x7Fu : 0x7Cu;
+  const uint32_t top = e4 ? 0x7Eu : 0x7Bu;                  // the largest finite's code
+  const uint32_t largest = e4 ? 0x43E00000u : 0x47600000u;  // its value: 448, 57344
+  const uint32_t min_normal = (128u - bias) << 23;          // 2^(1 - bias)
+  // Below the smallest normal: a + 2^(23 + 1 - bias - mbits) puts the subnormal quantum
+  // at the sum's last bit, so the sum's rounding (to nearest even) is the fp8's, and its
+  // low bits are the code (8 where it rounds up to the smallest normal).
+  const uint32_t magic = (127u + 24u - bias - mbits) << 23;
+  const uint32_t sub = BitsOf(FloatOf(ax) + FloatOf(magic)) - magic;
+  // Normals: the exponent rebiased and the mantissa rounded to mbits bits, half to even
+  // (a carry into the exponent is the next binade's code).
+  const uint32_t half = (1u << (22 - mbits)) - 1, odd = (ax >> (23 - mbits)) & 1u;
+  const uint32_t normal = (ax - ((127u - bias) << 23) + half + odd) >> (23 - mbits);
+  // Every case computed and picked by masks, not branches: a loop of them runs in vectors.
+  auto pick = [](bool c, uint32_t a, uint32_t b) {
+    const uint32_t m = 0u - static_cast<uint32_t>(c);
+    return (a & m) | (b & ~m);
+  };
+  uint32_t code = pick(ax < min_normal, sub, normal);
+  code = pick(ax >= largest, top, code);
+  code = pick(ax == 0x7F800000u, inf, code);
+  code = pick(ax > 0x7F800000u, nan, code);
+  return static_cast<uint8_t>(sign | code);
 }
 
 // Value i (0 .. kQuantBlock) of a ggml block of type t (kQ8_0: an f16 d, then 32 int8;
@@ -195,6 +200,23 @@ inline void DequantRow(const void* src, int64_t stride, Dtype t, int64_t n, cons
     dst[d] = sc ? LoadElem(sc, d / group * sc_col, st) * x : x;
   }
 }
+
+// Round half to even of |x| < 2^22 by the add-and-subtract of magic = 1.5 * 2^23 (in the
+// default rounding mode, which the library never changes): a loop of them runs in vectors.
+inline float RoundEven(float x, float magic) { return (x + magic) - magic; }
+// That magic, read once per loop and kept from being folded away.
+inline float RoundMagic() {
+  const volatile float magic = 12582912.0f;
+  return magic;
+}
+// Round half to even, clamped to [lo, hi]; |x| < 2^22 (a quotient by a block's scale).
+inline int RoundClamp(float x, int lo, int hi, float magic) {
+  const float r = RoundEven(x, magic);
+  return r < static_cast<float>(lo) ? lo : r > static_cast<float>(hi) ? hi : static_cast<int>(r);
+}
+// The bits of |x|: for finite values their order is the values' order, and any bits above
+// 0x7F800000's are non-finite.
+inline uint32_t AbsBits(float x) { return BitsOf(x) & 0x7FFFFFFFu; }
 
 // Pointer arithmetic in elements of a type.
 template <class P>

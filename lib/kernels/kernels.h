@@ -253,6 +253,21 @@ struct BackwardTask {
   double* dsinks;  // with sinks: per head, the sum over its rows of -p_sink * (do . o)
 };
 
+// The cache store's row (store/, Table::store_row): n values x (widened) into one cache
+// row `out` of dtype t, its elements contiguous: 16-bit rounded to nearest even; INT8 with
+// each group of `group` values' scale max|x| / 127 written to element g * sc_col of sc
+// (type sc_type) and read back; FP8 divided by its group's scale (sc null: by 1); Q8_0 and
+// Q4_0 as ggml quantizes (n whole blocks, out at the first).
+struct StoreRow {
+  const float* x;
+  int64_t n;
+  Dtype t;
+  void* out;
+  void* sc;
+  Dtype sc_type;
+  int64_t sc_col, group;
+};
+
 // Scratch sizes are counted in floats with saturating arithmetic (base::SatMul): a size
 // that does not fit in size_t comes back as SIZE_MAX, which no allocation satisfies.
 struct Table {
@@ -293,6 +308,8 @@ struct Table {
   // backward/: scratch of one task and the task.
   size_t (*backward_scratch_floats)(const BackwardTask& task);
   void (*backward_task)(const BackwardTask& task, float* scratch);
+  // store/: one row of the cache store.
+  void (*store_row)(const StoreRow& row);
 };
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.

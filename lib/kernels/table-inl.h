@@ -12,6 +12,7 @@
 #include "lib/kernels/naive/naive-inl.h"
 #include "lib/kernels/flash/flash-inl.h"
 #include "lib/kernels/backward/backward-inl.h"
+#include "lib/kernels/store/store-inl.h"
 // clang-format on
 
 static constexpr Table MakeTable(Backend backend, Target target) {
@@ -36,5 +37,6 @@ static constexpr Table MakeTable(Backend backend, Target target) {
   t.flash_merge = FlashMerge;
   t.backward_scratch_floats = BackwardScratchFloats;
   t.backward_task = BackwardTaskRun;
+  t.store_row = StoreRowRun;
   return t;
 }

@@ -20,113 +20,47 @@ float Source(const StoreCall& c, const float* row, int64_t d) {
   return base::LoadElem(row, d * c.src.stride[3], c.src.type);
 }
 
-// Round half to even of |x| < 2^22 by the add-and-subtract of 1.5 * 2^23 (in the default
-// rounding mode, which the library never changes): a loop of them runs in vectors.
-inline float Magic() {
-  const volatile float magic = 12582912.0f;  // read once, kept from being folded away
-  return magic;
-}
-inline float RoundEven(float x, float magic) { return (x + magic) - magic; }
+// Values a row is widened into before the target's kernel stores them, at most.
+constexpr int64_t kChunk = 2048;
 
-// Round half to even, clamped to [lo, hi]; |x| < 2^22 (a quotient by a block's scale).
-int RoundClamp(float x, int lo, int hi, float magic) {
-  const float r = RoundEven(x, magic);
-  return r < static_cast<float>(lo) ? lo : r > static_cast<float>(hi) ? hi : static_cast<int>(r);
-}
-
-// The bits of |x|: for finite values their order is the values' order, and any bits above
-// 0x7F800000's are non-finite.
-inline uint32_t AbsBits(float x) { return base::BitsOf(x) & 0x7FFFFFFFu; }
-
-// One ggml block of 32 values x into dst (type Q8_0 or Q4_0).
-void StoreBlock(const float* x, Dtype t, uint8_t* dst, float magic) {
-  uint32_t top = 0;
-  for (int i = 0; i < base::kQuantBlock; ++i) top = top > AbsBits(x[i]) ? top : AbsBits(x[i]);
-  const bool finite = top < 0x7F800000u;
-  float m = 0.0f;  // Q4_0: the value of largest magnitude, the first of equals
-  for (int i = 0; i < base::kQuantBlock && t == base::kQ4_0; ++i)
-    if (AbsBits(x[i]) == top) {
-      m = x[i];
-      break;
-    }
-  const uint16_t h =
-      !finite ? 0x7E00 : base::F32ToF16(t == base::kQ8_0 ? base::FloatOf(top) / 127.0f : m / -8.0f);
-  memcpy(dst, &h, 2);
-  const float d = base::F16ToF32(h);
-  const bool zero = !finite || d == 0.0f;
-  if (t == base::kQ8_0) {
-    for (int i = 0; i < base::kQuantBlock; ++i)
-      dst[2 + i] = static_cast<uint8_t>(
-          static_cast<int8_t>(zero ? 0 : RoundClamp(x[i] / d, -127, 127, magic)));
-    return;
-  }
-  uint8_t nib[base::kQuantBlock];
-  for (int i = 0; i < base::kQuantBlock; ++i)
-    nib[i] = static_cast<uint8_t>(zero ? 8 : RoundClamp(x[i] / d + 8.0f, 0, 15, magic));
-  for (int i = 0; i < 16; ++i) dst[2 + i] = static_cast<uint8_t>(nib[i] | (nib[i + 16] << 4));
-}
-
-// One row of `dim` values widened in x[0, dim) into out (dst's stride 1), and sc its
-// scale row (INT8) for G-channel groups: tight loops the compiler runs in vectors.
-// Returns false where it does not apply (fp8 and by-channel blocks take StoreRows).
-bool StoreRowFast(const StoreCall& c, const float* x, float* out, const void* sc) {
+// Row `row` (n == 1) of a store through the target's kernel (Table::store_row), in chunks
+// of whole scale groups (INT8; FP8 with scales) or blocks that fit kChunk values. Returns
+// false where it does not apply: a destination's elements strided, a group wider than a
+// chunk (those take the scalar definitions below, the same bytes).
+bool StoreRowKernel(const kernels::Table& table, const StoreCall& c, const float* row, void* out,
+                    void* sc) {
   const int64_t dim = c.src.shape[3];
   const Dtype t = c.dst.type;
-  if (t == base::kF32) {
-    memcpy(out, x, static_cast<size_t>(dim) * 4);
-    return true;
+  const bool grouped = t == base::kI8 || (base::Scaled(t) && sc);
+  const int64_t unit = grouped ? c.group : base::Blocked(t) ? base::kQuantBlock : 1;
+  if (c.dst.stride[3] != 1 || unit > kChunk) return false;
+  const int64_t chunk = kChunk / unit * unit;
+  float x[kChunk];
+  // Contiguous f32 rows are read where they are.
+  const bool in_place = c.src.type == base::kF32 && c.src.stride[3] == 1;
+  for (int64_t d0 = 0; d0 < dim; d0 += chunk) {
+    const int64_t n = base::MinI(chunk, dim - d0);
+    const float* src = base::ElemAt(row, d0 * c.src.stride[3], c.src.type);
+    if (!in_place) base::WidenRow(src, c.src.stride[3], c.src.type, n, x);
+    kernels::StoreRow r;
+    r.x = in_place ? src : x;
+    r.n = n;
+    r.t = t;
+    r.out = base::ElemAt(out, base::Blocked(t) ? d0 / base::kQuantBlock : d0, t);
+    r.sc = sc ? base::ElemAt(sc, d0 / unit * c.scale.stride[3], c.scale.type) : nullptr;
+    r.sc_type = c.scale.type;
+    r.sc_col = c.scale.stride[3];
+    r.group = grouped ? c.group : n;
+    table.store_row(r);
   }
-  if (t == base::kBf16 || t == base::kF16) {
-    uint16_t* o = reinterpret_cast<uint16_t*>(out);
-    if (t == base::kBf16) {
-      for (int64_t d = 0; d < dim; ++d) o[d] = base::F32ToBf16(x[d]);
-    } else {
-      for (int64_t d = 0; d < dim; ++d) o[d] = base::F32ToF16(x[d]);
-    }
-    return true;
-  }
-  const float magic = Magic();
-  if (t == base::kI8) {
-    float* s = const_cast<float*>(static_cast<const float*>(sc));
-    int8_t* o = reinterpret_cast<int8_t*>(out);
-    // (Locals: the int8 stores may alias anything, c's fields included.)
-    const int64_t group = c.group, col = c.scale.stride[3];
-    for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      const int64_t g1 = g0 + group;
-      uint32_t top = 0;
-      for (int64_t d = g0; d < g1; ++d) top = top > AbsBits(x[d]) ? top : AbsBits(x[d]);
-      const bool finite = top < 0x7F800000u;
-      const int64_t at = g0 / group * col;
-      base::StoreElem(s, at, c.scale.type,
-                      finite ? base::FloatOf(top) / 127.0f : __builtin_nanf(""));
-      const float sv = base::LoadElem(s, at, c.scale.type);
-      if (!finite || sv == 0.0f) {
-        memset(o + g0, 0, static_cast<size_t>(group));
-        continue;
-      }
-      for (int64_t d = g0; d < g1; ++d) {
-        float r = RoundEven(x[d] / sv, magic);
-        r = r < -127.0f ? -127.0f : r;
-        r = r > 127.0f ? 127.0f : r;
-        o[d] = static_cast<int8_t>(r);
-      }
-    }
-    return true;
-  }
-  if (base::Blocked(t)) {
-    for (int64_t k = 0; k < dim / base::kQuantBlock; ++k)
-      StoreBlock(x + k * base::kQuantBlock, t, reinterpret_cast<uint8_t*>(base::ElemAt(out, k, t)),
-                 magic);
-    return true;
-  }
-  return false;
+  return true;
 }
 
 // Rows [t0, t0 + n) of (b, h), n = scale_rows (one scale row of an INT8 cache) or 1; `out`
 // their destination rows (null: skipped), `sc` the scale row of the first of them (null:
 // none).
-void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n, float* const* out,
-               const void* sc) {
+void StoreRows(const kernels::Table& table, const StoreCall& c, int64_t b, int64_t h, int64_t t0,
+               int64_t n, float* const* out, const void* sc) {
   const TensorInfo &src = c.src, &dst = c.dst;
   const int64_t dim = src.shape[3];
   const Dtype t = dst.type;
@@ -134,12 +68,7 @@ void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n, 
   for (int64_t r = 0; r < n; ++r)
     rows[r] = base::ElemAt(
         src.data, b * src.stride[0] + h * src.stride[1] + (t0 + r) * src.stride[2], src.type);
-  constexpr int64_t kFastDim = 2048;
-  if (n == 1 && dim <= kFastDim && dst.stride[3] == 1 && out[0]) {
-    float x[kFastDim];
-    base::WidenRow(rows[0], src.stride[3], src.type, dim, x);
-    if (StoreRowFast(c, x, out[0], sc)) return;
-  }
+  if (n == 1 && out[0] && StoreRowKernel(table, c, rows[0], out[0], const_cast<void*>(sc))) return;
   if (t == base::kI8) {
     float* s = const_cast<float*>(static_cast<const float*>(sc));
     for (int64_t g0 = 0; g0 < dim; g0 += c.group) {
@@ -156,9 +85,9 @@ void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n, 
       const float sv = base::LoadElem(s, at, c.scale.type);  // as the cache reads it
       for (int64_t r = 0; r < n; ++r)
         for (int64_t d = g0; d < g0 + c.group; ++d) {
-          const int i = !finite || sv == 0.0f
-                            ? 0
-                            : RoundClamp(Source(c, rows[r], d) / sv, -127, 127, Magic());
+          const int i = !finite || sv == 0.0f ? 0
+                                              : base::RoundClamp(Source(c, rows[r], d) / sv, -127,
+                                                                 127, base::RoundMagic());
           reinterpret_cast<int8_t*>(out[r])[d * dst.stride[3]] = static_cast<int8_t>(i);
         }
     }
@@ -166,14 +95,7 @@ void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n, 
   }
   for (int64_t r = 0; r < n; ++r) {
     if (!out[r]) continue;
-    if (base::Blocked(t)) {
-      float x[base::kQuantBlock];
-      for (int64_t k = 0; k < dim / base::kQuantBlock; ++k) {
-        for (int i = 0; i < base::kQuantBlock; ++i)
-          x[i] = Source(c, rows[r], k * base::kQuantBlock + i);
-        StoreBlock(x, t, reinterpret_cast<uint8_t*>(base::ElemAt(out[r], k, t)), Magic());
-      }
-    } else if (base::Scaled(t)) {  // fp8
+    if (base::Scaled(t)) {  // fp8 (blocked rows are contiguous: the kernel's)
       uint8_t* o = reinterpret_cast<uint8_t*>(out[r]);
       for (int64_t d = 0; d < dim; ++d) {
         const float s =
@@ -188,7 +110,7 @@ void StoreRows(const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n, 
 }
 
 // The rows of (b, h) in order, a scale row's rows at a time.
-void StoreHead(const StoreCall& c, int64_t b, int64_t h) {
+void StoreHead(const kernels::Table& table, const StoreCall& c, int64_t b, int64_t h) {
   const TensorInfo &dst = c.dst, &sc = c.scale;
   const int64_t rows = c.src.shape[2], n = c.dst.type == base::kI8 ? c.scale_rows : 1;
   for (int64_t t0 = 0; t0 < rows; t0 += n) {
@@ -210,13 +132,13 @@ void StoreHead(const StoreCall& c, int64_t b, int64_t h) {
       s = base::ElemAt(sc.data,
                        block * sc.stride[0] + h * sc.stride[1] + row / c.scale_rows * sc.stride[2],
                        sc.type);
-    StoreRows(c, b, h, t0, n, out, s);
+    StoreRows(table, c, b, h, t0, n, out, s);
   }
 }
 
 }  // namespace
 
-void Store(parallel::Pool& pool, const StoreCall& c) {
+void Store(parallel::Pool& pool, const kernels::Table& table, const StoreCall& c) {
   const int64_t batch = c.src.shape[0], heads = c.src.shape[1];
   const int64_t values = batch * heads * c.src.shape[2] * c.src.shape[3];
   // A decode step's few rows cost less than waking the pool.
@@ -224,19 +146,19 @@ void Store(parallel::Pool& pool, const StoreCall& c) {
   if (c.slots) {  // heads: each writes its rows in order
     if (alone) {
       for (int64_t h = 0; h < heads; ++h)
-        for (int64_t b = 0; b < batch; ++b) StoreHead(c, b, h);
+        for (int64_t b = 0; b < batch; ++b) StoreHead(table, c, b, h);
       return;
     }
     pool.Run(heads, [&](int64_t h, int) {
-      for (int64_t b = 0; b < batch; ++b) StoreHead(c, b, h);
+      for (int64_t b = 0; b < batch; ++b) StoreHead(table, c, b, h);
     });
     return;
   }
   if (alone) {
-    for (int64_t i = 0; i < batch * heads; ++i) StoreHead(c, i / heads, i % heads);
+    for (int64_t i = 0; i < batch * heads; ++i) StoreHead(table, c, i / heads, i % heads);
     return;
   }
-  pool.Run(batch * heads, [&](int64_t i, int) { StoreHead(c, i / heads, i % heads); });
+  pool.Run(batch * heads, [&](int64_t i, int) { StoreHead(table, c, i / heads, i % heads); });
 }
 
 }  // namespace run

@@ -25,7 +25,8 @@ struct StoreCall {
 // The most rows one INT8 scale of a store may cover (KIVI's blocks are 32 to 128 rows).
 constexpr int64_t kMaxStoreScaleRows = 256;
 
-void Store(parallel::Pool& pool, const StoreCall& c);
+// Contiguous rows go through `table`'s store_row (the same bytes on every target).
+void Store(parallel::Pool& pool, const kernels::Table& table, const StoreCall& c);
 
 }  // namespace run
 }  // namespace octattn
