@@ -26,7 +26,8 @@ static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __res
   uint8_t* __restrict q = dst + 2;
   if (t == kQ8_0) {
     for (int i = 0; i < kQuantBlock; ++i)
-      q[i] = static_cast<uint8_t>(static_cast<int8_t>(zero ? 0 : RoundClamp(x[i] / d, -127, 127, magic)));
+      q[i] = static_cast<uint8_t>(
+          static_cast<int8_t>(zero ? 0 : RoundClamp(x[i] / d, -127, 127, magic)));
     return;
   }
   // Value i's nibble in byte i (low) or i - 16 (high).
