@@ -488,7 +488,9 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
       {OCTATTN_DTYPE_BF16, 0},      {OCTATTN_DTYPE_F16, 0},      {OCTATTN_DTYPE_INT8, 16},
       {OCTATTN_DTYPE_INT8, 64},     {OCTATTN_DTYPE_FP8_E4M3, 0}, {OCTATTN_DTYPE_FP8_E4M3, -1},
       {OCTATTN_DTYPE_FP8_E5M2, 32}, {OCTATTN_DTYPE_Q8_0, 0},     {OCTATTN_DTYPE_Q4_0, 0}};
-  for (const auto& [type, group] : kinds) {
+  for (const auto& kind : kinds) {
+    const octattn_dtype type = kind.first;  // (lambdas cannot capture structured bindings)
+    const int64_t group = kind.second;
     for (const octattn_tensor* src : sources) {
       INFO("dtype " << type << " group " << group << " src " << src->dtype);
       const bool blocked = Blocked(type);
