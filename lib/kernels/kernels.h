@@ -256,8 +256,8 @@ struct BackwardTask {
 // The cache store's row (store/, Table::store_row): n values x (widened) into one cache
 // row `out` of dtype t, its elements contiguous: 16-bit rounded to nearest even; INT8 with
 // each group of `group` values' scale max|x| / 127 written to element g * sc_col of sc
-// (type sc_type) and read back; FP8 divided by its group's scale (sc null: by 1); Q8_0 and
-// Q4_0 as ggml quantizes (n whole blocks, out at the first).
+// (type sc_type) and read back; FP8 divided by its group's scale (sc null: by 1, group n);
+// Q8_0 and Q4_0 as ggml quantizes (n whole blocks, out at the first).
 struct StoreRow {
   const float* x;
   int64_t n;

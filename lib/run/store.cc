@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include <cmath>
+#include <algorithm>
 
 #include "lib/base/dtype.h"
 
@@ -72,16 +72,15 @@ void StoreRows(const kernels::Table& table, const StoreCall& c, int64_t b, int64
   if (t == base::kI8) {
     float* s = const_cast<float*>(static_cast<const float*>(sc));
     for (int64_t g0 = 0; g0 < dim; g0 += c.group) {
-      bool finite = true;
-      float amax = 0.0f;
+      // The largest |x| of the block as its bits (the kernel's StoreInt8 on n rows).
+      uint32_t top = 0;
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t d = g0; d < g0 + c.group; ++d) {
-          const float x = Source(c, rows[r], d);
-          finite = finite && std::isfinite(x);
-          amax = std::fmax(amax, std::fabs(x));
-        }
+        for (int64_t d = g0; d < g0 + c.group; ++d)
+          top = std::max(top, base::AbsBits(Source(c, rows[r], d)));
+      const bool finite = top < 0x7F800000u;
       const int64_t at = g0 / c.group * c.scale.stride[3];
-      base::StoreElem(s, at, c.scale.type, finite ? amax / 127.0f : __builtin_nanf(""));
+      base::StoreElem(s, at, c.scale.type,
+                      finite ? base::FloatOf(top) / 127.0f : __builtin_nanf(""));
       const float sv = base::LoadElem(s, at, c.scale.type);  // as the cache reads it
       for (int64_t r = 0; r < n; ++r)
         for (int64_t d = g0; d < g0 + c.group; ++d) {

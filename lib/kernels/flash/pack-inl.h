@@ -174,6 +174,28 @@ static inline void PackPagedTile(const FlashTask& t, const FlashScratch& f, Flas
   tile->v_row = dvp;
 }
 
+// The operands of rows widened into f's scratch (WidenTile): keys of head_dim f32 (bf16
+// pairs: head_dim / 2 pairs, each read as one f32), values of PadKeys(value_dim) f32
+// (pairs_v: bf16), unpaged.
+static inline Operands WidenedOperands(const Operands& op, const FlashScratch& f, bool pairs,
+                                       bool pairs_v) {
+  const int64_t hd = op.head_dim;
+  Operands w = op;
+  w.k = f.kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
+  if (pairs) w.k_row = w.head_dim = hd / 2;
+  w.v = f.vw, w.v_row = PadKeys(op.value_dim), w.v_dim = 1, w.v_type = pairs_v ? kBf16 : kF32;
+  w.paging = nullptr;
+  return w;
+}
+
+// Key and value row j of op widened into kr (head_dim floats) and vr (value_dim floats,
+// then zeros to PadKeys(value_dim)).
+static inline void WidenKeyValue(const Operands& op, int64_t j, float* kr, float* vr) {
+  WidenKey(op, j, kr);
+  WidenValue(op, j, vr);
+  for (int64_t d = op.value_dim; d < PadKeys(op.value_dim); ++d) vr[d] = 0.0f;
+}
+
 // 16-bit or quantized keys or values: the rows of keys [t0, t1) of a space whose key g is row first
 // + g * step of k and v, those a row may read (as PackTile says), widened into f32 rows of scratch,
 // values zero padded to whole vectors: key g at row g - t0. Returns the operands of these rows (key
@@ -217,12 +239,7 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
     }
     for (int64_t d = dv; d < dvp && !pairs_v; ++d) vr[d] = 0.0f;
   }
-  Operands w = op;
-  w.k = f.kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
-  if (pairs) w.k_row = w.head_dim = hd / 2;
-  w.v = f.vw, w.v_row = dvp, w.v_dim = 1, w.v_type = pairs_v ? kBf16 : kF32;
-  w.paging = nullptr;
-  return w;
+  return WidenedOperands(op, f, pairs, pairs_v);
 }
 
 // WidenTile of the full tiles of nh tasks whose kv heads' slices share each key row
@@ -232,22 +249,12 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
 static inline void WidenTileHeads(const FlashTask* ts, const FlashScratch* fs, int64_t nh,
                                   int64_t t0, int64_t t1, int64_t first, int64_t step,
                                   Operands* out) {
-  const Operands& op0 = ts[0].op;
-  const int64_t hd = op0.head_dim, dv = op0.value_dim, dvp = PadKeys(dv);
+  const int64_t hd = ts[0].op.head_dim, dvp = PadKeys(ts[0].op.value_dim);
   for (int64_t g = t0; g < t1; ++g)
-    for (int64_t x = 0; x < nh; ++x) {
-      float* vr = fs[x].vw + (g - t0) * dvp;
-      WidenKey(ts[x].op, first + g * step, fs[x].kw + (g - t0) * hd);
-      WidenValue(ts[x].op, first + g * step, vr);
-      for (int64_t d = dv; d < dvp; ++d) vr[d] = 0.0f;
-    }
-  for (int64_t x = 0; x < nh; ++x) {
-    Operands w = ts[x].op;
-    w.k = fs[x].kw, w.k_row = hd, w.k_dim = 1, w.k_type = kF32;
-    w.v = fs[x].vw, w.v_row = dvp, w.v_dim = 1, w.v_type = kF32;
-    w.paging = nullptr;
-    out[x] = w;
-  }
+    for (int64_t x = 0; x < nh; ++x)
+      WidenKeyValue(ts[x].op, first + g * step, fs[x].kw + (g - t0) * hd,
+                    fs[x].vw + (g - t0) * dvp);
+  for (int64_t x = 0; x < nh; ++x) out[x] = WidenedOperands(ts[x].op, fs[x], false, false);
 }
 
 // Packs keys [t0, t1) of a space whose key g is row first + g * step of k and v. Keys

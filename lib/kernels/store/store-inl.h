@@ -91,10 +91,9 @@ static void StoreRowRun(const StoreRow& r) {
     case kE4m3:
     case kE5m2: {
       uint8_t* o = static_cast<uint8_t*>(r.out);
-      const int64_t group = r.sc ? r.group : r.n;
-      for (int64_t g0 = 0; g0 < r.n; g0 += group) {
-        const float s = r.sc ? LoadElem(r.sc, g0 / group * r.sc_col, r.sc_type) : 1.0f;
-        const int64_t m = MinI(group, r.n - g0);
+      for (int64_t g0 = 0; g0 < r.n; g0 += r.group) {
+        const float s = r.sc ? LoadElem(r.sc, g0 / r.group * r.sc_col, r.sc_type) : 1.0f;
+        const int64_t m = MinI(r.group, r.n - g0);
         if (r.t == kE4m3) {
           StoreFp8<kE4m3>(r.x + g0, s, m, o + g0);
         } else {
