@@ -1,7 +1,8 @@
 // Decode: a one-row decode at position i (and a short chunked prefill ending at i)
 // equals prefill row i byte for byte on the fused path, as the header promises, with
 // the score modifiers the input draws (the bias and mask tensors viewed at the rows), in
-// the dtypes it draws.
+// the dtypes it draws, and over the quantized caches it draws (the decode reading the first
+// rows of the same cache and scales).
 #include <algorithm>
 #include <utility>
 
@@ -13,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   Problem p = Problem::Read(in, 40);
   p.ReadTypes(in, true);
+  QuantCache quant = ReadQuant(in, p);
   p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
   p.weights = false;  // the fused path never holds them
   p.opt.causal = 1;
@@ -46,6 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   p.q_len = p.kv_len = n;
   p.ReadMods(in, n, !long_seq);  // long: no [n, n] bias or mask tensors, too slow per input
+  // A quantized cache: k and v in a format the sizes still allow, q and o as drawn.
+  if (p.head_dim % quant.group) quant.group = p.head_dim;
+  if (n % quant.k_rows) quant.k_rows = 1;
+  if (rows4k || ((quant.type == OCTATTN_DTYPE_Q8_0 || quant.type == OCTATTN_DTYPE_Q4_0) &&
+                 (p.head_dim % 32 || p.value_dim % 32)))
+    quant = QuantCache{};
+  if (quant.type != OCTATTN_DTYPE_F32) p.types.kv = OCTATTN_DTYPE_F32;
   Tensors full(p, p.layout);
   FillInputs(in, full);
   if (rows4k) {
@@ -57,11 +66,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     full.v = std::move(v);
   }
   Context ctx(p, p.threads);
+  const bool quantized = quant.type != OCTATTN_DTYPE_F32;
+  if (quantized) quant.Store(ctx, full.k, full.v);
+  // The call over the first `keys` rows of k and v (a quantized cache: views of its first
+  // rows and of their scales; the f32 or 16-bit k and v views come in).
+  auto run = [&](const octattn_attention_options& o, const octattn_tensor* q,
+                 const octattn_tensor* k, const octattn_tensor* v, octattn_tensor* out,
+                 int64_t keys) {
+    if (!quantized) return Run(p.types, ctx, &o, q, k, v, out, nullptr, nullptr);
+    QuantCache::Rows view;
+    const octattn_attention_options qo = quant.RowsOptions(keys, &view, o);
+    return Run(p.types, ctx, &qo, q, &view.k, &view.v, out, nullptr, nullptr);
+  };
   // A short sequence's prefill runs once, whole; a long one's only over the rows a probe
   // reads and the kPrefillRows before them (a prefill-shaped call still: more rows than
   // decode's), so that a long input costs a few short ones, not a hundred.
   constexpr int64_t kPrefillRows = 20;
-  if (!long_seq) FUZZ_CHECK(Attend(ctx, p.opt, full) == OCTATTN_OK);
+  if (!long_seq)
+    FUZZ_CHECK(run(p.opt, &full.q.t, &full.k.t, &full.v.t, &full.o.t, n) == OCTATTN_OK);
   for (int probe = 0; probe < 3; ++probe) {
     const int64_t i = in.Range(0, n - 1);
     const int64_t rows = in.Range(1, std::min<int64_t>(i + 1, 4));
@@ -73,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       qp.data = static_cast<float*>(qp.data) + first * qp.stride[2];
       op.data = static_cast<float*>(op.data) + first * op.stride[2];
       qp.shape[2] = op.shape[2] = i + 1 - first;
-      FUZZ_CHECK(Run(p.types, ctx, &p.opt, &qp, &k, &v, &op, nullptr, nullptr) == OCTATTN_OK);
+      FUZZ_CHECK(run(p.opt, &qp, &k, &v, &op, i + 1) == OCTATTN_OK);
     }
     q.data = static_cast<float*>(q.data) + (i + 1 - rows) * q.stride[2];
     q.shape[2] = rows;
@@ -98,7 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       mask.shape[3] = i + 1;
       opt.mask = &mask;
     }
-    FUZZ_CHECK(Run(p.types, ctx, &opt, &q, &k, &v, &o.t, nullptr, nullptr) == OCTATTN_OK);
+    FUZZ_CHECK(run(opt, &q, &k, &v, &o.t, i + 1) == OCTATTN_OK);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)
         for (int64_t r = 0; r < rows; ++r)

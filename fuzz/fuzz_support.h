@@ -294,6 +294,121 @@ inline octattn_status Attend(octattn_context* ctx, const octattn_attention_optio
              t.has_w ? &t.w.t : nullptr);
 }
 
+// A quantized cache the input may draw for k and v (their f32 values stored by
+// octattn_kv_store): INT8 with per-token scales of G channels (keys: or KIVI's by channel
+// within blocks of 2 or 4 rows), FP8 e4m3 with per-head scales, FP8 e5m2 without, Q8_0 or
+// Q4_0 where the dimensions are whole blocks.
+struct QuantCache {
+  octattn_dtype type = OCTATTN_DTYPE_F32;
+  int64_t group = 1, k_rows = 1;
+  std::vector<uint8_t> kb, vb;
+  octattn_tensor kt{}, vt{};
+  std::unique_ptr<Tensor> ks, vs;  // scales (null: none)
+
+  static int64_t Unit(octattn_dtype t) {
+    return t == OCTATTN_DTYPE_Q8_0 ? 34 : t == OCTATTN_DTYPE_Q4_0 ? 18 : 1;
+  }
+  // The layout: [B, H, T, D] with rows of D values (blocked: D / 32 blocks).
+  static octattn_tensor View(const Tensor& x, octattn_dtype type, std::vector<uint8_t>* buf) {
+    octattn_tensor t = x.t;
+    t.dtype = type;
+    const bool blocked = type == OCTATTN_DTYPE_Q8_0 || type == OCTATTN_DTYPE_Q4_0;
+    const int64_t units = blocked ? t.shape[3] / 32 : t.shape[3];
+    t.stride[3] = 1, t.stride[2] = units, t.stride[1] = t.shape[2] * units;
+    t.stride[0] = t.shape[1] * t.stride[1];
+    buf->assign(static_cast<size_t>(t.shape[0] * t.stride[0] * Unit(type)), 0);
+    t.data = buf->data();
+    return t;
+  }
+  void Store(octattn_context* ctx, const Tensor& k, const Tensor& v) {
+    kt = View(k, type, &kb);
+    vt = View(v, type, &vb);
+    if (type == OCTATTN_DTYPE_INT8) {
+      ks = std::make_unique<Tensor>(k.t.shape[0], k.t.shape[1], k.t.shape[2] / k_rows,
+                                    k_rows > 1 ? k.t.shape[3] : k.t.shape[3] / group);
+      vs = std::make_unique<Tensor>(v.t.shape[0], v.t.shape[1], v.t.shape[2], 1);
+    } else if (type == OCTATTN_DTYPE_FP8_E4M3) {
+      ks = std::make_unique<Tensor>(1, k.t.shape[1], 1, 1);
+      vs = std::make_unique<Tensor>(1, v.t.shape[1], 1, 1);
+      for (float& x : ks->buf) x = 0.75f;
+      for (float& x : vs->buf) x = 1.5f;
+    }
+    const int64_t rows = type == OCTATTN_DTYPE_INT8 ? k_rows : 0;
+    FUZZ_CHECK(octattn_kv_store(ctx, &k.t, &kt, ks ? &ks->t : nullptr, rows, nullptr) ==
+               OCTATTN_OK);
+    FUZZ_CHECK(octattn_kv_store(ctx, &v.t, &vt, vs ? &vs->t : nullptr, 0, nullptr) == OCTATTN_OK);
+  }
+  QuantCache Copy() const {
+    QuantCache c;
+    c.type = type, c.group = group, c.k_rows = k_rows;
+    c.kb = kb, c.vb = vb, c.kt = kt, c.vt = vt;
+    c.kt.data = c.kb.data();
+    c.vt.data = c.vb.data();
+    if (ks) c.ks = std::make_unique<Tensor>(*ks);
+    if (vs) c.vs = std::make_unique<Tensor>(*vs);
+    return c;
+  }
+  // Row pos of (b, h) of every operand and the scales read with it alone, overwritten
+  // with `bytes` (any patterns: NaN and Inf codes and blocks, NaN, Inf and zero scales).
+  void Edit(int64_t b, int64_t h, int64_t pos, const uint8_t* bytes, size_t n) {
+    size_t i = 0;
+    for (octattn_tensor* t : {&kt, &vt}) {
+      uint8_t* row = static_cast<uint8_t*>(t->data) +
+                     (b * t->stride[0] + h * t->stride[1] + pos * t->stride[2]) * Unit(type);
+      for (int64_t e = 0; e < t->stride[2] * Unit(type); ++e) row[e] = bytes[i++ % n];
+    }
+    float f[4];
+    std::memcpy(f, bytes, sizeof(f));
+    if (type == OCTATTN_DTYPE_INT8) {
+      for (int64_t g = 0; g < vs->t.shape[3]; ++g) vs->at(b, h, pos, g) = f[g % 4];
+      if (pos % k_rows == 0)  // a scale row of keys pos and on only
+        for (int64_t g = 0; g < ks->t.shape[3]; ++g) ks->at(b, h, pos / k_rows, g) = f[(g + 1) % 4];
+    }
+  }
+  // Views of the cache's first n rows (a decode's keys 0 .. n - 1) and of their scales in
+  // *view, and the options that pass those scales.
+  struct Rows {
+    octattn_tensor k, v, ks, vs;
+  };
+  octattn_attention_options RowsOptions(int64_t n, Rows* view, octattn_attention_options o) const {
+    view->k = kt, view->v = vt;
+    view->k.shape[2] = view->v.shape[2] = n;
+    o = Options(o);
+    if (type == OCTATTN_DTYPE_INT8) {
+      view->ks = ks->t, view->vs = vs->t;
+      view->ks.shape[2] = (n + k_rows - 1) / k_rows;
+      view->vs.shape[2] = n;
+      o.k_scale = &view->ks;
+      o.v_scale = &view->vs;
+    }
+    return o;
+  }
+  octattn_attention_options Options(octattn_attention_options o) const {
+    o.k_scale = ks ? &ks->t : nullptr;
+    o.v_scale = vs ? &vs->t : nullptr;
+    o.k_scale_rows = type == OCTATTN_DTYPE_INT8 ? k_rows : 0;
+    return o;
+  }
+};
+
+// The format from one byte (F32: none), where the problem's sizes allow it.
+inline QuantCache ReadQuant(Input& in, const Problem& p) {
+  QuantCache c;
+  const uint8_t b = in.Byte();
+  if (!(b & 0x80)) return c;
+  const octattn_dtype pick[5] = {OCTATTN_DTYPE_INT8, OCTATTN_DTYPE_FP8_E4M3, OCTATTN_DTYPE_FP8_E5M2,
+                                 OCTATTN_DTYPE_Q8_0, OCTATTN_DTYPE_Q4_0};
+  c.type = pick[b % 5];
+  const bool blocks = p.head_dim % 32 == 0 && p.value_dim % 32 == 0;
+  if ((c.type == OCTATTN_DTYPE_Q8_0 || c.type == OCTATTN_DTYPE_Q4_0) && !blocks)
+    c.type = OCTATTN_DTYPE_INT8;
+  if (c.type == OCTATTN_DTYPE_INT8) {
+    c.group = (b & 8) && p.head_dim % 8 == 0 ? 8 : p.head_dim;
+    c.k_rows = (b & 16) && p.kv_len % 4 == 0 ? ((b & 32) ? 4 : 2) : 1;
+  }
+  return c;
+}
+
 // Row (a, b, c) of every output the call wrote, byte for byte.
 FUZZ_PLUMBING inline bool OutputRowsEqual(const Tensors& x, const Tensors& y, int64_t a, int64_t b,
                                           int64_t c) {

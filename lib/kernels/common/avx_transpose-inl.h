@@ -126,3 +126,112 @@ static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[
     for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
   }
 }
+
+// Quantized cache rows dequantized in registers (direct tiles of int8, fp8, q8_0 and
+// q4_0 caches): bytes widened to 32-bit lanes (int8 and q8_0 sign extended, fp8 codes and
+// q4_0's nibble bytes zero extended), moved as floats' bits by the transposes, then
+// turned into their values by QuantValues.
+static constexpr bool kQuantRows = true;
+template <Dtype T>
+static constexpr bool kSignedBytes = T == kI8 || T == kQ8_0;
+
+// Eight bytes at p widened to eight 32-bit lanes.
+template <Dtype T>
+static OCTATTN_INLINE __m256i Bytes8(const uint8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kSignedBytes<T>) return _mm256_cvtepi8_epi32(b);
+  return _mm256_cvtepu8_epi32(b);
+}
+
+// kLanes bytes at p widened to 32-bit lanes (a float vector of their bits).
+template <Dtype T, size_t N = kLanes>
+static OCTATTN_INLINE V BytesAs(const uint8_t* p) {
+  if constexpr (N == 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (kSignedBytes<T>) return FromRaw(_mm512_castsi512_ps(_mm512_cvtepi8_epi32(b)));
+    return FromRaw(_mm512_castsi512_ps(_mm512_cvtepu8_epi32(b)));
+  } else {
+    return FromRaw(_mm256_castsi256_ps(Bytes8<T>(p)));
+  }
+}
+
+// TransposeRows of bytes: t[i] lane e = byte off + i of rows[e], widened to 32 bits.
+template <Dtype T, size_t N = kLanes>
+static OCTATTN_INLINE void TransposeBytes(const uint8_t* const* rows, int64_t off, V (&t)[8]) {
+  if constexpr (N == 16) {
+    __m512 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = _mm512_castsi512_ps(_mm512_inserti32x8(
+          _mm512_castsi256_si512(Bytes8<T>(rows[i] + off)), Bytes8<T>(rows[i + 8] + off), 1));
+    Transpose16x8Regs(r, t);
+  } else {
+    static_assert(N == 8, "eight or sixteen lanes");
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(Bytes8<T>(rows[i] + off));
+    Transpose8x8Regs(r);
+    for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
+  }
+}
+
+// The values (before any scale) of lanes of widened bytes, as base/dtype.h defines them:
+// int8 and q8_0 (T kI8 or kQ8_0) the integer; q4_0 the nibble at `shift` minus 8; fp8
+// (T kE4m3 or kE5m2: the format is `fp8`'s) WidenFp8's integer steps, subnormals as
+// m * 2^-k and specials picked by masks (the same bits).
+template <Dtype T, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE V QuantValues(W raw, int shift, Dtype fp8) {
+  const bool e4 = fp8 == kE4m3;
+  const int mbits = e4 ? 3 : 2;
+  const int rebias = (e4 ? 120 : 112) << 23;
+  const float sub = e4 ? 0x1p-9f : 0x1p-16f;
+  // Specials: e4m3's one NaN code, e5m2's infinities and NaNs (payload kept).
+  const int special = e4 ? 0x7F : 0x7C, base = e4 ? 0x7FC00000 : 0x7F800000, payload = e4 ? 0 : 3;
+  if constexpr (N == 16) {
+    __m512i x = _mm512_castps_si512(ToRaw(raw));
+    auto c = [](int v) { return _mm512_set1_epi32(v); };
+    if constexpr (T == kI8 || T == kQ8_0) {
+      return FromRaw(_mm512_cvtepi32_ps(x));
+    } else if constexpr (T == kQ4_0) {
+      x = _mm512_and_si512(_mm512_srl_epi32(x, _mm_cvtsi32_si128(shift)), c(15));
+      return FromRaw(_mm512_cvtepi32_ps(_mm512_sub_epi32(x, c(8))));
+    } else {
+      const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, c(0x80)), 24);
+      const __m512i em = _mm512_and_si512(x, c(0x7F));
+      const __m512i normal =
+          _mm512_or_si512(sign, _mm512_add_epi32(_mm512_sllv_epi32(em, c(23 - mbits)), c(rebias)));
+      const __m512i subn = _mm512_or_si512(
+          sign, _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(em), _mm512_set1_ps(sub))));
+      __m512i r = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(em, c(1 << mbits)), normal, subn);
+      const __m512i sp = _mm512_or_si512(_mm512_or_si512(sign, c(base)),
+                                         _mm512_slli_epi32(_mm512_and_si512(em, c(payload)), 21));
+      r = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(em, c(special)), r, sp);
+      return FromRaw(_mm512_castsi512_ps(r));
+    }
+  } else {
+    __m256i x = _mm256_castps_si256(ToRaw(raw));
+    auto c = [](int v) { return _mm256_set1_epi32(v); };
+    if constexpr (T == kI8 || T == kQ8_0) {
+      return FromRaw(_mm256_cvtepi32_ps(x));
+    } else if constexpr (T == kQ4_0) {
+      x = _mm256_and_si256(_mm256_srl_epi32(x, _mm_cvtsi32_si128(shift)), c(15));
+      return FromRaw(_mm256_cvtepi32_ps(_mm256_sub_epi32(x, c(8))));
+    } else {
+      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, c(0x80)), 24);
+      const __m256i em = _mm256_and_si256(x, c(0x7F));
+      const __m256i normal =
+          _mm256_or_si256(sign, _mm256_add_epi32(_mm256_sllv_epi32(em, c(23 - mbits)), c(rebias)));
+      const __m256i subn = _mm256_or_si256(
+          sign, _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(em), _mm256_set1_ps(sub))));
+      // (em is below 128: the signed comparisons order it.)
+      __m256i r = _mm256_blendv_epi8(normal, subn, _mm256_cmpgt_epi32(c(1 << mbits), em));
+      const __m256i sp = _mm256_or_si256(_mm256_or_si256(sign, c(base)),
+                                         _mm256_slli_epi32(_mm256_and_si256(em, c(payload)), 21));
+      return FromRaw(
+          _mm256_castsi256_ps(_mm256_blendv_epi8(r, sp, _mm256_cmpgt_epi32(em, c(special - 1)))));
+    }
+  }
+}
+
+// An f16 widened by F16C (exact, as base::F16ToF32).
+static OCTATTN_INLINE float HalfToFloat(uint16_t h) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}

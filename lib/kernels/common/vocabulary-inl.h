@@ -44,6 +44,19 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 // f16 narrowing by the vector unit (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
 OCTATTN_ABSENT(void, StoreF16)
+// Quantized rows dequantized in registers (avx_transpose-inl.h): the AVX targets only.
+static constexpr bool kQuantRows = false;
+#define OCTATTN_ABSENT_T(R, name)                                              \
+  template <Dtype, class... A>                                                 \
+  static R name(A&&...) {                                                      \
+    static_assert(kAbsent<A...>, #name " is not an operation of this target"); \
+    return R();                                                                \
+  }
+OCTATTN_ABSENT_T(V, BytesAs)
+OCTATTN_ABSENT_T(void, TransposeBytes)
+OCTATTN_ABSENT_T(V, QuantValues)
+#undef OCTATTN_ABSENT_T
+OCTATTN_ABSENT(float, HalfToFloat)
 // bf16 dimension pairs (avx_bf16-inl.h): the AVX targets only.
 static constexpr bool kBf16Pairs = false;
 OCTATTN_ABSENT(void, TransposeBf16Pairs)

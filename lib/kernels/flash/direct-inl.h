@@ -34,8 +34,23 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
 }
 
+// Whether a task's quantized tiles are read in place and dequantized in registers
+// (DirectScoresQuant, DirectValuesQuant): decode-sized row lists, keys and values of one
+// quantized type in rows of contiguous elements, whole vectors of value columns, scales
+// (int8, fp8) that hold for eight key dimensions and for a vector of value columns (not
+// KIVI's keys by channel), no score modifiers, on a target with the transposes.
+static inline bool FlashDirectQuant(const FlashTask& t, int64_t step) {
+  const Operands& op = t.op;
+  auto whole = [](const Scales& s, int64_t n) { return !s.data || s.group % n == 0; };
+  return S::kQuantRows && step == 1 && FlashRows(t) <= kPackValueRows && Quantized(op.k_type) &&
+         op.v_type == op.k_type && op.k_dim == 1 && op.v_dim == 1 && op.head_dim % 8 == 0 &&
+         op.value_dim % Lanes() == 0 && whole(op.k_scales, 8) && whole(op.v_scales, Lanes()) &&
+         !op.mods.Scores();
+}
+
 // Whether a task's quantized tiles, dequantized into f32 rows (WidenTile), run as direct
-// tiles on those rows: FlashDirect's conditions for the rows as widened.
+// tiles on those rows: FlashDirect's conditions for the rows as widened (where
+// FlashDirectQuant does not hold).
 static inline bool FlashDirectWidened(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
          Quantized(t.op.k_type) && Quantized(t.op.v_type) && t.op.head_dim % 8 == 0 &&
@@ -150,18 +165,41 @@ struct DirectTile {
     const int64_t n = t1 - t0;
     const float* row;
     if (i < n) {
-      *bytes = op->head_dim * DtypeBytes(op->k_type);
+      *bytes = RowBytes(op->k_type, op->head_dim);
       row = SrcK(t0 + i);
     } else if (i < 2 * n) {
-      *bytes = op->value_dim * DtypeBytes(op->v_type);
+      *bytes = RowBytes(op->v_type, op->value_dim);
       row = V(t0 + i - n);
     } else if (i - 2 * n < next1 - next0) {
-      *bytes = op->head_dim * DtypeBytes(op->k_type);
+      *bytes = RowBytes(op->k_type, op->head_dim);
       row = SrcK(next0 + i - 2 * n);
     } else {
       return nullptr;
     }
     return reinterpret_cast<const char*>(row);
+  }
+  // Quantized rows (FlashDirectQuant): what stream row i's fetch brings into L1, the
+  // row and the line of its scale row where its operand has scales of their own (found
+  // before the loops that issue them, which then keep their registers).
+  struct QuantFetch {
+    const char* row = nullptr;
+    int64_t bytes = 0;
+    const void* scale = nullptr;
+  };
+  QuantFetch QuantTarget(int64_t i) const {
+    QuantFetch f;
+    f.row = Row(i, &f.bytes);
+    if (!f.row) return f;
+    const int64_t n = t1 - t0;
+    const bool value = i >= n && i < 2 * n;
+    const Scales& s = value ? op->v_scales : op->k_scales;
+    const int64_t g = i < n ? t0 + i : value ? t0 + i - n : next0 + i - 2 * n;
+    if (s.data) f.scale = kernels::ScaleRow(*op, s, first + g);
+    return f;
+  }
+  static OCTATTN_INLINE void Issue(const QuantFetch& f) {
+    if (f.row) FetchLines<3>(f.row, f.bytes);
+    if (f.scale) __builtin_prefetch(f.scale, 0, 3);
   }
   // With heads set (WholeRows), the tiles of the 2^lg kv heads whose slices share each
   // key row: the kDirectKeys rows of a group that this head's far fetches cover are then
@@ -257,6 +295,20 @@ static OCTATTN_INLINE void DirectScoresAmx(const FlashTask& t, const DirectTile&
   }
 }
 
+// One 8-dimension step of the score chains: dimensions d .. d + 7 of R rows (q_dim
+// apart) times the Vecs key vectors of kv (keys in lanes), added in that order; the f32,
+// 16-bit and quantized direct tiles share it, so their bytes are the same.
+template <int R, int Vecs>
+static OCTATTN_INLINE void DirectDotStep(const float* const* q, int64_t q_dim, int64_t d,
+                                         const typename S::V (&kv)[Vecs][8],
+                                         typename S::V (&acc)[R][Vecs]) {
+  for (int i = 0; i < 8; ++i)
+    for (int r = 0; r < R; ++r) {
+      const typename S::V qb = S::Set(q[r][(d + i) * q_dim]);
+      for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
+    }
+}
+
 // Scaled scores of R rows for the keys of the tile (elements of type T) into
 // s[r][0, t1 - t0), Vecs key vectors a step (kDirectVecs, or one: OneKeyVec).
 template <int R, Dtype T, int Vecs>
@@ -330,11 +382,7 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         typename S::V kv[Vecs][8];
         for (int g = 0; g < Vecs; ++g)
           S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
-        for (int i = 0; i < 8; ++i)
-          for (int r = 0; r < R; ++r) {
-            const typename S::V qb = S::Set(q[r][(d + i) * q_dim]);
-            for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
-          }
+        DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
       }
       StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
     }
@@ -491,4 +539,191 @@ static inline void DirectValues(const FlashTask& t, const DirectTile& dt, const 
       a = b;
     }
   }
+}
+
+// Quantized rows in registers (FlashDirectQuant). The loops are compiled per kind of
+// value, their template's T (kI8: int8 and q8_0, signed bytes; kE4m3: both fp8 formats;
+// kQ4_0), and read the operand's own type where the kinds' members differ (offsets, scales,
+// fp8's constants): fewer instances for each target to compile.
+//
+// Element d of a row of type `type`: its byte offset and, for q4_0, the shift of its
+// nibble (blocked types: d's block, after the block's f16 scale; an 8-dimension step or
+// a vector of columns lies in one block and one half of it).
+static OCTATTN_INLINE int64_t QuantOffset(Dtype type, int64_t d, int* shift) {
+  if (type == kQ8_0) return d / kQuantBlock * 34 + 2 + d % kQuantBlock;
+  if (type == kQ4_0) {
+    const int64_t i = d % kQuantBlock;
+    *shift = i >= 16 ? 4 : 0;
+    return d / kQuantBlock * 18 + 2 + (i & 15);
+  }
+  return d;
+}
+static OCTATTN_INLINE int64_t BlockBytes(Dtype type) { return type == kQ8_0 ? 34 : 18; }
+
+// The scale of element d of a quantized row `row` whose scale row is srow: a blocked
+// type's f16 d, else the element of its scale tensor (dtype.h's definitions).
+static inline float QuantScale(Dtype type, const uint8_t* row, const void* srow, const Scales& s,
+                               int64_t d) {
+  if (Blocked(type)) {
+    uint16_t h;
+    memcpy(&h, row + d / kQuantBlock * BlockBytes(type), 2);
+    if constexpr (S::kQuantRows) return S::HalfToFloat(h);
+    return F16ToF32(h);  // (not reached: FlashDirectQuant needs kQuantRows)
+  }
+  return LoadElem(srow, d / s.group * s.col, s.type);
+}
+
+// The scales at element offset `col` of kLanes scale rows (scales[e] is row e's, in
+// elements of type st), keys in lanes; blocked types: the f16 at byte `col` of each row.
+static OCTATTN_INLINE typename S::V QuantScales(bool blocked, const void* const* scales, Dtype st,
+                                                int64_t col) {
+  constexpr size_t L = S::kLanes;
+  if (blocked) {
+    alignas(64) uint16_t h[L];
+    for (size_t e = 0; e < L; ++e) memcpy(&h[e], static_cast<const char*>(scales[e]) + col, 2);
+    return S::template LoadAs<kF16>(reinterpret_cast<const float*>(h));
+  }
+  alignas(64) float f[L];
+  for (size_t e = 0; e < L; ++e) f[e] = LoadElem(scales[e], col, st);
+  return S::Load(f);
+}
+
+// DirectScores on quantized rows: the key rows' bytes transposed eight dimensions at a
+// time (TransposeBytes), turned into their values and scaled in registers, then the same
+// chains as the f32 rows of the same values, so the same bits. Each step's row and scale
+// pointers and fetches are found before its loops.
+template <int R, Dtype T, int Vecs>
+static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, const DirectTile& dt,
+                                                        const float* const* q, float* const* s,
+                                                        int64_t j_begin, int64_t j_end) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
+  const Operands& op = *dt.op;
+  const Dtype type = op.k_type;
+  const bool blocked = Blocked(type);
+  const int64_t hd = op.head_dim, q_dim = t.op.q_dim;
+  const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
+  const Scales& sc = op.k_scales;
+  const bool scaled = blocked || sc.data;
+  const int64_t group = blocked ? kQuantBlock : sc.data ? sc.group : hd;
+  const typename S::V vs = S::Set(t.op.scale);
+  for (int64_t j = j_begin; j < j_end; j += KP) {
+    const uint8_t* rows[Vecs][L];
+    const void* scales[Vecs][L];
+    DirectTile::QuantFetch ahead[KP];
+    for (int g = 0; g < Vecs; ++g)
+      for (int64_t e = 0; e < L; ++e) {
+        const int64_t key = j + g * L + e;
+        rows[g][e] = reinterpret_cast<const uint8_t*>(dt.SrcK(key));
+        scales[g][e] = blocked ? static_cast<const void*>(rows[g][e])
+                               : kernels::ScaleRow(op, sc, dt.first + key);
+      }
+    for (int64_t e = 0; e < KP; ++e) ahead[e] = dt.QuantTarget(j - dt.t0 + kDirectAhead + e);
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+    typename S::V sv[Vecs];
+    int64_t next_group = 0, scale_col = 0;  // the next group's first dimension, its scale
+    for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
+      const int64_t d1 = base::MinI(hd, d0 + kDotBlock);
+      typename S::V acc[R][Vecs];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
+      for (int64_t d = d0; d < d1; d += 8) {
+        for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
+          DirectTile::Issue(ahead[e]);
+        if (scaled && d == next_group) {
+          for (int g = 0; g < Vecs; ++g)
+            sv[g] = QuantScales(blocked, scales[g], sc.type, scale_col);
+          next_group += group;
+          scale_col += blocked ? BlockBytes(type) : sc.col;
+        }
+        int shift = 0;
+        const int64_t off = QuantOffset(type, d, &shift);
+        typename S::V kv[Vecs][8];
+        for (int g = 0; g < Vecs; ++g) {
+          S::template TransposeBytes<T>(rows[g], off, kv[g]);
+          for (int i = 0; i < 8; ++i) {
+            kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
+            if (scaled) kv[g][i] = S::Mul(sv[g], kv[g][i]);
+          }
+        }
+        DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
+      }
+      StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
+    }
+  }
+}
+
+// DirectValues on quantized rows, keys [g0, g1) (at most kDirectKeys): each key's value
+// columns a register block at a time, loaded as bytes, turned into their values and
+// scaled in registers, then AvRange's chains (the same bits as the f32 rows of the same
+// values). The keys' rows, scales and fetches are found before the loops.
+template <int R, Dtype T>
+static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, const float* const* p,
+                                                        float* const* st, int64_t g0, int64_t g1) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
+  const Operands& op = *dt.op;
+  const Dtype type = op.v_type;
+  const bool blocked = Blocked(type);
+  const int64_t dvp = op.value_dim;  // whole vectors (FlashDirectQuant)
+  const Scales& sc = op.v_scales;
+  const bool scaled = blocked || sc.data;
+  const uint8_t* rows[kDirectKeys];
+  const void* srows[kDirectKeys];
+  DirectTile::QuantFetch ahead[kDirectKeys];
+  for (int64_t k = g0; k < g1; ++k) {
+    rows[k - g0] = reinterpret_cast<const uint8_t*>(dt.V(k));
+    srows[k - g0] = blocked ? nullptr : kernels::ScaleRow(op, sc, dt.first + k);
+    ahead[k - g0] = dt.QuantTarget(dt.t1 - dt.t0 + k - dt.t0 + kDirectAhead);
+  }
+  auto columns = [&](auto vecs, int64_t c0) {
+    constexpr int C = decltype(vecs)::value;
+    float f[kDirectKeys][C];  // the scale of each key's vector c
+    if (scaled)
+      for (int64_t k = 0; k < g1 - g0; ++k)
+        for (int c = 0; c < C; ++c) f[k][c] = QuantScale(type, rows[k], srows[k], sc, c0 + c * L);
+    int64_t off[C];
+    int shift[C] = {};
+    for (int c = 0; c < C; ++c) off[c] = QuantOffset(type, c0 + c * L, &shift[c]);
+    typename S::V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
+    for (int64_t k = 0; k < g1 - g0; ++k) {
+      if (c0 == 0) DirectTile::Issue(ahead[k]);
+      typename S::V x[C];
+      for (int c = 0; c < C; ++c) {
+        x[c] = S::template QuantValues<T>(S::template BytesAs<T>(rows[k] + off[c]), shift[c], type);
+        if (scaled) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const typename S::V pb = S::Set(p[r][g0 + k - dt.t0]);
+        for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
+  };
+  int64_t c0 = 0;
+  for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kAvVecs>(), c0);
+  for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0);
+}
+
+// The quantized loops for the operands' kind: one instance of the tile's other code
+// serves every quantized type (FlashDirectTileHeads<kI8>), and rows run four or one at
+// a time (two rows: one and one, the same chains). (Out of line: a call per 32 keys.)
+template <int R>
+static void DirectScoresQuantOf(const FlashTask& t, const DirectTile& dt, const float* const* q,
+                                float* const* s, int64_t j_begin, int64_t j_end) {
+  const Dtype type = t.op.k_type;
+  if (type == kI8 || type == kQ8_0)
+    return DirectScoresQuant<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+  if (type == kQ4_0) return DirectScoresQuant<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+  DirectScoresQuant<R, kE4m3, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+}
+template <int R>
+static void DirectValuesQuantOf(const DirectTile& dt, const float* const* p, float* const* st,
+                                int64_t g0, int64_t g1) {
+  const Dtype type = dt.op->v_type;
+  if (type == kI8 || type == kQ8_0) return DirectValuesQuant<R, kI8>(dt, p, st, g0, g1);
+  if (type == kQ4_0) return DirectValuesQuant<R, kQ4_0>(dt, p, st, g0, g1);
+  DirectValuesQuant<R, kE4m3>(dt, p, st, g0, g1);
 }

@@ -6,7 +6,9 @@
 // head, then the next keys' (the heads' slices of the same key rows are read together,
 // and each group of rows by every block while it is in L1); the softmax updates (a row
 // with no readable score yet skips the sums, as in FlashBlock); the weighted sums the
-// same way. A row's operations do not depend on nh or on its block.
+// same way. A row's operations do not depend on nh or on its block. T: the rows' element
+// type; kI8 stands for every quantized type (FlashDirectQuant: the loops read the
+// operands' own, and blocks of two rows run as two of one).
 template <Dtype T>
 static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, const FlashScratch* fs,
                                  int64_t nh, int64_t n, float* const* sts, size_t stride) {
@@ -20,8 +22,10 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   };
   const Operands& op0 = ts[0].op;
   const Tuning& tn = ts[0].tuning;
-  const bool stage_k = StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging, tn);
-  const bool one_vec = OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging, tn);
+  // (Quantized rows, a few lines each, are read in place, kDirectVecs key vectors a step.)
+  constexpr bool quant = T >= kI8;
+  const bool stage_k = !quant && StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging, tn);
+  const bool one_vec = !quant && OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging, tn);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t j1 = base::MinI(j + kDirectKeys, t1);
@@ -36,11 +40,18 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
         }
         auto scores = [&](auto vecs) {
           constexpr int V = decltype(vecs)::value;
-          if (h == 4) DirectScores<4, T, V>(ts[x], dt, q, s, j, j1);
-          if (h == 2) DirectScores<2, T, V>(ts[x], dt, q, s, j, j1);
-          if (h == 1) DirectScores<1, T, V>(ts[x], dt, q, s, j, j1);
+          if constexpr (quant) {
+            if (h == 4) return DirectScoresQuantOf<4>(ts[x], dt, q, s, j, j1);
+            for (int64_t r = 0; r < h; ++r) DirectScoresQuantOf<1>(ts[x], dt, &q[r], &s[r], j, j1);
+          } else {
+            if (h == 4) DirectScores<4, T, V>(ts[x], dt, q, s, j, j1);
+            if (h == 2) DirectScores<2, T, V>(ts[x], dt, q, s, j, j1);
+            if (h == 1) DirectScores<1, T, V>(ts[x], dt, q, s, j, j1);
+          }
         };
-        if (one_vec) {
+        if (quant) {
+          scores(std::integral_constant<int, kDirectVecs>());
+        } else if (one_vec) {
           scores(std::integral_constant<int, 1>());
         } else {
           scores(std::integral_constant<int, kDirectVecs>());
@@ -75,10 +86,16 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           st[r] = sts[x] + static_cast<size_t>(i + r) * stride;
           all &= read[x][i + r];
         }
-        if (all && h == 4) return DirectValues<4, T>(ts[x], dt, p, st, g, g1);
-        if (all && h == 2) return DirectValues<2, T>(ts[x], dt, p, st, g, g1);
-        for (int64_t r = 0; r < h; ++r)
-          if (read[x][i + r]) DirectValues<1, T>(ts[x], dt, &p[r], &st[r], g, g1);
+        if constexpr (quant) {
+          if (all && h == 4) return DirectValuesQuantOf<4>(dt, p, st, g, g1);
+          for (int64_t r = 0; r < h; ++r)
+            if (read[x][i + r]) DirectValuesQuantOf<1>(dt, &p[r], &st[r], g, g1);
+        } else {
+          if (all && h == 4) return DirectValues<4, T>(ts[x], dt, p, st, g, g1);
+          if (all && h == 2) return DirectValues<2, T>(ts[x], dt, p, st, g, g1);
+          for (int64_t r = 0; r < h; ++r)
+            if (read[x][i + r]) DirectValues<1, T>(ts[x], dt, &p[r], &st[r], g, g1);
+        }
       });
     }
 }
@@ -217,9 +234,24 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
     }
   };
   const bool direct = span >= 0 && FlashDirect(t, step);
-  const bool widened = span >= 0 && FlashDirectWidened(t, step);
+  const bool quant = span >= 0 && FlashDirectQuant(t, step);
+  const bool widened = !quant && span >= 0 && FlashDirectWidened(t, step);
   for (int64_t t0 = next_tile(begin); t0 < end;) {
     const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
+    if (quant && t1 - t0 == kTileKeys &&
+        base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
+      // A quantized tile every row reads: read in place, dequantized in registers.
+      DirectTile dts[kMaxTaskKvHeads];
+      const int64_t t_next = next_tile(t1);
+      for (int64_t x = 0; x < nh; ++x) {
+        dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
+        upcoming(t_next, &dts[x].next0, &dts[x].next1);
+      }
+      t0 = t_next;
+      // (kI8: every quantized type; the loops dispatch on the operands' own.)
+      if constexpr (S::kQuantRows) FlashDirectTileHeads<kI8>(ts, dts, fs, nh, rows, sts, stride);
+      continue;
+    }
     if (widened && t1 - t0 == kTileKeys &&
         base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
       // A quantized tile every row reads: its rows dequantized, then read in place as f32
