@@ -560,17 +560,17 @@ static OCTATTN_INLINE int64_t QuantOffset(Dtype type, int64_t d, int* shift) {
 }
 static OCTATTN_INLINE int64_t BlockBytes(Dtype type) { return type == kQ8_0 ? 34 : 18; }
 
-// The scale of element d of a quantized row `row` whose scale row is srow: a blocked
-// type's f16 d, else the element of its scale tensor (dtype.h's definitions).
-static inline float QuantScale(Dtype type, const uint8_t* row, const void* srow, const Scales& s,
-                               int64_t d) {
-  if (Blocked(type)) {
+// A scale of a quantized row `row` whose scale row is srow, `at` elements into the scale
+// row (elements of type st); blocked types: the f16 `at` bytes into the row.
+static OCTATTN_INLINE float QuantScaleAt(bool blocked, const uint8_t* row, const void* srow,
+                                         Dtype st, int64_t at) {
+  if (blocked) {
     uint16_t h;
-    memcpy(&h, row + d / kQuantBlock * BlockBytes(type), 2);
+    memcpy(&h, row + at, 2);
     if constexpr (S::kQuantRows) return S::HalfToFloat(h);
     return F16ToF32(h);  // (not reached: FlashDirectQuant needs kQuantRows)
   }
-  return LoadElem(srow, d / s.group * s.col, s.type);
+  return LoadElem(srow, at, st);
 }
 
 // The scales at element offset `col` of kLanes scale rows (scales[e] is row e's, in
@@ -677,13 +677,22 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   }
   auto columns = [&](auto vecs, int64_t c0) {
     constexpr int C = decltype(vecs)::value;
+    // Vector c's bytes in a row, its nibbles' shift, and where its scale is (divisions
+    // once a block of columns, not once a key).
+    int64_t off[C], at[C];
+    int shift[C] = {};
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = c0 + c * L;
+      off[c] = QuantOffset(type, col, &shift[c]);
+      at[c] = blocked   ? col / kQuantBlock * BlockBytes(type)
+              : sc.data ? col / sc.group * sc.col
+                        : 0;
+    }
     float f[kDirectKeys][C];  // the scale of each key's vector c
     if (scaled)
       for (int64_t k = 0; k < g1 - g0; ++k)
-        for (int c = 0; c < C; ++c) f[k][c] = QuantScale(type, rows[k], srows[k], sc, c0 + c * L);
-    int64_t off[C];
-    int shift[C] = {};
-    for (int c = 0; c < C; ++c) off[c] = QuantOffset(type, c0 + c * L, &shift[c]);
+        for (int c = 0; c < C; ++c)
+          f[k][c] = QuantScaleAt(blocked, rows[k], srows[k], sc.type, at[c]);
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
