@@ -105,26 +105,32 @@ static OCTATTN_INLINE void StoreF16(W v, float* p) {
   }
 }
 
-// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
-// keys, keys in lanes, read from the keys' rows (elements of type T, strides in
-// elements) in place (no copy). AVX-512: rows e and e + 8 share a zmm register, whose
-// two halves are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7
-// and 8-15 of each dimension.
-template <Dtype T = kF32, size_t N = kLanes>
-static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
+// t[i] lane e = element i of row8(e), the eight floats (or floats' bits) of key e, for e <
+// kLanes: keys in lanes. AVX-512: keys e and e + 8 share a zmm register, whose two halves
+// are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7 and 8-15 of
+// each dimension.
+template <size_t N = kLanes, class Row8Of>
+static OCTATTN_INLINE void TransposeRowsOf(Row8Of row8, V (&t)[8]) {
   if constexpr (N == 16) {
     __m512 r[8];
     for (int i = 0; i < 8; ++i)
-      r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(Row8<T>(ElemAt(rows, i * row, T))),
-                                Row8<T>(ElemAt(rows, (i + 8) * row, T)), 1);
+      r[i] = _mm512_insertf32x8(_mm512_zextps256_ps512(row8(i)), row8(i + 8), 1);
     Transpose16x8Regs(r, t);
   } else {
     static_assert(N == 8, "eight or sixteen lanes");
     __m256 r[8];
-    for (int i = 0; i < 8; ++i) r[i] = Row8<T>(ElemAt(rows, i * row, T));
+    for (int i = 0; i < 8; ++i) r[i] = row8(i);
     Transpose8x8Regs(r);
     for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
   }
+}
+
+// t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
+// keys, keys in lanes, read from the keys' rows (elements of type T, strides in
+// elements) in place (no copy).
+template <Dtype T = kF32>
+static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
+  TransposeRowsOf([&](int e) { return Row8<T>(ElemAt(rows, e * row, T)); }, t);
 }
 
 // Quantized cache rows dequantized in registers (direct tiles of int8, fp8, q8_0 and
@@ -156,21 +162,9 @@ static OCTATTN_INLINE V BytesAs(const uint8_t* p) {
 }
 
 // TransposeRows of bytes: t[i] lane e = byte off + i of rows[e], widened to 32 bits.
-template <Dtype T, size_t N = kLanes>
+template <Dtype T>
 static OCTATTN_INLINE void TransposeBytes(const uint8_t* const* rows, int64_t off, V (&t)[8]) {
-  if constexpr (N == 16) {
-    __m512 r[8];
-    for (int i = 0; i < 8; ++i)
-      r[i] = _mm512_castsi512_ps(_mm512_inserti32x8(
-          _mm512_castsi256_si512(Bytes8<T>(rows[i] + off)), Bytes8<T>(rows[i + 8] + off), 1));
-    Transpose16x8Regs(r, t);
-  } else {
-    static_assert(N == 8, "eight or sixteen lanes");
-    __m256 r[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(Bytes8<T>(rows[i] + off));
-    Transpose8x8Regs(r);
-    for (int i = 0; i < 8; ++i) t[i] = FromRaw(r[i]);
-  }
+  TransposeRowsOf([&](int e) { return _mm256_castsi256_ps(Bytes8<T>(rows[e] + off)); }, t);
 }
 
 // The values (before any scale) of lanes of widened bytes, as base/dtype.h defines them:
