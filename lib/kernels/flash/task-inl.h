@@ -238,20 +238,6 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   const bool widened = !quant && span >= 0 && FlashDirectWidened(t, step);
   for (int64_t t0 = next_tile(begin); t0 < end;) {
     const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
-    if (quant && t1 - t0 == kTileKeys &&
-        base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
-      // A quantized tile every row reads: read in place, dequantized in registers.
-      DirectTile dts[kMaxTaskKvHeads];
-      const int64_t t_next = next_tile(t1);
-      for (int64_t x = 0; x < nh; ++x) {
-        dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
-        upcoming(t_next, &dts[x].next0, &dts[x].next1);
-      }
-      t0 = t_next;
-      // (kI8: every quantized type; the loops dispatch on the operands' own.)
-      if constexpr (S::kQuantRows) FlashDirectTileHeads<kI8>(ts, dts, fs, nh, rows, sts, stride);
-      continue;
-    }
     if (widened && t1 - t0 == kTileKeys &&
         base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
       // A quantized tile every row reads: its rows dequantized, then read in place as f32
@@ -270,7 +256,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
       FlashDirectTileHeads<kF32>(wide, dts, fs, nh, rows, sts, stride);
       continue;
     }
-    if (direct && t1 - t0 == kTileKeys &&
+    if ((direct || quant) && t1 - t0 == kTileKeys &&
         base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
       const int64_t t_next = next_tile(t1);
@@ -290,7 +276,11 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         }
       }
       t0 = t_next;
-      if (t.op.k_type == kBf16) {
+      if (quant) {
+        // Quantized rows read in place, dequantized in registers (kI8: every quantized
+        // type; the loops dispatch on the operands' own and issue their own fetches).
+        if constexpr (S::kQuantRows) FlashDirectTileHeads<kI8>(ts, dts, fs, nh, rows, sts, stride);
+      } else if (t.op.k_type == kBf16) {
         FlashDirectTileHeads<kBf16>(ts, dts, fs, nh, rows, sts, stride);
       } else if (t.op.k_type == kF16) {
         FlashDirectTileHeads<kF16>(ts, dts, fs, nh, rows, sts, stride);
