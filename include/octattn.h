@@ -147,6 +147,24 @@
  * rows is an input of each of them). Every algorithm of octattn_attention reads
  * quantized caches; the backward and the stages do not (UNSUPPORTED). octattn_kv_store
  * writes them.
+ q . k in int8 (options.qk_precision OCTATTN_QK_INT8, as llama.cpp computes over its
+ * quantized caches; INT8, Q8_0 and Q4_0 keys; the fused and reference algorithms, naive
+ * is UNSUPPORTED). Each row of q is first rounded to int8 in blocks of B dimensions (Q8_0
+ * and Q4_0: B = 32; INT8: B = the largest divisor of 32 that divides the keys' channels
+ * per scale G): a block x gets the scale u = max|x| / 127 (in f32) and the integers
+ * n_d = round-half-even(x_d * 127 / max|x|) (in double) in [-127, 127] (a block of zeros:
+ * u = 0; a block holding a NaN or an infinity: u = NaN, so that its row's scores are
+ * NaN). A key's score is then scale * sum over the blocks, in order, of (u * t) * dot,
+ * dot the block's integer dot product of n and the key's integers (int8 i, Q8_0's q,
+ * Q4_0's nibble - 8, exact) and t the key's scale for the block (INT8's s, the block's
+ * d), each block's term added by one FMA. Decode and prefill of one target give the same
+ * bytes, and the accuracy bound above holds against the reference computed on the rounded
+ * q (u * n_d). The rounding moves each q_d by at most u / 2 = max|x| / 254 of its block,
+ * a score by at most scale * sum_d |k_d| * u / 2. Where int8 dot products are an
+ * instruction (AVX512-VNNI), decode over an 8-bit cache then does a fraction of the exact
+ * path's work for q . k. The values and the rest of the call are as with
+ * OCTATTN_QK_EXACT. (For a BF16 cache, q given as bf16 takes vdpbf16ps where the target
+ * has it: the same choice, made by the caller's dtype.)
  *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
@@ -309,6 +327,13 @@ typedef int32_t octattn_algorithm;
  * O(q_len * window) plus the strided columns); cannot return weights. */
 #define OCTATTN_ALGORITHM_FUSED 3
 
+typedef int32_t octattn_qk_precision;
+/* q . k in f32 on the dequantized keys: every format's scores as the f32 call's. */
+#define OCTATTN_QK_EXACT 0
+/* INT8, Q8_0 and Q4_0 key caches: q rounded to int8 in blocks, q . k as integer dot
+ * products (see SEMANTICS, Quantized caches). Since 0.11. */
+#define OCTATTN_QK_INT8 1
+
 typedef int32_t octattn_backend;
 #define OCTATTN_BACKEND_AUTO 0 /* Highway */
 #define OCTATTN_BACKEND_HIGHWAY 1
@@ -319,8 +344,9 @@ typedef int32_t octattn_backend;
  *   x86-64: Highway scalar, ssse3, sse4, avx2, avx512, avx512_bf16; xsimd sse2, sse4,
  *           avx2, avx512.
  *   ARM64:  Highway scalar, neon, sve2_128, sve_256; xsimd neon.
- * avx512_bf16 (since 0.8) is avx512 on CPUs with AVX512_BF16 (AMD Zen 4 and later,
- * Intel Cooper Lake, Sapphire Rapids and later): the fused algorithm's q.k of bf16 q and
+ * avx512_bf16 (since 0.8) is avx512 on CPUs with AVX512_BF16 and AVX512_VNNI (AMD Zen 4
+ * and later, Intel Cooper Lake, Sapphire Rapids and later; since 0.11 its int8 dot
+ * products run OCTATTN_QK_INT8's q . k): the fused algorithm's q.k of bf16 q and
  * bf16 k (even head_dim) runs on vdpbf16ps, which sums each pair of dimensions into the
  * chain (dimension 2p + 1, then 2p) with bf16 subnormals in q and k read as zero and
  * subnormal partial sums flushed to zero; the accuracy bound holds for it with C and S
@@ -501,12 +527,15 @@ typedef struct octattn_attention_options {
    * (row s at block_table + s * block_table_cols). NULL: contiguous keys. */
   const int32_t* block_table;
   int64_t block_table_cols;
-  /* Since 0.11 (struct_size 200): the scales of an INT8 or FP8 cache (see SEMANTICS,
+  /* Since 0.11 (struct_size 208): the scales of an INT8 or FP8 cache (see SEMANTICS,
    * Quantized caches); NULL (the default): none (FP8 values as they are; INT8 needs one). */
   const octattn_tensor* k_scale;
   const octattn_tensor* v_scale;
   int64_t k_scale_rows; /* key rows per row of k_scale (default 0: 1) */
   int64_t v_scale_rows; /* key rows per row of v_scale (default 0: 1) */
+  /* How q . k is computed over a quantized key cache (default OCTATTN_QK_EXACT). */
+  octattn_qk_precision qk_precision;
+  int32_t reserved3; /* must be 0 */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header

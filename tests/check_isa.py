@@ -3,7 +3,8 @@
 isa LIB:      objdump the library; every function of a per-target namespace must use
               that target's registers: AVX-512 copies use zmm FMAs, AVX2 copies ymm FMAs
               and no zmm, SSE and scalar copies no VEX/EVEX instruction at all; the
-              avx512_bf16 and amx_bf16 units have vdpbf16ps and no other function does;
+              avx512_bf16 and amx_bf16 units have vdpbf16ps and vpdpbusd (AVX512_VNNI)
+              and no other function does;
               the amx_bf16 unit has tdpbf16ps (AMX tiles) and no other function does.
 weak OBJS:    nm the xsimd per-arch objects; no weak symbol may be defined by two of
               them (the linker would keep one copy, possibly AVX-512, for all), and none
@@ -65,6 +66,7 @@ def check_isa(lib):
     insns = collections.defaultdict(list)
     current, name = None, None
     dot_elsewhere = collections.defaultdict(int)  # vdpbf16ps outside the bf16 and amx units
+    vnni_elsewhere = collections.defaultdict(int)  # vpdpbusd likewise
     tile_elsewhere = collections.defaultdict(int)  # AMX tile instructions outside the amx unit
     for line in out.splitlines():
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
@@ -78,6 +80,8 @@ def check_isa(lib):
         insn = parts[-1].strip()
         if insn.startswith("vdpbf16ps") and current not in ("bf16::N_AVX3::", "amx::N_AVX3::"):
             dot_elsewhere[name] += 1
+        if insn.startswith("vpdpbusd") and current not in ("bf16::N_AVX3::", "amx::N_AVX3::"):
+            vnni_elsewhere[name] += 1
         if re.match(r"t(dp|ile|ilestored|ileloadd|ilezero)\w*\b|ldtilecfg", insn) and \
                 current != "amx::N_AVX3::":
             tile_elsewhere[name] += 1
@@ -90,6 +94,12 @@ def check_isa(lib):
         failures.append("bf16::N_AVX3::: no vdpbf16ps on zmm")
     for fn, n in list(dot_elsewhere.items())[:20]:
         failures.append(f"vdpbf16ps outside the avx512_bf16 and amx_bf16 units ({n}x): {fn}")
+    vnni = sum(1 for i in insns.get("bf16::N_AVX3::", []) if re.match(r"vpdpbusd\b.*%zmm", i))
+    print(f"{vnni} zmm vpdpbusd in the avx512_bf16 unit, {sum(vnni_elsewhere.values())} elsewhere")
+    if vnni == 0:
+        failures.append("bf16::N_AVX3::: no vpdpbusd on zmm")
+    for fn, n in list(vnni_elsewhere.items())[:20]:
+        failures.append(f"vpdpbusd outside the avx512_bf16 and amx_bf16 units ({n}x): {fn}")
     amx = insns.get("amx::N_AVX3::", [])
     tiles = sum(1 for i in amx if re.match(r"tdpbf16ps\b", i))
     print(f"{tiles} tdpbf16ps in the amx_bf16 unit, {sum(tile_elsewhere.values())} tile "

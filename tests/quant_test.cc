@@ -150,6 +150,40 @@ struct QuantProblem {
   }
 };
 
+// The integer key formats of OCTATTN_QK_INT8 and the blocks q is rounded in there.
+const Format kIntFormats[] = {
+    {OCTATTN_DTYPE_INT8, 32, 1}, {OCTATTN_DTYPE_INT8, 0, 1}, {OCTATTN_DTYPE_INT8, 16, 1},
+    {OCTATTN_DTYPE_INT8, 1, 16}, {OCTATTN_DTYPE_Q8_0, 0, 1}, {OCTATTN_DTYPE_Q4_0, 0, 1},
+};
+int64_t QkBlock(const Format& f, int64_t head_dim) {
+  if (Blocked(f.type)) return 32;
+  const int64_t g = f.group > 0 ? f.group : head_dim;
+  int64_t b = 32;
+  while (g % b != 0) b /= 2;
+  return b;
+}
+
+// q rounded as the header defines OCTATTN_QK_INT8, by this test's own arithmetic: per
+// block, u = max|x| / 127 in f32 and n = round-half-even(x * 127 / max|x|); u * n.
+Tensor RoundedQ(const Tensor& q, int64_t block) {
+  Tensor r = q;
+  const int64_t D = q.shape[3];
+  for (int64_t b = 0; b < q.shape[0]; ++b)
+    for (int64_t h = 0; h < q.shape[1]; ++h)
+      for (int64_t i = 0; i < q.shape[2]; ++i)
+        for (int64_t d0 = 0; d0 < D; d0 += block) {
+          float amax = 0;
+          for (int64_t d = d0; d < d0 + block; ++d)
+            amax = std::fmax(amax, std::fabs(q.at(b, h, i, d)));
+          const float u = amax / 127.0f;
+          for (int64_t d = d0; d < d0 + block; ++d) {
+            const double n = amax == 0 ? 0.0 : std::nearbyint(q.at(b, h, i, d) * 127.0 / amax);
+            r.at(b, h, i, d) = u * static_cast<float>(std::fmax(-127.0, std::fmin(127.0, n)));
+          }
+        }
+  return r;
+}
+
 // The quantized call's o and lse, and the f32 call's on the dequantized cache: the same
 // bytes (same algorithm and target).
 void ExpectAsDequantized(Context& ctx, QuantProblem& qp, const octattn_attention_options& opt) {
@@ -249,45 +283,90 @@ TEST_CASE("quantized caches: every path computes on the dequantized values, byte
 
 TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
   const int64_t T = SmallSized(1296, 208);
-  for (const Format& f : kFormats) {
-    INFO(f.Name());
-    Context one(1), two(2);
-    QuantProblem qp(one, 1, 4, 1, T, T, 64, f, kBTHD, 5);
-    Tensor full = qp.p.Out(), full2 = qp.p.Out();
-    const octattn_attention_options opt = qp.Options(Options());
-    REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(), nullptr,
-                              nullptr, nullptr, 0) == OCTATTN_OK);
-    REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(), nullptr,
-                              nullptr, nullptr, 0) == OCTATTN_OK);
-    CHECK(BytesEqual(full, full2));
-    for (int64_t i : {int64_t{0}, T / 2, T - 1}) {
-      // Query row i alone, over keys 0..i of the same cache (a view of its first rows).
-      octattn_tensor q1 = qp.p.q.t, k1 = qp.k.t, v1 = qp.v.t;
-      q1.shape[2] = 1;
-      q1.data = &qp.p.q.at(0, 0, i, 0);
-      k1.shape[2] = v1.shape[2] = i + 1;
-      Tensor o1(1, 4, 1, 64);
-      octattn_attention_options o = opt;
-      Tensor ks, vs;  // INT8 scales: the rows of the view's keys
-      octattn_tensor kst, vst;
-      if (qp.k.f.type == OCTATTN_DTYPE_INT8) {
-        kst = qp.k.scale.t;
-        kst.shape[2] = (i + 1 + qp.k.f.rows - 1) / qp.k.f.rows;
-        vst = qp.v.scale.t;
-        vst.shape[2] = i + 1;
-        o.k_scale = &kst;
-        o.v_scale = &vst;
+  for (const Format& f : kFormats)
+    for (int32_t qk : {OCTATTN_QK_EXACT, OCTATTN_QK_INT8}) {
+      if (qk == OCTATTN_QK_INT8 && Scaled(f.type) && f.type != OCTATTN_DTYPE_INT8) continue;
+      INFO(f.Name() << " qk_precision " << qk);
+      Context one(1), two(2);
+      QuantProblem qp(one, 1, 4, 1, T, T, 64, f, kBTHD, 5);
+      Tensor full = qp.p.Out(), full2 = qp.p.Out();
+      octattn_attention_options opt = qp.Options(Options());
+      opt.qk_precision = qk;
+      REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(),
+                                nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+      REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(),
+                                nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+      CHECK(BytesEqual(full, full2));
+      for (int64_t i : {int64_t{0}, T / 2, T - 1}) {
+        // Query row i alone, over keys 0..i of the same cache (a view of its first rows).
+        octattn_tensor q1 = qp.p.q.t, k1 = qp.k.t, v1 = qp.v.t;
+        q1.shape[2] = 1;
+        q1.data = &qp.p.q.at(0, 0, i, 0);
+        k1.shape[2] = v1.shape[2] = i + 1;
+        Tensor o1(1, 4, 1, 64);
+        octattn_attention_options o = opt;
+        Tensor ks, vs;  // INT8 scales: the rows of the view's keys
+        octattn_tensor kst, vst;
+        if (qp.k.f.type == OCTATTN_DTYPE_INT8) {
+          kst = qp.k.scale.t;
+          kst.shape[2] = (i + 1 + qp.k.f.rows - 1) / qp.k.f.rows;
+          vst = qp.v.scale.t;
+          vst.shape[2] = i + 1;
+          o.k_scale = &kst;
+          o.v_scale = &vst;
+        }
+        INFO("row " << i);
+        REQUIRE(octattn_attention(two, &o, &q1, &k1, &v1, o1.ptr(), nullptr, nullptr, nullptr, 0) ==
+                OCTATTN_OK);
+        bool same = true;
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t d = 0; d < 64; ++d)
+            same = same && std::memcmp(&o1.at(0, h, 0, d), &full.at(0, h, i, d), 4) == 0;
+        CHECK(same);
       }
-      INFO("row " << i);
-      REQUIRE(octattn_attention(two, &o, &q1, &k1, &v1, o1.ptr(), nullptr, nullptr, nullptr, 0) ==
-              OCTATTN_OK);
-      bool same = true;
-      for (int64_t h = 0; h < 4; ++h)
-        for (int64_t d = 0; d < 64; ++d)
-          same = same && std::memcmp(&o1.at(0, h, 0, d), &full.at(0, h, i, d), 4) == 0;
-      CHECK(same);
     }
-  }
+}
+
+TEST_CASE("q . k in int8: every target within the bound of the rounded q's reference",
+          "[dispatch]") {
+  const auto targets = AllTargets();
+  const int64_t kv = SmallSized(1104, 304);
+  for (const Format& f : kIntFormats)
+    for (int layout : {kBHTD, kBTHD}) {
+      if (Small() && layout == kBHTD) continue;
+      Context ctx;
+      // Decode (a GQA group stacked) and a chunked prefill over a cached prefix, with a
+      // window and strided columns (the gathered unit's packed tiles).
+      QuantProblem decode(ctx, 2, 8, 2, 1, kv, 64, f, layout, 11);
+      QuantProblem chunk(ctx, 1, 4, 2, 37, kv, 64, f, layout, 23);
+      for (QuantProblem* qp : {&decode, &chunk})
+        for (const octattn_attention_options& mask : {Options(), Options(1, 100, 64)}) {
+          // The reference on this test's rounded q and the dequantized cache; the bound
+          // of the f32 path on those values.
+          const Tensor qr = RoundedQ(qp->p.q, QkBlock(f, 64));
+          Tensor want = qp->p.Out();
+          octattn_attention_options ref = mask;
+          ref.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+          Attend(ctx, ref, qr, qp->k.values, qp->v.values, want);
+          const double bound = Bound(qr, qp->k.values, qp->v.values);
+          octattn_attention_options opt = qp->Options(mask);
+          opt.qk_precision = OCTATTN_QK_INT8;
+          for (const Target& tg : targets) {
+            INFO(f.Name() << " layout " << layout << " q_len " << qp->p.q.shape[2] << " window "
+                          << mask.window << " " << tg.Name());
+            ctx.Use(tg);
+            Tensor o = qp->p.Out();
+            REQUIRE(octattn_attention(ctx, &opt, qp->p.q.ptr(), qp->k.ptr(), qp->v.ptr(), o.ptr(),
+                                      nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+            CHECK(MaxDiff(o, want) <= bound);
+          }
+          opt.algorithm = OCTATTN_ALGORITHM_REFERENCE;  // the library's reference: the same q
+          Tensor o = qp->p.Out();
+          REQUIRE(octattn_attention(ctx, &opt, qp->p.q.ptr(), qp->k.ptr(), qp->v.ptr(), o.ptr(),
+                                    nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+          CHECK(MaxDiff(o, want) <= bound);
+        }
+    }
 }
 
 TEST_CASE("quantized caches: paged and ragged batches equal their contiguous calls") {
@@ -378,9 +457,14 @@ TEST_CASE("quantized caches: rows no query reads never reach an output") {
             c->scale.at(0, 0, j, g) = j % 3 == 0 ? NAN : j % 3 == 1 ? 0.0f : INFINITY;
     }
     octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_AUTO, p);
-    for (octattn_algorithm a :
-         {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_REFERENCE}) {
-      opt.algorithm = a;
+    const bool ints = !Scaled(f.type) || f.type == OCTATTN_DTYPE_INT8;
+    for (int run = 0; run < (ints ? 5 : 3); ++run) {
+      // Each algorithm, then fused and reference with q . k in int8.
+      const octattn_algorithm algorithms[] = {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE,
+                                              OCTATTN_ALGORITHM_REFERENCE, OCTATTN_ALGORITHM_FUSED,
+                                              OCTATTN_ALGORITHM_REFERENCE};
+      opt.algorithm = algorithms[run];
+      opt.qk_precision = run >= 3 ? OCTATTN_QK_INT8 : OCTATTN_QK_EXACT;
       Tensor o1 = clean.p.Out(), o2 = clean.p.Out();
       const octattn_attention_options c1 = clean.Options(opt), c2 = dirty.Options(opt);
       REQUIRE(octattn_attention(ctx, &c1, clean.p.q.ptr(), clean.k.ptr(), clean.v.ptr(), o1.ptr(),
@@ -670,6 +754,28 @@ TEST_CASE("quantized caches: bad input gets a status and writes nothing") {
   k4 = q4.k.t;
   k4.data = q4.k.bytes.data() + 1;
   CHECK(attend(Options(), q4.p.q.ptr(), &k4, q4.v.ptr(), o.ptr()) == OCTATTN_ERROR_MISALIGNED);
+  // q . k in int8: a known precision, integer keys, and not the naive algorithm.
+  bad = good;
+  bad.qk_precision = 2;
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
+  bad = good;
+  bad.reserved3 = 1;
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
+  bad = good;
+  bad.qk_precision = OCTATTN_QK_INT8;
+  bad.algorithm = OCTATTN_ALGORITHM_NAIVE;
+  CHECK(attend(bad, &q, &k, &v, o.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
+  bad.algorithm = OCTATTN_ALGORITHM_AUTO;  // with weights: naive
+  Tensor w = qp.p.Weights();
+  CHECK(octattn_attention(ctx, &bad, &q, &k, &v, o.ptr(), nullptr, w.ptr(), nullptr, 0) ==
+        OCTATTN_ERROR_UNSUPPORTED);
+  CHECK(BytesEqual(o, canary));
+  bad = Options();  // f32 keys; fp8 keys
+  bad.qk_precision = OCTATTN_QK_INT8;
+  CHECK(attend(bad, &q, qp.p.k.ptr(), qp.p.v.ptr(), o.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
+  QuantProblem e4(ctx, 1, 2, 1, 4, 64, 64, {OCTATTN_DTYPE_FP8_E4M3, -1, 1}, kBHTD, 3);
+  bad = e4.Options(bad);
+  CHECK(attend(bad, &q, e4.k.ptr(), e4.v.ptr(), o.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
   // The backward and the stages take no quantized tensors.
   Tensor lse = qp.p.Lse(), g = qp.p.Out(), dq = qp.p.q, dk = qp.p.k, dv = qp.p.v;
   CHECK(octattn_attention_backward(ctx, &good, &q, &k, &v, o.ptr(), lse.ptr(), g.ptr(), nullptr,

@@ -43,6 +43,8 @@ struct Options {
     v_scale: *const Tensor,
     k_scale_rows: i64,
     v_scale_rows: i64,
+    qk_precision: i32,
+    reserved3: i32,
 }
 
 #[link(name = "octattn")]
@@ -81,9 +83,10 @@ const _: () = {
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 200 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 208 && offset_of!(Options, k_start) == 48);
     assert!(offset_of!(Options, k_scale) == 168 && offset_of!(Options, v_scale) == 176);
     assert!(offset_of!(Options, k_scale_rows) == 184 && offset_of!(Options, v_scale_rows) == 192);
+    assert!(offset_of!(Options, qk_precision) == 200 && offset_of!(Options, reserved3) == 204);
     assert!(offset_of!(Options, chunk) == 56 && offset_of!(Options, softcap) == 64);
     assert!(offset_of!(Options, reserved2) == 68 && offset_of!(Options, alibi_slopes) == 72);
     assert!(offset_of!(Options, sinks) == 80 && offset_of!(Options, bias) == 88);

@@ -226,6 +226,10 @@ Check ValidateOptions(const octattn_attention_options* in, octattn_attention_opt
       out->v_scale_rows > kMaxSize)
     return Fail(OCTATTN_ERROR_INVALID_OPTION,
                 "options.k_scale_rows and v_scale_rows must be in [0, 2^60] (0: 1)");
+  if (out->qk_precision != OCTATTN_QK_EXACT && out->qk_precision != OCTATTN_QK_INT8)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.qk_precision must be OCTATTN_QK_EXACT (0) or OCTATTN_QK_INT8 (1)");
+  if (out->reserved3 != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.reserved3 is not 0");
   return Check();
 }
 
@@ -414,7 +418,7 @@ Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
 }
 
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_11 &&
-                  offsetof(octattn_attention_options, v_scale_rows) + 8 == kOptionsSize_0_11 &&
+                  offsetof(octattn_attention_options, reserved3) + 4 == kOptionsSize_0_11 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&

@@ -94,7 +94,7 @@ constexpr size_t kOptionsSize_0_1 = 48;
 constexpr size_t kOptionsSize_0_2 = 56;    // k_start appended
 constexpr size_t kOptionsSize_0_3 = 104;   // chunk and the score modifiers appended
 constexpr size_t kOptionsSize_0_6 = 168;   // sequences: padded, ragged and paged batches
-constexpr size_t kOptionsSize_0_11 = 200;  // the scales of quantized caches
+constexpr size_t kOptionsSize_0_11 = 208;  // quantized caches: scales, qk_precision
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of

@@ -184,6 +184,23 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the naive algorithm reads contiguous keys: a paged cache runs fused (no "
                      "weights) or reference");
+  if (opt.qk_precision == OCTATTN_QK_INT8) {
+    const base::Dtype kt = c->k.type;
+    if (kt != base::kI8 && kt != base::kQ8_0 && kt != base::kQ4_0)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                       "options.qk_precision OCTATTN_QK_INT8 needs an INT8, Q8_0 or Q4_0 key "
+                       "cache (k's dtype is " +
+                           std::to_string(static_cast<int>(kt)) + ")");
+    if (algorithm == OCTATTN_ALGORITHM_NAIVE)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                       "options.qk_precision OCTATTN_QK_INT8 runs fused (no weights) or reference, "
+                       "not naive");
+    // Blocks of q that lie in one scale group of every key: a divisor of 32 and of G.
+    int64_t b = base::kQuantBlock;
+    if (kt == base::kI8)
+      while (c->k_scale.group % b != 0) b /= 2;
+    sh.qk_block = b;
+  }
   c->scale = opt.scale != 0.0f
                  ? opt.scale
                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim)));

@@ -218,6 +218,28 @@ inline int RoundClamp(float x, int lo, int hi, float magic) {
 // 0x7F800000's are non-finite.
 inline uint32_t AbsBits(float x) { return BitsOf(x) & 0x7FFFFFFFu; }
 
+// One block of n values of a q row rounded to int8 (OCTATTN_QK_INT8): the integers into
+// ni, the block's scale returned: max|x| / 127 (f32), the integers round-half-even(x * 127
+// / max|x|) (in double, where no quotient overflows) clamped to [-127, 127]; zeros: 0 (and
+// every integer 0); a NaN or an infinity in the block: NaN (every integer 0). The fused
+// kernels and the reference round alike.
+inline float QuantizeQBlock(const float* x, int64_t n, int8_t* ni) {
+  uint32_t top = 0;
+  for (int64_t d = 0; d < n; ++d) top = top > AbsBits(x[d]) ? top : AbsBits(x[d]);
+  if (top >= 0x7F800000u || top == 0) {
+    for (int64_t d = 0; d < n; ++d) ni[d] = 0;
+    return top == 0 ? 0.0f : __builtin_nanf("");
+  }
+  float amax;
+  memcpy(&amax, &top, 4);
+  const double inv = 127.0 / static_cast<double>(amax);
+  for (int64_t d = 0; d < n; ++d) {
+    const double r = __builtin_nearbyint(static_cast<double>(x[d]) * inv);
+    ni[d] = static_cast<int8_t>(r < -127.0 ? -127 : r > 127.0 ? 127 : static_cast<int>(r));
+  }
+  return amax / 127.0f;
+}
+
 // Pointer arithmetic in elements of a type.
 template <class P>
 inline P* ElemAt(P* p, int64_t i, Dtype t) {

@@ -110,6 +110,9 @@ struct Operands {
   const Paging* paging = nullptr;  // null: key j at k + j * k_row (v likewise)
   Dtype q_type = kF32, k_type = kF32, v_type = kF32, o_type = kF32;
   Scales k_scales, v_scales;  // quantized k or v (Scaled): their scales
+  // OCTATTN_QK_INT8 (integer keys): q's rows rounded to int8 in blocks of qk_block
+  // dimensions (base::QuantizeQBlock), q . k as integer dot products (0: exact).
+  int64_t qk_block = 0;
   // Whether every operand is f32 (the 16-bit ones are widened as they are read).
   bool F32() const { return q_type == kF32 && k_type == kF32 && v_type == kF32 && o_type == kF32; }
 };

@@ -29,6 +29,7 @@ kernels::FlashTask ProbeTask(const CallShape& c) {
   t.op.k_type = c.k_type;
   t.op.v_type = c.v_type;
   t.op.o_type = c.o_type;
+  t.op.qk_block = c.qk_block;
   t.heads = c.q_heads / c.kv_heads;
   t.row_begin = 0;
   t.row_end = c.q_len;

@@ -26,6 +26,9 @@ struct CallShape {
   bool shared_rows = false;
   // The element types of q, k, v and o (16-bit ones take conversion scratch).
   base::Dtype q_type = base::kF32, k_type = base::kF32, v_type = base::kF32, o_type = base::kF32;
+  // OCTATTN_QK_INT8: q's rows rounded to int8 in blocks of this many dimensions (0: exact;
+  // the rounded rows take scratch).
+  int64_t qk_block = 0;
 };
 
 enum class Algorithm { kReference, kNaive, kFused };

@@ -20,9 +20,11 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 }
 
 size_t HeadScratchDoubles(const Operands& t) {
-  const size_t n = base::SatAdd(base::Count(t.kv_len), base::Count(t.value_dim));
-  // A quantized key or value row dequantized (floats, two to a double).
-  return base::SatAdd(n, base::Count((t.head_dim + t.value_dim + 1) / 2));
+  size_t n = base::SatAdd(base::Count(t.kv_len), base::Count(t.value_dim));
+  // A quantized key or value row dequantized (floats, two to a double); q's row rounded
+  // (OCTATTN_QK_INT8: its values, then a row of floats and one of int8).
+  n = base::SatAdd(n, base::Count((t.head_dim + t.value_dim + 1) / 2));
+  return t.qk_block ? base::SatAdd(n, base::Count(t.head_dim * 2)) : n;
 }
 
 namespace {
@@ -45,11 +47,22 @@ void AttentionHead(const Operands& t, double* scratch) {
   double* s = scratch;
   double* acc = scratch + t.kv_len;
   float* row = reinterpret_cast<float*>(acc + t.value_dim);  // a dequantized row
+  // OCTATTN_QK_INT8: the row of q rounded (u * n), from a widened row and its integers.
+  double* qr = scratch + HeadScratchDoubles(t) - (t.qk_block ? 2 * t.head_dim : 0);
+  float* qf = reinterpret_cast<float*>(qr + t.head_dim);
+  int8_t* qn = reinterpret_cast<int8_t*>(qf + t.head_dim);
   const kernels::Mods& mods = t.mods;
   const double sink = mods.sinks ? static_cast<double>(mods.sinks[0]) : kNegInf;
   for (int64_t i = 0; i < t.q_len; ++i) {
     const int64_t qpos = t.mask.q_start + i;
     const float* q = base::ElemAt(t.q, i * t.q_row, t.q_type);
+    if (t.qk_block) {
+      for (int64_t d = 0; d < t.head_dim; ++d) qf[d] = LoadElem(q, d * t.q_dim, t.q_type);
+      for (int64_t d0 = 0; d0 < t.head_dim; d0 += t.qk_block) {
+        const double u = base::QuantizeQBlock(qf + d0, t.qk_block, qn + d0);
+        for (int64_t d = d0; d < d0 + t.qk_block; ++d) qr[d] = u * qn[d];
+      }
+    }
     double m = kNegInf;
     for (int64_t j = 0; j < t.kv_len; ++j) {
       if (!PairAllowed(t, i, qpos, j)) {
@@ -65,7 +78,7 @@ void AttentionHead(const Operands& t, double* scratch) {
       }
       double dot = 0.0;
       for (int64_t d = 0; d < t.head_dim; ++d)
-        dot += static_cast<double>(LoadElem(q, d * t.q_dim, t.q_type)) *
+        dot += (t.qk_block ? qr[d] : static_cast<double>(LoadElem(q, d * t.q_dim, t.q_type))) *
                LoadElem(k, d * k_dim, k_type);
       double x = dot * t.scale;
       if (mods.softcap > 0.0f) x = mods.softcap * std::tanh(x / mods.softcap);

@@ -99,6 +99,7 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
   t.head_dim = sh.head_dim;
   t.value_dim = sh.value_dim;
   t.scale = c.scale;
+  t.qk_block = sh.qk_block;
   t.mask = seq.mask;
   t.mods = ModsAt(sh.mods, c.bias, c.mask, b, h);
   if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;

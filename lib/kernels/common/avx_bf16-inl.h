@@ -118,4 +118,52 @@ static OCTATTN_INLINE V Bf16Low(W pair) {
   return FromRaw(_mm512_castsi512_ps(
       _mm512_and_si512(_mm512_castps_si512(ToRaw(pair)), _mm512_set1_epi32(0xFFFF))));
 }
+
+// int8 dot products on vpdpbusd (AVX512_VNNI, which every CPU with AVX512_BF16 has; the
+// units that define OCTATTN_DOT_BF16 are compiled and dispatched with it): integer lanes
+// travel as floats' bits, as the quantized rows' bytes do.
+static constexpr bool kDotI8 = true;
+// The 16 bytes at byte `off` of 16 rows as four vectors of 4-byte quads, keys in lanes:
+// t[c] lane e = bytes 4c .. 4c + 3 of row e's, made unsigned as vpdpbusd reads them: T's
+// signed bytes (int8, q8_0) plus 128, q4_0's nibbles at `shift` (0: low, 4: high).
+template <Dtype T>
+static OCTATTN_INLINE void QuadsU8(const uint8_t* const* rows, int64_t off, int shift, V (&t)[4]) {
+  auto piece = [&](int e) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[e] + off));
+  };
+  __m512i a[4];  // a[g] lane l: row 4l + g
+  for (int g = 0; g < 4; ++g) {
+    __m512i x = _mm512_castsi128_si512(piece(g));
+    x = _mm512_inserti32x4(x, piece(4 + g), 1);
+    x = _mm512_inserti32x4(x, piece(8 + g), 2);
+    a[g] = _mm512_inserti32x4(x, piece(12 + g), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+  const __m512i q[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                        _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+  for (int c = 0; c < 4; ++c) {
+    __m512i u;
+    if constexpr (kSignedBytes<T>) {
+      u = _mm512_xor_si512(q[c], _mm512_set1_epi8(static_cast<char>(0x80)));
+    } else {
+      u = _mm512_and_si512(_mm512_srl_epi16(q[c], _mm_cvtsi32_si128(shift)),
+                           _mm512_set1_epi8(0x0F));
+    }
+    t[c] = FromRaw(_mm512_castsi512_ps(u));
+  }
+}
+// acc's int32 lanes plus, lane by lane, the four products of k's unsigned bytes and the
+// signed bytes of q (four int8 in 32 bits, the same in every lane).
+template <class W = V>
+static OCTATTN_INLINE V DotI8(W acc, W k, int32_t q) {
+  return FromRaw(_mm512_castsi512_ps(_mm512_dpbusd_epi32(
+      _mm512_castps_si512(ToRaw(acc)), _mm512_castps_si512(ToRaw(k)), _mm512_set1_epi32(q))));
+}
+// The int32 lanes of x minus c, as floats (exact where below 2^24 in magnitude).
+template <class W = V>
+static OCTATTN_INLINE V IntToFloat(W x, int32_t c) {
+  return FromRaw(
+      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_castps_si512(ToRaw(x)), _mm512_set1_epi32(c))));
+}
 #endif  // OCTATTN_DOT_BF16

@@ -166,6 +166,38 @@ static inline void WidenValue(const Operands& op, int64_t j, float* dst) {
   WidenRowV(ValueRow(op, j), op.v_dim, op.v_type, op.value_dim, dst);
 }
 
+// Key row j of an integer cache (kI8, kQ8_0, kQ4_0) for OCTATTN_QK_INT8: its integers
+// (int8 i, q8_0's q, q4_0's nibble - 8) into dst as floats, exact, and its scale for
+// each block of op.qk_block dimensions (kI8: its group's; blocked: the block's d) into
+// ksc, `ks_stride` floats apart.
+static inline void KeyIntegers(const Operands& op, int64_t j, float* dst, float* ksc,
+                               int64_t ks_stride) {
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(KeyRow(op, j));
+  const int64_t hd = op.head_dim, block = op.qk_block;
+  if (op.k_type == kI8) {
+    const Scales& s = op.k_scales;
+    const void* srow = ScaleRow(op, s, j);
+    for (int64_t d = 0; d < hd; ++d)
+      dst[d] = static_cast<float>(static_cast<int8_t>(row[d * op.k_dim]));
+    for (int64_t b = 0; b < hd / block; ++b)
+      ksc[b * ks_stride] = LoadElem(srow, b * block / s.group * s.col, s.type);
+    return;
+  }
+  const int64_t bytes = DtypeBytes(op.k_type);
+  for (int64_t b = 0; b < hd / kQuantBlock; ++b) {
+    const uint8_t* blk = row + b * bytes;
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    ksc[b * ks_stride] = F16ToF32(h);
+    for (int64_t i = 0; i < kQuantBlock; ++i) {
+      const uint8_t x = op.k_type == kQ8_0 ? blk[2 + i] : blk[2 + (i & 15)];
+      dst[b * kQuantBlock + i] =
+          op.k_type == kQ8_0 ? static_cast<float>(static_cast<int8_t>(x))
+                             : static_cast<float>(static_cast<int>(i < 16 ? x & 15 : x >> 4) - 8);
+    }
+  }
+}
+
 // n floats stored as elements of type t, `stride` elements apart (16-bit: rounded to
 // nearest even, the F16C conversion where the target has it: the same bits).
 static inline void NarrowRowV(const float* src, int64_t n, void* dst, int64_t stride, Dtype t) {

@@ -80,6 +80,14 @@ OCTATTN_ABSENT(V, DotBf16)
 OCTATTN_ABSENT(V, NarrowPairs)
 OCTATTN_ABSENT(V, PairRows)
 OCTATTN_ABSENT(V, Bf16Low)
+// int8 dot products on vpdpbusd (avx_bf16-inl.h): the same units.
+static constexpr bool kDotI8 = false;
+template <Dtype, class... A>
+static void QuadsU8(A&&...) {
+  static_assert(kAbsent<A...>, "QuadsU8 is not an instruction of this target");
+}
+OCTATTN_ABSENT(V, DotI8)
+OCTATTN_ABSENT(V, IntToFloat)
 #endif
 #if defined(OCTATTN_AMX_BF16)
 #include "lib/kernels/common/avx_amx-inl.h"

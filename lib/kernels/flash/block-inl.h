@@ -177,6 +177,13 @@ OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
   const bool all = bk->full || bk->modded;
   for (int64_t j0 = bk->block_a / kQkPanel * kQkPanel; j0 < bk->block_b; j0 += kQkPanel) {
     pf->Step();
+    if (t.op.qk_block) {  // integer keys and rows (OCTATTN_QK_INT8)
+      QkTile<R, kFlashQkVecs, false, false, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                                                  t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                                                  sp.mask, bk->qpos, t.op.scale, s, all, nullptr,
+                                                  IntKeys{t.op.qk_block, tile.ksc + j0});
+      continue;
+    }
     if constexpr (S::kDotBf16) {
       if (t.op.q_type == kBf16) {  // bf16 pairs (FlashPairs): head_dim counts pairs
         if constexpr (S::kAmx) {

@@ -45,7 +45,7 @@ static inline bool FlashDirectQuant(const FlashTask& t, int64_t step) {
   return S::kQuantRows && step == 1 && FlashRows(t) <= kPackValueRows && Quantized(op.k_type) &&
          op.v_type == op.k_type && op.k_dim == 1 && op.v_dim == 1 && op.head_dim % 8 == 0 &&
          op.value_dim % Lanes() == 0 && whole(op.k_scales, 8) && whole(op.v_scales, Lanes()) &&
-         !op.mods.Scores();
+         op.qk_block % 8 == 0 && !op.mods.Scores();
 }
 
 // Whether a task's quantized tiles, dequantized into f32 rows (WidenTile), run as direct
@@ -54,7 +54,7 @@ static inline bool FlashDirectQuant(const FlashTask& t, int64_t step) {
 static inline bool FlashDirectWidened(const FlashTask& t, int64_t step) {
   return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
          Quantized(t.op.k_type) && Quantized(t.op.v_type) && t.op.head_dim % 8 == 0 &&
-         ValuesDirect(1, t.op.value_dim) && !t.op.mods.Scores();
+         ValuesDirect(1, t.op.value_dim) && !t.op.mods.Scores() && !t.op.qk_block;
 }
 
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
@@ -588,6 +588,47 @@ static OCTATTN_INLINE typename S::V QuantScales(bool blocked, const void* const*
   return S::Load(f);
 }
 
+// The rows, scale rows (blocked types: the rows) and fetches of one step of Vecs key
+// vectors from key j of a quantized tile, found before the step's loops (which then keep
+// their registers), and the keys' values eight dimensions at a time.
+template <int Vecs>
+struct QuantKeys {
+  static constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
+  const uint8_t* rows[Vecs][L];
+  const void* scales[Vecs][L];
+  DirectTile::QuantFetch ahead[KP];
+  OCTATTN_INLINE QuantKeys(const DirectTile& dt, int64_t j) {
+    const Operands& op = *dt.op;
+    const bool blocked = Blocked(op.k_type);
+    for (int g = 0; g < Vecs; ++g)
+      for (int64_t e = 0; e < L; ++e) {
+        const int64_t key = j + g * L + e;
+        rows[g][e] = reinterpret_cast<const uint8_t*>(dt.SrcK(key));
+        scales[g][e] = blocked ? static_cast<const void*>(rows[g][e])
+                               : kernels::ScaleRow(op, op.k_scales, dt.first + key);
+      }
+    for (int64_t e = 0; e < KP; ++e) ahead[e] = dt.QuantTarget(j - dt.t0 + kDirectAhead + e);
+  }
+  // The fetches of rows [d / 8 * per, (d / 8 + 1) * per) of the step kDirectAhead keys
+  // on: the rows of the next steps spread over this one's eight-dimension steps.
+  OCTATTN_INLINE void Fetch(int64_t d, int64_t per) const {
+    for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
+      DirectTile::Issue(ahead[e]);
+  }
+  // Dimensions d .. d + 7 of the keys' values (not scaled), keys in lanes, after Fetch.
+  template <Dtype T>
+  OCTATTN_INLINE void Values(Dtype type, int64_t d, int64_t per,
+                             typename S::V (&kv)[Vecs][8]) const {
+    Fetch(d, per);
+    int shift = 0;
+    const int64_t off = QuantOffset(type, d, &shift);
+    for (int g = 0; g < Vecs; ++g) {
+      S::template TransposeBytes<T>(rows[g], off, kv[g]);
+      for (int i = 0; i < 8; ++i) kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
+    }
+  }
+};
+
 // DirectScores on quantized rows: the key rows' bytes transposed eight dimensions at a
 // time (TransposeBytes), turned into their values and scaled in registers, then the same
 // chains as the f32 rows of the same values, so the same bits. Each step's row and scale
@@ -607,17 +648,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
   const int64_t group = blocked ? kQuantBlock : sc.data ? sc.group : hd;
   const typename S::V vs = S::Set(t.op.scale);
   for (int64_t j = j_begin; j < j_end; j += KP) {
-    const uint8_t* rows[Vecs][L];
-    const void* scales[Vecs][L];
-    DirectTile::QuantFetch ahead[KP];
-    for (int g = 0; g < Vecs; ++g)
-      for (int64_t e = 0; e < L; ++e) {
-        const int64_t key = j + g * L + e;
-        rows[g][e] = reinterpret_cast<const uint8_t*>(dt.SrcK(key));
-        scales[g][e] = blocked ? static_cast<const void*>(rows[g][e])
-                               : kernels::ScaleRow(op, sc, dt.first + key);
-      }
-    for (int64_t e = 0; e < KP; ++e) ahead[e] = dt.QuantTarget(j - dt.t0 + kDirectAhead + e);
+    const QuantKeys<Vecs> keys(dt, j);
     float* out[R];
     for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
     typename S::V sv[Vecs];
@@ -628,27 +659,118 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
       for (int64_t d = d0; d < d1; d += 8) {
-        for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
-          DirectTile::Issue(ahead[e]);
         if (scaled && d == next_group) {
           for (int g = 0; g < Vecs; ++g)
-            sv[g] = QuantScales(blocked, scales[g], sc.type, scale_col);
+            sv[g] = QuantScales(blocked, keys.scales[g], sc.type, scale_col);
           next_group += group;
           scale_col += blocked ? BlockBytes(type) : sc.col;
         }
-        int shift = 0;
-        const int64_t off = QuantOffset(type, d, &shift);
         typename S::V kv[Vecs][8];
-        for (int g = 0; g < Vecs; ++g) {
-          S::template TransposeBytes<T>(rows[g], off, kv[g]);
-          for (int i = 0; i < 8; ++i) {
-            kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
-            if (scaled) kv[g][i] = S::Mul(sv[g], kv[g][i]);
-          }
-        }
+        keys.template Values<T>(type, d, per, kv);
+        if (scaled)
+          for (int g = 0; g < Vecs; ++g)
+            for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
         DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
       }
       StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
+    }
+  }
+}
+
+// DirectScoresQuant's integer scores (Operands::qk_block, a multiple of 8): the key rows'
+// integers (QuantValues, unscaled) times the QRecords' integers, one exact chain per
+// block, each block's sums added by StoreIntBlock with the keys' scales for the block:
+// the bits of QkStoreInt on the packed tile.
+template <int R, Dtype T, int Vecs>
+static __attribute__((noinline)) void DirectScoresInt(const FlashTask& t, const DirectTile& dt,
+                                                      const float* const* q, float* const* s,
+                                                      int64_t j_begin, int64_t j_end) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
+  const Operands& op = *dt.op;
+  const Dtype type = op.k_type;
+  const bool blocked = Blocked(type);
+  const int64_t hd = op.head_dim, block = op.qk_block;
+  const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
+  const Scales& sc = op.k_scales;
+  const typename S::V vs = S::Set(t.op.scale);
+  const float* qs[R];
+  for (int r = 0; r < R; ++r) qs[r] = QScales(q[r], hd);
+  for (int64_t j = j_begin; j < j_end; j += KP) {
+    const QuantKeys<Vecs> keys(dt, j);
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+    for (int64_t d0 = 0, b = 0; d0 < hd; d0 += block, ++b) {
+      typename S::V acc[R][Vecs];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
+      for (int64_t d = d0; d < d0 + block; d += 8) {
+        typename S::V kv[Vecs][8];
+        keys.template Values<T>(type, d, per, kv);
+        DirectDotStep<R, Vecs>(q, 1, d, kv, acc);
+      }
+      typename S::V sv[Vecs];
+      const int64_t col = blocked ? b * BlockBytes(type) : d0 / sc.group * sc.col;
+      for (int g = 0; g < Vecs; ++g) sv[g] = QuantScales(blocked, keys.scales[g], sc.type, col);
+      StoreIntBlock<R, Vecs>(acc, qs, b, sv, out, d0 > 0, d0 + block == hd, vs);
+    }
+  }
+}
+
+// DirectScoresInt on vpdpbusd (S::kDotI8; blocks of a multiple of 16 dimensions): each
+// 16-dimension piece of the key rows as four vectors of unsigned byte quads (QuadsU8),
+// one vpdpbusd per quad, row and key vector with the row's int8 quad, each block's sums
+// less the unsigned bytes' excess (int8 and q8_0: 128 times the q block's sum; q4_0: 8
+// times it) as floats: DirectScoresInt's integer dot products, so its bits.
+template <int R, Dtype T, int Vecs>
+static __attribute__((noinline)) void DirectScoresDotI8(const FlashTask& t, const DirectTile& dt,
+                                                        const float* const* q, float* const* s,
+                                                        int64_t j_begin, int64_t j_end) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
+  const Operands& op = *dt.op;
+  const Dtype type = op.k_type;
+  const bool blocked = Blocked(type);
+  const int64_t hd = op.head_dim, block = op.qk_block;
+  const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
+  const Scales& sc = op.k_scales;
+  const typename S::V vs = S::Set(t.op.scale);
+  constexpr int32_t kExcess = T == kQ4_0 ? 8 : 128;
+  const float* qs[R];
+  const int32_t* sums[R];
+  const int8_t* bytes[R];
+  for (int r = 0; r < R; ++r) {
+    qs[r] = QScales(q[r], hd);
+    sums[r] = QSums(q[r], hd, block);
+    bytes[r] = QBytes(q[r], hd, block);
+  }
+  for (int64_t j = j_begin; j < j_end; j += KP) {
+    const QuantKeys<Vecs> keys(dt, j);
+    float* out[R];
+    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
+    for (int64_t d0 = 0, b = 0; d0 < hd; d0 += block, ++b) {
+      typename S::V acc[R][Vecs];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
+      for (int64_t d = d0; d < d0 + block; d += 16) {
+        keys.Fetch(d, per);
+        keys.Fetch(d + 8, per);
+        int shift = 0;
+        const int64_t off = QuantOffset(type, d, &shift);
+        typename S::V quads[Vecs][4];
+        for (int g = 0; g < Vecs; ++g) S::template QuadsU8<T>(keys.rows[g], off, shift, quads[g]);
+        for (int c = 0; c < 4; ++c)
+          for (int r = 0; r < R; ++r) {
+            int32_t qq;
+            memcpy(&qq, bytes[r] + d + 4 * c, 4);
+            for (int g = 0; g < Vecs; ++g) acc[r][g] = S::DotI8(acc[r][g], quads[g][c], qq);
+          }
+      }
+      typename S::V dot[R][Vecs];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < Vecs; ++g) dot[r][g] = S::IntToFloat(acc[r][g], kExcess * sums[r][b]);
+      typename S::V sv[Vecs];
+      const int64_t col = blocked ? b * BlockBytes(type) : d0 / sc.group * sc.col;
+      for (int g = 0; g < Vecs; ++g) sv[g] = QuantScales(blocked, keys.scales[g], sc.type, col);
+      StoreIntBlock<R, Vecs>(dot, qs, b, sv, out, d0 > 0, d0 + block == hd, vs);
     }
   }
 }
@@ -723,6 +845,17 @@ template <int R>
 static void DirectScoresQuantOf(const FlashTask& t, const DirectTile& dt, const float* const* q,
                                 float* const* s, int64_t j_begin, int64_t j_end) {
   const Dtype type = t.op.k_type;
+  if (t.op.qk_block) {  // integer scores (OCTATTN_QK_INT8: kI8, kQ8_0, kQ4_0 keys)
+    if constexpr (S::kDotI8) {
+      if (t.op.qk_block % 16 == 0) {
+        if (type == kQ4_0)
+          return DirectScoresDotI8<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+        return DirectScoresDotI8<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+      }
+    }
+    if (type == kQ4_0) return DirectScoresInt<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+    return DirectScoresInt<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+  }
   if (type == kI8 || type == kQ8_0)
     return DirectScoresQuant<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
   if (type == kQ4_0) return DirectScoresQuant<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);

@@ -2,12 +2,33 @@
 // (K panels, V panels, bf16 value pairs, paged rows, 16-bit rows widened).
 
 // Scratch pieces of a task. 16-bit operands: qw holds the task's q rows widened (rows of
-// head_dim floats); kw and vw a tile's key and value rows widened (WidenTile).
+// head_dim floats; with qk_block each row's QRecord); kw and vw a tile's key and value
+// rows widened (WidenTile); ksc (qk_block) their keys' block scales (KeyBlockScales).
 struct FlashScratch {
   float *run, *cur, *kt, *s_buf, *vpack;
   FlashRow* rows;
-  float *qw, *kw, *vw;
+  float *qw, *kw, *vw, *ksc;
 };
+
+// q row `src` (elements of type t, `dim` apart) rounded into the record at rec.
+static inline void QuantizeQRow(const float* src, int64_t dim, Dtype t, int64_t head_dim,
+                                int64_t block, float* rec) {
+  WidenRowV(src, dim, t, head_dim, rec);
+  const int64_t nb = head_dim / block;
+  int8_t* bytes = reinterpret_cast<int8_t*>(rec + head_dim + 2 * nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    rec[head_dim + b] = base::QuantizeQBlock(rec + b * block, block, bytes + b * block);
+    int32_t sum = 0;
+    for (int64_t d = b * block; d < (b + 1) * block; ++d) sum += bytes[d];
+    memcpy(rec + head_dim + nb + b, &sum, 4);
+  }
+  for (int64_t d = 0; d < head_dim; ++d) rec[d] = static_cast<float>(bytes[d]);
+}
+// The q rows' piece of a task's scratch: 16-bit rows widened, or QRecords.
+static inline size_t QRowsFloats(const FlashTask& t) {
+  if (t.op.qk_block) return Piece2(FlashRows(t), QRecordFloats(t.op.head_dim, t.op.qk_block));
+  return t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0;
+}
 
 static inline bool FlashWidens(const FlashTask& t) {
   return t.op.k_type != kF32 || t.op.v_type != kF32;
@@ -24,11 +45,12 @@ static size_t FlashTaskScratchFloats(const FlashTask& t) {
   n = base::SatAdd(n, Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys));
   n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   n = base::SatAdd(n, FlashRowsFloats(t));
-  if (t.op.q_type != kF32) n = base::SatAdd(n, Piece2(FlashRows(t), t.op.head_dim));
+  n = base::SatAdd(n, QRowsFloats(t));
   if (FlashWidens(t)) {
     n = base::SatAdd(n, Piece2(kTileKeys, t.op.head_dim));
     n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   }
+  if (t.op.qk_block) n = base::SatAdd(n, Piece2(kTileKeys, t.op.head_dim / t.op.qk_block));
   return n;
 }
 
@@ -49,8 +71,9 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.vpack = f.s_buf + Piece2(SBufRows(t) * (FlashPairsV(t.op) ? 2 : 1), kTileKeys);
   f.rows = reinterpret_cast<FlashRow*>(f.vpack + Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   f.qw = reinterpret_cast<float*>(f.rows) + FlashRowsFloats(t);
-  f.kw = f.qw + (t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0);
+  f.kw = f.qw + QRowsFloats(t);
   f.vw = f.kw + (FlashWidens(t) ? Piece2(kTileKeys, t.op.head_dim) : 0);
+  f.ksc = f.vw + (FlashWidens(t) ? Piece2(kTileKeys, PadKeys(t.op.value_dim)) : 0);
   return f;
 }
 
@@ -226,6 +249,8 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
     if (g >= load || below.Has(g)) {
       if (pairs) {
         CopyElems(KeyRow(op, first + g * step), op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
+      } else if (op.qk_block) {  // integers and block scales (KeyIntegers)
+        KeyIntegers(op, first + g * step, f.kw + (g - t0) * hd, f.ksc + (g - t0), kTileKeys);
       } else {
         WidenKey(op, first + g * step, f.kw + (g - t0) * hd);
       }
@@ -236,7 +261,8 @@ static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int6
         continue;
       }
       WidenValue(op, first + g * step, vr);
-    }
+    } else if (op.qk_block)  // (no row reads the key: its scales only kept finite)
+      for (int64_t b = 0; b < hd / op.qk_block; ++b) f.ksc[b * kTileKeys + (g - t0)] = 0.0f;
     for (int64_t d = dv; d < dvp && !pairs_v; ++d) vr[d] = 0.0f;
   }
   return WidenedOperands(op, f, pairs, pairs_v);
@@ -276,6 +302,7 @@ static inline FlashTile PackTile(const FlashTask& t, const FlashScratch& f, int6
             tile.tpad, t.op.head_dim, f.kt,
             KeyLayout{kQkPanel, kQkPanel * t.op.head_dim, kQkPanel});
   tile.kt = f.kt;
+  if (t.op.qk_block) tile.ksc = f.ksc;        // the widened keys' block scales (WidenTile)
   if (S::kDotBf16 && t.op.v_type == kBf16) {  // bf16 value pairs (WidenTile, FlashPairsV)
     PackValuePairs(t.op.v, t.op.v_row, t.op.value_dim, first, t0, load, t1, below, tile.tpad,
                    f.vpack);

@@ -170,6 +170,9 @@ struct FlashTile {
   int64_t v_row;    // 0 for V panels [.][tpad][kAvPanel] (the last one narrower)
   int64_t t0, t1, tpad;
   bool pairs = false;  // V panels of bf16 key pairs [.][tpad / 2][kAvPanel] (FlashPairsV)
+  // Operands::qk_block: the block scales of the keys (kt holds their integers), block b
+  // of space key t0 + jj at ksc[b * kTileKeys + jj].
+  const float* ksc = nullptr;
 
   // Value columns [c0, c0 + vectors) of the tile's keys: KeyData's v and v_row.
   const float* Values(int64_t c0, int64_t dvp, int64_t* row) const {
@@ -184,6 +187,22 @@ struct FlashTile {
 };
 
 // Per-row facts of a task's rows, kept in scratch.
+// A q row rounded to int8 (Operands::qk_block, PrepareRows): head_dim integers as floats,
+// then per block of qk_block dimensions its scale, then (as int32) the sum of its
+// integers, then the head_dim integers as int8; whole cache lines.
+static inline int64_t QRecordFloats(int64_t head_dim, int64_t block) {
+  const int64_t nb = head_dim / block;
+  return static_cast<int64_t>(Piece(base::Count(head_dim + 2 * nb + (head_dim + 3) / 4)));
+}
+static OCTATTN_INLINE const float* QScales(const float* rec, int64_t head_dim) {
+  return rec + head_dim;
+}
+static OCTATTN_INLINE const int32_t* QSums(const float* rec, int64_t head_dim, int64_t block) {
+  return reinterpret_cast<const int32_t*>(rec + head_dim + head_dim / block);
+}
+static OCTATTN_INLINE const int8_t* QBytes(const float* rec, int64_t head_dim, int64_t block) {
+  return reinterpret_cast<const int8_t*>(rec + head_dim + 2 * (head_dim / block));
+}
 struct FlashRow {
   const float* q;
   int64_t qpos;     // position of the row in the current space

@@ -321,14 +321,18 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
   // pairs, copied as they are (q_type stays bf16: the units' sign of pairs).
   const bool pairs = FlashPairs(task.op);
   const bool wide_q = task.op.q_type != kF32;
+  const int64_t qk = task.op.qk_block, rec = qk ? QRecordFloats(hd, qk) : 0;
   FlashTask t = task;
-  if (wide_q) t.op.q_dim = 1, t.op.q_type = pairs ? kBf16 : kF32;
+  if (wide_q || qk) t.op.q_dim = 1, t.op.q_type = pairs ? kBf16 : kF32;
   const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
     row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
-    if (pairs) {
+    if (qk) {  // rounded to int8 (QRecord): the rows' integers, scales and sums
+      QuantizeQRow(row.q, task.op.q_dim, task.op.q_type, hd, qk, f.qw + r * rec);
+      row.q = f.qw + r * rec;
+    } else if (pairs) {
       float* qr = ElemAt(f.qw, r * hd, kBf16);
       CopyElems(row.q, task.op.q_dim, hd, qr);
       row.q = qr;

@@ -96,7 +96,8 @@ struct Unit {
 #if OCTATTN_HWY_AVX512_BF16
 bool HasAvx512Bf16() {
   __builtin_cpu_init();  // idempotent; this may run before libgcc's constructor
-  return __builtin_cpu_supports("avx512bf16");
+  // (Its unit is compiled with AVX512_VNNI too, which every such CPU has.)
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
 #if OCTATTN_HWY_AMX_BF16

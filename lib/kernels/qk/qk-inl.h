@@ -105,6 +105,51 @@ OCTATTN_INLINE void StoreDotBlock(const typename S::V (&acc)[R][C], float* const
     }
 }
 
+// OCTATTN_QK_INT8 (Operands::qk_block): one block's integer dot products `dot` (exact,
+// as floats) of R rows with C key vectors, added to the scores as (u_r * t) * dot, u_r
+// the row's scale of block b (qs[r][b]) and t the keys' (kv[c]): the first block by a
+// product, the others by an FMA onto the blocks' before, scaled after the last. Every
+// integer score of every path ends so.
+template <int R, int C>
+OCTATTN_INLINE void StoreIntBlock(const typename S::V (&dot)[R][C], const float* const* qs,
+                                  int64_t b, const typename S::V (&kv)[C], float* const* out,
+                                  bool after, bool last, typename S::V vs) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  for (int r = 0; r < R; ++r) {
+    const typename S::V u = S::Set(qs[r][b]);
+    for (int c = 0; c < C; ++c) {
+      const typename S::V f = S::Mul(u, kv[c]);
+      typename S::V x =
+          after ? S::MulAdd(dot[r][c], f, S::Load(out[r] + c * L)) : S::Mul(dot[r][c], f);
+      if (last) x = S::Mul(x, vs);
+      S::Store(x, out[r] + c * L);
+    }
+  }
+}
+
+// The integer scores of R rows (QRecords: integers as floats, then their block scales)
+// for C key vectors of packed integer keys, their block scales at ksc (block b at
+// ksc + b * ks_stride): one FMA chain per block of qk_block dimensions (exact), then
+// StoreIntBlock.
+template <int R, int C>
+OCTATTN_INLINE void QkStoreInt(const float* const* q, const float* kt, int64_t kt_stride,
+                               int64_t head_dim, int64_t block, const float* ksc, int64_t ks_stride,
+                               float scale, float* const* out) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const typename S::V vs = S::Set(scale);
+  const float* qs[R];
+  for (int r = 0; r < R; ++r) qs[r] = q[r] + head_dim;
+  for (int64_t d0 = 0, b = 0; d0 < head_dim; d0 += block, ++b) {
+    typename S::V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = S::Zero();
+    QkChain<R, C>(q, 1, kt, kt_stride, d0, d0 + block, acc);
+    typename S::V kv[C];
+    for (int c = 0; c < C; ++c) kv[c] = S::Load(ksc + b * ks_stride + c * L);
+    StoreIntBlock<R, C>(acc, qs, b, kv, out, d0 > 0, d0 + block == head_dim, vs);
+  }
+}
+
 // a score has the same bits in every call. P: bf16 pairs (QkChain), head_dim counts
 // pairs, kDotBlock / 2 of them per block.
 template <int R, int C, bool P = false>
@@ -184,11 +229,17 @@ OCTATTN_INLINE void AmxQkStore(AmxTiles* amx, const float* const* q, const float
 // at or past `key_end` are masked. `all_allowed`: the caller has classified the block as
 // full (every row reads every key up to key_end, and key_end is past the block).
 // P: bf16 pairs (QkStore); A: on AMX tiles (AmxQkStore on the task's `amx`; P too).
-template <int R, int C, bool P = false, bool A = false>
+// I: integer keys and q rows (QkStoreInt; `ints` the block size and the keys' scales).
+struct IntKeys {
+  int64_t block;
+  const float* ksc;  // pack column j0's block scales, block b at ksc + b * kTileKeys
+};
+template <int R, int C, bool P = false, bool A = false, bool I = false>
 OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt, int64_t kt_stride,
                            int64_t head_dim, int64_t j0, int64_t key_base, int64_t key_end,
                            int64_t kv_len, const base::Mask& mask, const int64_t* qpos, float scale,
-                           float* const* dst, bool all_allowed = false, AmxTiles* amx = nullptr) {
+                           float* const* dst, bool all_allowed = false, AmxTiles* amx = nullptr,
+                           IntKeys ints = IntKeys{0, nullptr}) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t a0 = key_base + j0;
   const int64_t a1 = base::MinI(a0 + C * L, key_end);
@@ -208,7 +259,9 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
       for (int c = 0; c < C; ++c) S::Store(ninf, out[r] + c * L);
     return;
   }
-  if constexpr (A) {
+  if constexpr (I) {
+    QkStoreInt<R, C>(q, kt, kt_stride, head_dim, ints.block, ints.ksc, kTileKeys, scale, out);
+  } else if constexpr (A) {
     AmxQkStore<R, C>(amx, q, kt, kt_stride, head_dim, scale, out);
   } else {
     QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
