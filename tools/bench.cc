@@ -45,6 +45,10 @@ struct Case {
   octattn_dtype KvType() const { return kv_dtype ? kv_dtype : dtype; }
   // An INT8 cache's channels per f32 scale (its scales counted in its bytes).
   int64_t kv_group = 32;
+  // options.qk_precision (OCTATTN_QK_INT8: q . k as int8 dot products).
+  octattn_qk_precision qk = OCTATTN_QK_EXACT;
+  // The cache's name in the output: its dtype, and with --qk int8 "+qk8".
+  std::string KvName() const;
 };
 
 // Tensor memory: with --huge-pages, buffers of 2 MiB or more are 2 MiB aligned and
@@ -75,6 +79,9 @@ octattn_dtype DtypeByName(const std::string& s) {
   std::exit(2);
 }
 bool Quantized(octattn_dtype t) { return t >= OCTATTN_DTYPE_INT8; }
+std::string Case::KvName() const {
+  return std::string(DtypeName(KvType())) + (qk == OCTATTN_QK_INT8 ? "+qk8" : "");
+}
 bool Blocked(octattn_dtype t) { return t == OCTATTN_DTYPE_Q8_0 || t == OCTATTN_DTYPE_Q4_0; }
 // Bytes of one element, of one block for Q8_0 and Q4_0 (the unit their strides count).
 int64_t DtypeBytes(octattn_dtype t) {
@@ -195,6 +202,8 @@ const char* kHelp =
     "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|\n"
     "               q8_0|q4_0 (k and v only; quantized ones stored by octattn_kv_store)\n"
     "  --kv-group G  an int8 cache's channels per f32 scale (default 32; its bytes count)\n"
+    "  --qk exact|int8  q . k over an int8, q8_0 or q4_0 cache: exact (default) or as int8\n"
+    "               dot products (options.qk_precision; the cache's name gets \"+qk8\")\n"
     "  --store  time octattn_kv_store of --q-len new f32 rows per (batch, kv head) into a\n"
     "           --kv-dtype cache of --kv-len rows (a decode step's append: --q-len 1)\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
@@ -329,7 +338,14 @@ bool Parse(int argc, char** argv, Args* a) {
       a->base.dtype = DtypeByName(next());
     else if (f == "--kv-dtype")
       a->base.kv_dtype = DtypeByName(next());
-    else if (f == "--kv-group")
+    else if (f == "--qk") {
+      const std::string qk = next();
+      if (qk != "exact" && qk != "int8") {
+        std::fprintf(stderr, "--qk takes exact or int8, not %s\n", qk.c_str());
+        std::exit(2);
+      }
+      a->base.qk = qk == "int8" ? OCTATTN_QK_INT8 : OCTATTN_QK_EXACT;
+    } else if (f == "--kv-group")
       a->base.kv_group = std::max<int64_t>(1, i64(next()));
     else if (f == "--json")
       a->json = true;
@@ -689,6 +705,7 @@ octattn_attention_options MaskOptions(const Case& c) {
   o.chunk = c.chunk;
   o.algorithm = c.algo;
   o.softcap = c.softcap;
+  o.qk_precision = c.qk;
   return o;
 }
 
@@ -829,7 +846,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         target, info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, c.causal,
         (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
-        DtypeName(c.KvType()), median, times.front(), times.back(), gflops, peak,
+        c.KvName().c_str(), median, times.front(), times.back(), gflops, peak,
         gflops / (peak * info.threads), kv_gbps, rss, paired.c_str());
   } else {
     std::printf(
@@ -839,7 +856,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim,
         c.causal ? "causal" : "full", (long long)c.window, (long long)c.stride, ModsOf(c).c_str(),
-        DtypeName(c.dtype), DtypeName(c.KvType()), median * 1e3, gflops,
+        DtypeName(c.dtype), c.KvName().c_str(), median * 1e3, gflops,
         100 * gflops / (peak * info.threads), kv_gbps, rss, paired.c_str());
   }
   std::fflush(stdout);
@@ -1129,7 +1146,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
         octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
         (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
-        (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()), median, times.front(),
+        (long long)c.head_dim, DtypeName(c.dtype), c.KvName().c_str(), median, times.front(),
         times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, paired.c_str());
   } else {
     std::printf(
@@ -1140,7 +1157,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
-        (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), DtypeName(c.KvType()),
+        (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), c.KvName().c_str(),
         median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, paired.c_str());
   }
   std::fflush(stdout);

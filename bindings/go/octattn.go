@@ -123,6 +123,7 @@ func checkLayouts() error {
 		{"octattn_attention_options", "block_table_cols", unsafe.Offsetof(o.block_table_cols)},
 		{"octattn_attention_options", "k_scale", unsafe.Offsetof(o.k_scale)},
 		{"octattn_attention_options", "v_scale_rows", unsafe.Offsetof(o.v_scale_rows)},
+		{"octattn_attention_options", "qk_precision", unsafe.Offsetof(o.qk_precision)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
 	}
@@ -288,6 +289,9 @@ type Options struct {
 	// (sizes of 1 broadcast); key row j reads scale row j / KScaleRows (0: 1).
 	KScale, VScale         *Tensor
 	KScaleRows, VScaleRows int64
+	// QkInt8: q . k over an INT8, Q8_0 or Q4_0 key cache as int8 dot products, q rounded
+	// to int8 in blocks (SEMANTICS: Quantized caches, OCTATTN_QK_INT8); false: exact.
+	QkInt8 bool
 }
 
 // Context holds a thread cap, a backend and target, and scratch memory reused across
@@ -499,6 +503,9 @@ func (c *call) options(o *Options, batch, qHeads int) (*C.octattn_attention_opti
 	}
 	opts.k_scale_rows = C.int64_t(o.KScaleRows)
 	opts.v_scale_rows = C.int64_t(o.VScaleRows)
+	if o.QkInt8 {
+		opts.qk_precision = C.OCTATTN_QK_INT8
+	}
 	if err := c.sequences(o, opts, batch); err != nil {
 		return nil, err
 	}

@@ -285,7 +285,9 @@ struct Batch {
   // A quantized cache's scale tensors (null: none) and rows per scale row.
   const octattn_tensor *k_scale = nullptr, *v_scale = nullptr;
   int64_t k_scale_rows = 0, v_scale_rows = 0;
+  octattn_qk_precision qk = OCTATTN_QK_EXACT;
   void Apply(octattn_attention_options* o) const {
+    o->qk_precision = qk;
     o->k_scale = k_scale;
     o->v_scale = v_scale;
     o->k_scale_rows = k_scale_rows;
@@ -587,7 +589,7 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           nb::handle q_starts, nb::handle kv_starts, nb::handle kv_lens,
                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle block_table,
                           nb::handle k_scale, nb::handle v_scale, int64_t k_scale_rows,
-                          int64_t v_scale_rows, nb::handle kv_format) {
+                          int64_t v_scale_rows, nb::handle kv_format, nb::handle qk) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -672,6 +674,8 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   batch.v_scale = v_scale.is_none() ? nullptr : &tvs;
   batch.k_scale_rows = k_scale_rows;
   batch.v_scale_rows = v_scale_rows;
+  if (!Is(qk, "exact") && !Is(qk, "int8")) throw nb::value_error("qk is 'exact' or 'int8'");
+  batch.qk = Is(qk, "int8") ? OCTATTN_QK_INT8 : OCTATTN_QK_EXACT;
   ctx->Attention(ViewOf(rq, "q", q_bthd), ViewOf(rk, "k", kv_bthd), ViewOf(rv, "v", kv_bthd), &to,
                  return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
                  q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
@@ -780,7 +784,7 @@ NB_MODULE(_octattn, m) {
         nb::arg("cu_seqlens_k").none() = nb::none(), nb::arg("block_table").none() = nb::none(),
         nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
         nb::arg("k_scale_rows") = 0, nb::arg("v_scale_rows") = 0,
-        nb::arg("kv_format").none() = nb::none(),
+        nb::arg("kv_format").none() = nb::none(), nb::arg("qk") = "exact",
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -803,7 +807,8 @@ Quantized caches (include/octattn.h, Quantized caches): k and v int8 (torch or n
 with k_scale and v_scale ([B, Hkv, R, D / G] in k's layout, sizes of 1 broadcast;
 k_scale_rows: rows per scale row), torch.float8_e4m3fn / float8_e5m2 (optional scales),
 or uint8 arrays with kv_format "q8_0" / "q4_0" (ggml's blocks: the last dimension the
-row's bytes) or "fp8_e4m3" / "fp8_e5m2" (codes).)doc");
+row's bytes) or "fp8_e4m3" / "fp8_e5m2" (codes). qk="int8" (int8, q8_0 and q4_0 keys):
+q . k as int8 dot products, q rounded to int8 in blocks (OCTATTN_QK_INT8).)doc");
   m.def("kv_store", &KvStoreEntry, nb::arg("src"), nb::arg("dst"),
         nb::arg("scale").none() = nb::none(), nb::kw_only(), nb::arg("scale_rows") = 0,
         nb::arg("slots").none() = nb::none(), nb::arg("layout") = "bhtd",

@@ -17,17 +17,22 @@ def _qkv(seed, B=2, Hq=8, Hkv=2, Tq=3, Tk=200, D=64):
     return q, k, v
 
 
-def test_numpy_int8_cache_computes_on_its_dequantized_values():
-    q, k, v = _qkv(1)
-    G = 32
+def _int8_cache(k, v, G=32):
+    """k and v stored as numpy int8 caches with a scale per G channels, and the header's
+    values of them: s * i, s repeated over its G channels."""
     kq, vq = np.empty(k.shape, np.int8), np.empty(v.shape, np.int8)
     ks = np.empty(k.shape[:3] + (k.shape[3] // G,), np.float32)
     vs = np.empty_like(ks)
     octattn.kv_store(k, kq, ks)
     octattn.kv_store(v, vq, vs)
-    # The header's values: s * i, s repeated over its G channels.
     kd = (np.repeat(ks, G, axis=3) * kq).astype(np.float32)
     vd = (np.repeat(vs, G, axis=3) * vq).astype(np.float32)
+    return kq, vq, ks, vs, kd, vd
+
+
+def test_numpy_int8_cache_computes_on_its_dequantized_values():
+    q, k, v = _qkv(1)
+    kq, vq, ks, vs, kd, vd = _int8_cache(k, v)
     assert np.abs(kd - k).max() <= ks.max() / 2 * (1 + 1e-6)
     o = octattn.attention(q, kq, vq, k_scale=ks, v_scale=vs)
     assert np.array_equal(o, octattn.attention(q, kd, vd))
@@ -53,6 +58,25 @@ def test_ggml_blocks_read_in_place():
             return (d * qv).reshape(B, H, T, D).astype(np.float32)
         o = octattn.attention(q, kb, vb, kv_format=fmt)
         assert np.array_equal(o, octattn.attention(q, values(kb), values(vb)))
+
+
+def test_qk_int8_rounds_q_in_blocks_as_the_header_says():
+    q, k, v = _qkv(5)
+    kq, vq, ks, vs, kd, vd = _int8_cache(k, v)
+    # q rounded per block of 32: u = max|x| / 127, n = round-half-even(x * 127 / max|x|).
+    blocks = q.reshape(q.shape[:3] + (-1, 32)).astype(np.float64)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    n = np.clip(np.rint(blocks * 127 / amax), -127, 127)
+    qr = ((amax / 127).astype(np.float32) * n.astype(np.float32)).reshape(q.shape)
+    want = octattn.attention(qr, kd, vd, algorithm="reference")
+    o = octattn.attention(q, kq, vq, k_scale=ks, v_scale=vs, qk="int8")
+    assert np.abs(o - want).max() <= 1e-5 * np.abs(vd).max()
+    exact = octattn.attention(q, kq, vq, k_scale=ks, v_scale=vs)
+    assert np.abs(exact - want).max() > 1e-4  # the rounding of q shows
+    with pytest.raises(ValueError):
+        octattn.attention(q, kq, vq, k_scale=ks, v_scale=vs, qk="int4")
+    with pytest.raises(RuntimeError):  # f32 keys: no integer dot products
+        octattn.attention(q, k, v, qk="int8")
 
 
 def test_torch_fp8_and_int8_against_pytorch_dequantize_then_sdpa():

@@ -40,6 +40,9 @@ pub const OCTATTN_ALGORITHM_AUTO: octattn_algorithm = 0;
 pub const OCTATTN_ALGORITHM_REFERENCE: octattn_algorithm = 1;
 pub const OCTATTN_ALGORITHM_NAIVE: octattn_algorithm = 2;
 pub const OCTATTN_ALGORITHM_FUSED: octattn_algorithm = 3;
+pub type octattn_qk_precision = i32;
+pub const OCTATTN_QK_EXACT: octattn_qk_precision = 0;
+pub const OCTATTN_QK_INT8: octattn_qk_precision = 1;
 
 pub const OCTATTN_BACKEND_AUTO: octattn_backend = 0;
 pub const OCTATTN_BACKEND_HIGHWAY: octattn_backend = 1;
@@ -106,6 +109,8 @@ pub struct octattn_attention_options {
     pub v_scale: *const octattn_tensor,
     pub k_scale_rows: i64,
     pub v_scale_rows: i64,
+    pub qk_precision: octattn_qk_precision,
+    pub reserved3: i32,
 }
 
 #[repr(C)]
@@ -128,8 +133,9 @@ pub struct octattn_context {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 200);
+    assert!(size_of::<octattn_attention_options>() == 208);
     assert!(offset_of!(octattn_attention_options, v_scale_rows) == 192);
+    assert!(offset_of!(octattn_attention_options, qk_precision) == 200);
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
     assert!(offset_of!(octattn_attention_options, mask) == 96);
     assert!(offset_of!(octattn_attention_options, block_table_cols) == 160);
@@ -479,6 +485,16 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("v_scale_rows"),
             offset_of!(O, v_scale_rows),
+        ),
+        (
+            "octattn_attention_options",
+            Some("qk_precision"),
+            offset_of!(O, qk_precision),
+        ),
+        (
+            "octattn_attention_options",
+            Some("reserved3"),
+            offset_of!(O, reserved3),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (

@@ -403,6 +403,9 @@ pub struct Options<'a> {
     pub v_scale: Option<Tensor<'a>>,
     pub k_scale_rows: usize,
     pub v_scale_rows: usize,
+    /// q . k over an INT8, Q8_0 or Q4_0 key cache as int8 dot products, q rounded to int8
+    /// in blocks (SEMANTICS: Quantized caches, OCTATTN_QK_INT8); false: exact.
+    pub qk_int8: bool,
 }
 
 impl Default for Options<'_> {
@@ -430,6 +433,7 @@ impl Default for Options<'_> {
             v_scale: None,
             k_scale_rows: 0,
             v_scale_rows: 0,
+            qk_int8: false,
         }
     }
 }
@@ -494,6 +498,11 @@ impl Options<'_> {
         }
         o.k_scale_rows = self.k_scale_rows as i64;
         o.v_scale_rows = self.v_scale_rows as i64;
+        o.qk_precision = if self.qk_int8 {
+            sys::OCTATTN_QK_INT8
+        } else {
+            sys::OCTATTN_QK_EXACT
+        };
         // The sequences: the batch entries, or a ragged batch's n.
         let sequences = match self.cu_seqlens {
             Some((cq, ck)) => {
