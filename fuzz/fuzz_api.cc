@@ -151,6 +151,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (om2 & 16) opt->v_scale = &views[2].t;
   if (om2 & 32) opt->k_scale_rows = in.Range(-1, 40);
   if (om2 & 64) opt->v_scale_rows = in.Range(-1, 40);
+  if (om2 & 128) {  // q . k in int8, or an unknown precision, a nonzero reserved3
+    opt->qk_precision = static_cast<int32_t>(in.Range(-1, 2));
+    if (in.Bool()) opt->reserved3 = in.Byte();
+  }
   const bool null_opt = in.Range(0, 15) == 0;
 
   octattn_context* ctx = nullptr;

@@ -14,9 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   Problem p = Problem::Read(in, 40);
   p.ReadTypes(in, true);
-  QuantCache quant = ReadQuant(in, p);
   p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
   p.weights = false;  // the fused path never holds them
+  QuantCache quant = ReadQuant(in, p);
   p.opt.causal = 1;
   p.opt.q_start = OCTATTN_Q_START_DEFAULT;
   // Long sequences cross the fused path's 1024-key spans: one input in 32 draws one

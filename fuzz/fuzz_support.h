@@ -297,10 +297,11 @@ inline octattn_status Attend(octattn_context* ctx, const octattn_attention_optio
 // A quantized cache the input may draw for k and v (their f32 values stored by
 // octattn_kv_store): INT8 with per-token scales of G channels (keys: or KIVI's by channel
 // within blocks of 2 or 4 rows), FP8 e4m3 with per-head scales, FP8 e5m2 without, Q8_0 or
-// Q4_0 where the dimensions are whole blocks.
+// Q4_0 where the dimensions are whole blocks; the integer ones with q . k in int8 or not.
 struct QuantCache {
   octattn_dtype type = OCTATTN_DTYPE_F32;
   int64_t group = 1, k_rows = 1;
+  octattn_qk_precision qk = OCTATTN_QK_EXACT;
   std::vector<uint8_t> kb, vb;
   octattn_tensor kt{}, vt{};
   std::unique_ptr<Tensor> ks, vs;  // scales (null: none)
@@ -340,7 +341,7 @@ struct QuantCache {
   }
   QuantCache Copy() const {
     QuantCache c;
-    c.type = type, c.group = group, c.k_rows = k_rows;
+    c.type = type, c.group = group, c.k_rows = k_rows, c.qk = qk;
     c.kb = kb, c.vb = vb, c.kt = kt, c.vt = vt;
     c.kt.data = c.kb.data();
     c.vt.data = c.vb.data();
@@ -387,6 +388,7 @@ struct QuantCache {
     o.k_scale = ks ? &ks->t : nullptr;
     o.v_scale = vs ? &vs->t : nullptr;
     o.k_scale_rows = type == OCTATTN_DTYPE_INT8 ? k_rows : 0;
+    o.qk_precision = qk;
     return o;
   }
 };
@@ -406,6 +408,13 @@ inline QuantCache ReadQuant(Input& in, const Problem& p) {
     c.group = (b & 8) && p.head_dim % 8 == 0 ? 8 : p.head_dim;
     c.k_rows = (b & 16) && p.kv_len % 4 == 0 ? ((b & 32) ? 4 : 2) : 1;
   }
+  // q . k in int8: integer keys, on the algorithms that take it (not naive).
+  const bool naive = p.opt.algorithm == OCTATTN_ALGORITHM_NAIVE ||
+                     (p.opt.algorithm == OCTATTN_ALGORITHM_AUTO && p.weights);
+  if ((b & 64) && !naive &&
+      (c.type == OCTATTN_DTYPE_INT8 || c.type == OCTATTN_DTYPE_Q8_0 ||
+       c.type == OCTATTN_DTYPE_Q4_0))
+    c.qk = OCTATTN_QK_INT8;
   return c;
 }
 
