@@ -7,7 +7,8 @@ keys with a few outlier channels (10-50x the rest, as trained models' keys have)
     python3 bench/quant_accuracy.py --model [--new-tokens 64]
 
 Prints a Markdown table: per format, max |stored - x| / max|x| of keys and values, and
-max |o - o_f32| / max|v| and its mean over the outputs (decode: one query per head).
+max |o - o_f32| / max|v| and its mean over the outputs (decode: one query per head),
+for the integer formats also with q . k in int8 (qk="int8", OCTATTN_QK_INT8).
 --model: a tiny transformers Llama instead (random weights; then with four key
 channels of each kv head 10-50x the rest, as trained models have), greedy generation with octattn.hf.QuantizedCache in each format
 against the f32 cache: the tokens that match before the first difference, and the
@@ -97,14 +98,17 @@ def model_report(new_tokens):
             return out.sequences[0, ids.shape[1]:], torch.stack(out.logits)
 
         tokens32, logits32 = generate(transformers.DynamicCache())
-        for fmt, group in (("int8", 32), ("int8", 64), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
-                           ("q8_0", 32), ("q4_0", 32)):
-            tokens, logits = generate(octattn.hf.QuantizedCache(fmt, group=group or 32))
+        for fmt, group, qk in (("int8", 32, "exact"), ("int8", 32, "int8"), ("int8", 64, "exact"),
+                               ("fp8_e4m3", 0, "exact"), ("fp8_e5m2", 0, "exact"),
+                               ("q8_0", 32, "exact"), ("q8_0", 32, "int8"), ("q4_0", 32, "exact"),
+                               ("q4_0", 32, "int8")):
+            tokens, logits = generate(octattn.hf.QuantizedCache(fmt, group=group or 32, qk=qk))
             differ = (tokens != tokens32).nonzero()
             same = int(differ[0]) if len(differ) else new_tokens
             steps = max(same, 1)
             rel = (logits[:steps] - logits32[:steps]).abs().max() / logits32[:steps].abs().max()
-            print(f"| {'outliers' if outliers else 'normal'} | {fmt} | {group or 'unscaled'} "
+            name = fmt + (" qk int8" if qk == "int8" else "")
+            print(f"| {'outliers' if outliers else 'normal'} | {name} | {group or 'unscaled'} "
                   f"| {same} | {float(rel):.2e} |")
 
 
@@ -122,8 +126,8 @@ def main():
     formats = [("int8", 32, 1), ("int8", 64, 1), ("int8", args.head_dim, 1), ("int8 KIVI", 1, 32),
                ("fp8_e4m3", 0, 1), ("fp8_e5m2", 0, 1), ("q8_0", 32, 1), ("q4_0", 32, 1)]
     print("| keys | format | G | max err k / max|k| | max err v / max|v| | "
-          "max |o - o_f32| / max|v| | mean |o - o_f32| / max|v| |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "max |o - o_f32| / max|v| | mean |o - o_f32| / max|v| | qk int8: max | qk int8: mean |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for outliers in (False, True):
         q, k, v = data(np.random.default_rng(0), args, outliers)
         o32 = octattn.attention(q, k, v)
@@ -144,9 +148,13 @@ def main():
             o = np.asarray(o)
             vmax = np.abs(v).max()
             err = np.abs(o - o32) / vmax
+            qk = "| - | - |"
+            if not fmt.startswith("fp8"):
+                e8 = np.abs(np.asarray(octattn.attention(q, kc, vc, qk="int8", **kw)) - o32) / vmax
+                qk = f"| {e8.max():.2e} | {e8.mean():.2e} |"
             print(f"| {'outliers' if outliers else 'normal'} | {name} | {group if group else 'per head'} "
                   f"| {np.abs(kd - k).max() / np.abs(k).max():.2e} "
-                  f"| {np.abs(vd - v).max() / vmax:.2e} | {err.max():.2e} | {err.mean():.2e} |")
+                  f"| {np.abs(vd - v).max() / vmax:.2e} | {err.max():.2e} | {err.mean():.2e} {qk}")
 
 
 if __name__ == "__main__":

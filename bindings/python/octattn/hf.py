@@ -200,12 +200,16 @@ class QuantizedLayer(CacheLayerMixin):
     is_sliding = False
     is_croppable = True
 
-    def __init__(self, kv_format="int8", group=32):
+    def __init__(self, kv_format="int8", group=32, qk="exact"):
         super().__init__()
         if kv_format not in _FORMATS or _FORMATS[kv_format][0] is None:
             raise ValueError(f"octattn: kv_format is one of {sorted(_FORMATS)} "
                              "(float8 ones need a torch with float8 dtypes)")
-        self.kv_format, self.group, self.length = kv_format, int(group), 0
+        if qk not in ("exact", "int8") or (qk == "int8" and kv_format not in ("int8", "q8_0",
+                                                                              "q4_0")):
+            raise ValueError("octattn: qk is 'exact', or 'int8' with an int8, q8_0 or q4_0 "
+                             "cache")
+        self.kv_format, self.group, self.length, self.qk = kv_format, int(group), 0, qk
         self.k_scale = self.v_scale = None
 
     def _alloc(self, like, capacity):
@@ -276,6 +280,8 @@ class QuantizedLayer(CacheLayerMixin):
             kw.update(k_scale=self.k_scale[:, :, :n], v_scale=self.v_scale[:, :, :n])
         if self.keys.dtype == torch.uint8:
             kw["kv_format"] = self.kv_format
+        if self.qk != "exact":
+            kw["qk"] = self.qk
         return kw
 
     def get_mask_sizes(self, query_length):
@@ -319,12 +325,13 @@ class QuantizedCache(Cache):
     float32 scale per `group` channels of each token, "fp8_e4m3" and "fp8_e5m2" unscaled,
     or ggml's "q8_0" and "q4_0"), filled by octattn.kv_store and read in place by the
     attention of attn_implementation="octattn" (eager mode; every layer keeps all its
-    tokens, sliding-window layers included, their window applied by the mask)."""
+    tokens, sliding-window layers included, their window applied by the mask). qk="int8"
+    (int8, q8_0 and q4_0): q . k as int8 dot products (OCTATTN_QK_INT8)."""
 
-    def __init__(self, kv_format="int8", group=32):
-        QuantizedLayer(kv_format, group)  # checks the format now, not at the first step
+    def __init__(self, kv_format="int8", group=32, qk="exact"):
+        QuantizedLayer(kv_format, group, qk)  # checks the format now, not at the first step
         super().__init__(
-            layer_class_to_replicate=functools.partial(QuantizedLayer, kv_format, group))
+            layer_class_to_replicate=functools.partial(QuantizedLayer, kv_format, group, qk))
 
 
 def register(name=NAME):

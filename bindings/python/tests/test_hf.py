@@ -204,3 +204,22 @@ def test_quantized_cache_stores_quantized_bytes_and_checks_its_format():
         octattn.hf.QuantizedCache("int4")
     with pytest.raises(ValueError, match="group"):
         octattn.hf.QuantizedCache("int8", group=24).update(k, k, 0)
+    with pytest.raises(ValueError, match="qk"):
+        octattn.hf.QuantizedCache("fp8_e4m3", qk="int8")
+
+
+@pytest.mark.parametrize("kv_format", ["int8", "q8_0", "q4_0"])
+def test_quantized_cache_computes_q_k_in_int8_when_asked(kv_format):
+    """QuantizedCache(qk="int8"): every step's attention is octattn.attention's with
+    qk="int8" on the same rows (the layer hands the option over), which differs from the
+    exact call's."""
+    cache = octattn.hf.QuantizedCache(kv_format, group=32, qk="int8")
+    torch.manual_seed(3)
+    k, v, q = torch.randn(1, 2, 40, 64), torch.randn(1, 2, 40, 64), torch.randn(1, 4, 1, 64)
+    keys, values = cache.update(k, v, 0)
+    kw = cache.layers[0].attention_kwargs(keys)
+    assert kw["qk"] == "int8"
+    o = octattn.attention(q, keys, values, **kw)
+    exact = {a: b for a, b in kw.items() if a != "qk"}
+    assert not torch.equal(o, octattn.attention(q, keys, values, **exact))
+    assert (o - octattn.attention(q, keys, values, **exact)).abs().max() < 0.05
