@@ -615,16 +615,20 @@ struct QuantKeys {
     for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
       DirectTile::Issue(ahead[e]);
   }
-  // Dimensions d .. d + 7 of the keys' values (not scaled), keys in lanes, after Fetch.
+  // Dimensions d .. d + 7 of the keys' values, keys in lanes, after Fetch: times the
+  // scales sv[g] of key vector g where sv is given.
   template <Dtype T>
-  OCTATTN_INLINE void Values(Dtype type, int64_t d, int64_t per,
+  OCTATTN_INLINE void Values(Dtype type, int64_t d, int64_t per, const typename S::V* sv,
                              typename S::V (&kv)[Vecs][8]) const {
     Fetch(d, per);
     int shift = 0;
     const int64_t off = QuantOffset(type, d, &shift);
     for (int g = 0; g < Vecs; ++g) {
       S::template TransposeBytes<T>(rows[g], off, kv[g]);
-      for (int i = 0; i < 8; ++i) kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
+      for (int i = 0; i < 8; ++i) {
+        kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
+        if (sv) kv[g][i] = S::Mul(sv[g], kv[g][i]);
+      }
     }
   }
 };
@@ -666,10 +670,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
           scale_col += blocked ? BlockBytes(type) : sc.col;
         }
         typename S::V kv[Vecs][8];
-        keys.template Values<T>(type, d, per, kv);
-        if (scaled)
-          for (int g = 0; g < Vecs; ++g)
-            for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
+        keys.template Values<T>(type, d, per, scaled ? sv : nullptr, kv);
         DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
       }
       StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
@@ -705,7 +706,7 @@ static __attribute__((noinline)) void DirectScoresInt(const FlashTask& t, const 
         for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
       for (int64_t d = d0; d < d0 + block; d += 8) {
         typename S::V kv[Vecs][8];
-        keys.template Values<T>(type, d, per, kv);
+        keys.template Values<T>(type, d, per, nullptr, kv);
         DirectDotStep<R, Vecs>(q, 1, d, kv, acc);
       }
       typename S::V sv[Vecs];
