@@ -57,6 +57,8 @@ OCTATTN_ABSENT_T(void, TransposeBytes)
 OCTATTN_ABSENT_T(V, QuantValues)
 #undef OCTATTN_ABSENT_T
 OCTATTN_ABSENT(float, HalfToFloat)
+OCTATTN_ABSENT(V, GatherBits)
+OCTATTN_ABSENT(V, GatherHalves)
 // bf16 dimension pairs (avx_bf16-inl.h): the AVX targets only.
 static constexpr bool kBf16Pairs = false;
 OCTATTN_ABSENT(void, TransposeBf16Pairs)

@@ -181,13 +181,16 @@ struct DirectTile {
   // Quantized rows (FlashDirectQuant): what stream row i's fetch brings into L1, the
   // row and the line of its scale row where its operand has scales of their own (found
   // before the loops that issue them, which then keep their registers).
+  // (No member initializers: the loops' arrays of them are not zeroed first.)
   struct QuantFetch {
-    const char* row = nullptr;
-    int64_t bytes = 0;
-    const void* scale = nullptr;
+    const char* row;
+    int64_t bytes;
+    const void* scale;
   };
-  QuantFetch QuantTarget(int64_t i) const {
+  OCTATTN_INLINE QuantFetch QuantTarget(int64_t i) const {
     QuantFetch f;
+    f.bytes = 0;
+    f.scale = nullptr;
     f.row = Row(i, &f.bytes);
     if (!f.row) return f;
     const int64_t n = t1 - t0;
@@ -196,6 +199,35 @@ struct DirectTile {
     const int64_t g = i < n ? t0 + i : value ? t0 + i - n : next0 + i - 2 * n;
     if (s.data) f.scale = kernels::ScaleRow(*op, s, first + g);
     return f;
+  }
+  // The rows of n keys from g (values: their value rows) and their scale rows (blocked
+  // types: the rows; no scales: null): stepped by their strides where the rows are not
+  // paged and each has a scale row of its own, else found key by key.
+  OCTATTN_INLINE void QuantRows(bool value, int64_t g, int64_t n, const uint8_t** rows,
+                                const void** srows) const {
+    const Dtype t = value ? op->v_type : op->k_type;
+    const Scales& s = value ? op->v_scales : op->k_scales;
+    const bool blocked = Blocked(t);
+    auto row = [&](int64_t k) { return reinterpret_cast<const uint8_t*>(value ? V(k) : SrcK(k)); };
+    if (op->paging) {
+      for (int64_t e = 0; e < n; ++e) {
+        rows[e] = row(g + e);
+        srows[e] = blocked ? rows[e] : kernels::ScaleRow(*op, s, first + g + e);
+      }
+      return;
+    }
+    const uint8_t* r0 = row(g);
+    const int64_t step = (value ? op->v_row : op->k_row) * DtypeBytes(t);
+    for (int64_t e = 0; e < n; ++e) rows[e] = r0 + e * step;
+    if (blocked || !s.data) {
+      for (int64_t e = 0; e < n; ++e) srows[e] = blocked ? rows[e] : nullptr;
+    } else if (s.rows == 1) {
+      const char* srow0 = static_cast<const char*>(kernels::ScaleRow(*op, s, first + g));
+      const int64_t sstep = s.row * DtypeBytes(s.type);
+      for (int64_t e = 0; e < n; ++e) srows[e] = srow0 + e * sstep;
+    } else {
+      for (int64_t e = 0; e < n; ++e) srows[e] = kernels::ScaleRow(*op, s, first + g + e);
+    }
   }
   static OCTATTN_INLINE void Issue(const QuantFetch& f) {
     if (f.row) FetchLines<3>(f.row, f.bytes);
@@ -575,16 +607,26 @@ static OCTATTN_INLINE float QuantScaleAt(bool blocked, const uint8_t* row, const
 
 // The scales at element offset `col` of kLanes scale rows (scales[e] is row e's, in
 // elements of type st), keys in lanes; blocked types: the f16 at byte `col` of each row.
+// (A template: its gathers are the kQuantRows targets' only.)
+template <int = 0>
 static OCTATTN_INLINE typename S::V QuantScales(bool blocked, const void* const* scales, Dtype st,
                                                 int64_t col) {
   constexpr size_t L = S::kLanes;
+  if constexpr (S::kQuantRows) {  // gathers: a blocked row's f16 has its block's values after it
+    if (blocked) return S::GatherHalves(scales, col);
+    if (st == kF32) return S::GatherBits(scales, col * 4);
+  }
   if (blocked) {
     alignas(64) uint16_t h[L];
     for (size_t e = 0; e < L; ++e) memcpy(&h[e], static_cast<const char*>(scales[e]) + col, 2);
     return S::template LoadAs<kF16>(reinterpret_cast<const float*>(h));
   }
   alignas(64) float f[L];
-  for (size_t e = 0; e < L; ++e) f[e] = LoadElem(scales[e], col, st);
+  if (st == kF32) {  // (the common scales: no conversion to choose per element)
+    for (size_t e = 0; e < L; ++e) f[e] = static_cast<const float*>(scales[e])[col];
+  } else {
+    for (size_t e = 0; e < L; ++e) f[e] = LoadElem(scales[e], col, st);
+  }
   return S::Load(f);
 }
 
@@ -598,15 +640,7 @@ struct QuantKeys {
   const void* scales[Vecs][L];
   DirectTile::QuantFetch ahead[KP];
   OCTATTN_INLINE QuantKeys(const DirectTile& dt, int64_t j) {
-    const Operands& op = *dt.op;
-    const bool blocked = Blocked(op.k_type);
-    for (int g = 0; g < Vecs; ++g)
-      for (int64_t e = 0; e < L; ++e) {
-        const int64_t key = j + g * L + e;
-        rows[g][e] = reinterpret_cast<const uint8_t*>(dt.SrcK(key));
-        scales[g][e] = blocked ? static_cast<const void*>(rows[g][e])
-                               : kernels::ScaleRow(op, op.k_scales, dt.first + key);
-      }
+    for (int g = 0; g < Vecs; ++g) dt.QuantRows(false, j + g * L, L, rows[g], scales[g]);
     for (int64_t e = 0; e < KP; ++e) ahead[e] = dt.QuantTarget(j - dt.t0 + kDirectAhead + e);
   }
   // The fetches of rows [d / 8 * per, (d / 8 + 1) * per) of the step kDirectAhead keys
@@ -793,11 +827,9 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   const uint8_t* rows[kDirectKeys];
   const void* srows[kDirectKeys];
   DirectTile::QuantFetch ahead[kDirectKeys];
-  for (int64_t k = g0; k < g1; ++k) {
-    rows[k - g0] = reinterpret_cast<const uint8_t*>(dt.V(k));
-    srows[k - g0] = blocked ? nullptr : kernels::ScaleRow(op, sc, dt.first + k);
+  dt.QuantRows(true, g0, g1 - g0, rows, srows);
+  for (int64_t k = g0; k < g1; ++k)
     ahead[k - g0] = dt.QuantTarget(dt.t1 - dt.t0 + k - dt.t0 + kDirectAhead);
-  }
   auto columns = [&](auto vecs, int64_t c0) {
     constexpr int C = decltype(vecs)::value;
     // Vector c's bytes in a row, its nibbles' shift, and where its scale is (divisions
@@ -811,11 +843,15 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
               : sc.data ? col / sc.group * sc.col
                         : 0;
     }
-    float f[kDirectKeys][C];  // the scale of each key's vector c
-    if (scaled)
+    float f[kDirectKeys][C];                      // the scale of each key's vector c
+    if (scaled && !blocked && sc.type == kF32) {  // (no conversion to choose per element)
+      for (int64_t k = 0; k < g1 - g0; ++k)
+        for (int c = 0; c < C; ++c) f[k][c] = static_cast<const float*>(srows[k])[at[c]];
+    } else if (scaled) {
       for (int64_t k = 0; k < g1 - g0; ++k)
         for (int c = 0; c < C; ++c)
           f[k][c] = QuantScaleAt(blocked, rows[k], srows[k], sc.type, at[c]);
+    }
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
