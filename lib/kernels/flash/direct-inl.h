@@ -607,12 +607,12 @@ static OCTATTN_INLINE float QuantScaleAt(bool blocked, const uint8_t* row, const
 
 // The scales at element offset `col` of kLanes scale rows (scales[e] is row e's, in
 // elements of type st), keys in lanes; blocked types: the f16 at byte `col` of each row.
-// (A template: its gathers are the kQuantRows targets' only.)
+// (A template: its gathers are the 16-lane kQuantRows targets' only.)
 template <int = 0>
 static OCTATTN_INLINE typename S::V QuantScales(bool blocked, const void* const* scales, Dtype st,
                                                 int64_t col) {
   constexpr size_t L = S::kLanes;
-  if constexpr (S::kQuantRows) {  // gathers: a blocked row's f16 has its block's values after it
+  if constexpr (S::kQuantRows && L == 16) {  // a blocked row's f16 has its values after it
     if (blocked) return S::GatherHalves(scales, col);
     if (st == kF32) return S::GatherBits(scales, col * 4);
   }
