@@ -105,6 +105,42 @@ static OCTATTN_INLINE void StoreF16(W v, float* p) {
   }
 }
 
+// INT8 and Q8_0 stores in vectors: the largest AbsBits of n floats (n a multiple of
+// kLanes; a NaN's bits above every finite value's, as AbsBits orders them), and kLanes
+// integral floats in [-127, 127] narrowed to int8 at p.
+static constexpr bool kStoreI8 = true;
+template <size_t N = kLanes>
+static OCTATTN_INLINE uint32_t AbsBitsMax(const float* x, int64_t n) {
+  if constexpr (N == 16) {
+    const __m512i mask = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512i m = _mm512_setzero_si512();
+    for (int64_t d = 0; d < n; d += 16)
+      m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(x + d), mask));
+    return static_cast<uint32_t>(_mm512_reduce_max_epu32(m));
+  } else {
+    const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
+    __m256i m = _mm256_setzero_si256();
+    for (int64_t d = 0; d < n; d += 8)
+      m = _mm256_max_epu32(
+          m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d)), mask));
+    __m128i a = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    a = _mm_max_epu32(a, _mm_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2)));
+    a = _mm_max_epu32(a, _mm_shuffle_epi32(a, _MM_SHUFFLE(2, 3, 0, 1)));
+    return static_cast<uint32_t>(_mm_cvtsi128_si32(a));
+  }
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
+  if constexpr (N == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(ToRaw(v))));
+  } else {
+    const __m256i i = _mm256_cvttps_epi32(ToRaw(v));
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(w, w));
+  }
+}
+
 // t[i] lane e = element i of row8(e), the eight floats (or floats' bits) of key e, for e <
 // kLanes: keys in lanes. AVX-512: keys e and e + 8 share a zmm register, whose two halves
 // are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7 and 8-15 of

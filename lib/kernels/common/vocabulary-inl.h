@@ -44,6 +44,10 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 // f16 narrowing by the vector unit (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
 OCTATTN_ABSENT(void, StoreF16)
+// int8 stores in vectors (avx_transpose-inl.h): the AVX targets only.
+static constexpr bool kStoreI8 = false;
+OCTATTN_ABSENT(uint32_t, AbsBitsMax)
+OCTATTN_ABSENT(void, StoreI8)
 // Quantized rows dequantized in registers (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kQuantRows = false;
 #define OCTATTN_ABSENT_T(R, name)                                              \

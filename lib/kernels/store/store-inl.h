@@ -8,10 +8,17 @@
 // max|x| / 127 (Q8_0) or the value of largest magnitude (the first of equals) / -8 (Q4_0),
 // rounded to f16; each value x / d rounded half to even and clamped; a block with a
 // non-finite value stores the f16 NaN and zeros.
+// (Q8_0's maximum and values in vectors where the target narrows to int8, S::kStoreI8.)
+template <int = 0>  // (a template: S::AbsBitsMax and S::StoreI8 are the AVX targets' only)
 static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __restrict dst,
                               float magic) {
   uint32_t top = 0;
-  for (int i = 0; i < kQuantBlock; ++i) top = top > AbsBits(x[i]) ? top : AbsBits(x[i]);
+  bool done = false;
+  if constexpr (S::kStoreI8) {
+    top = S::AbsBitsMax(x, kQuantBlock);
+    done = true;
+  }
+  for (int i = 0; i < kQuantBlock && !done; ++i) top = top > AbsBits(x[i]) ? top : AbsBits(x[i]);
   const bool finite = top < 0x7F800000u;
   float m = 0.0f;
   for (int i = 0; i < kQuantBlock && t == kQ4_0; ++i)
@@ -24,6 +31,18 @@ static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __res
   const float d = F16ToF32(h);
   const bool zero = !finite || d == 0.0f;
   uint8_t* __restrict q = dst + 2;
+  if constexpr (S::kStoreI8) {
+    if (t == kQ8_0 && !zero) {
+      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+      const typename S::V vd = S::Set(d), vm = S::Set(magic), lo = S::Set(-127.0f),
+                          hi = S::Set(127.0f);
+      for (int64_t i = 0; i < kQuantBlock; i += L) {
+        const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + i), vd), vm), vm);
+        S::StoreI8(S::Min(S::Max(v, lo), hi), reinterpret_cast<int8_t*>(q + i));
+      }
+      return;
+    }
+  }
   if (t == kQ8_0) {
     for (int i = 0; i < kQuantBlock; ++i)
       q[i] = static_cast<uint8_t>(
@@ -48,13 +67,22 @@ static inline void StoreFp8(const float* __restrict x, float s, int64_t n, uint8
 // (the value the cache's readers see), each value x / s rounded half to even and clamped
 // to [-127, 127]; a group with a non-finite value gets a NaN scale and zeros, as does a
 // group whose scale is 0.
+// Groups of whole vectors on the targets that narrow to int8 (S::kStoreI8): the same
+// maximum, quotients, roundings and clamps a vector at a time.
+template <int = 0>  // (a template: S::AbsBitsMax and S::StoreI8 are the AVX targets' only)
 static inline void StoreInt8(const StoreRow& r, float magic) {
   const float* __restrict x = r.x;
   int8_t* __restrict o = static_cast<int8_t*>(r.out);
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const bool vectors = S::kStoreI8 && r.group % L == 0;
   for (int64_t g0 = 0; g0 < r.n; g0 += r.group) {
     const int64_t g1 = g0 + r.group;
     uint32_t top = 0;
-    for (int64_t d = g0; d < g1; ++d) top = top > AbsBits(x[d]) ? top : AbsBits(x[d]);
+    if constexpr (S::kStoreI8) {
+      if (vectors) top = S::AbsBitsMax(x + g0, r.group);
+    }
+    if (!vectors)
+      for (int64_t d = g0; d < g1; ++d) top = top > AbsBits(x[d]) ? top : AbsBits(x[d]);
     const bool finite = top < 0x7F800000u;
     const int64_t at = g0 / r.group * r.sc_col;
     StoreElem(r.sc, at, r.sc_type, finite ? FloatOf(top) / 127.0f : __builtin_nanf(""));
@@ -62,6 +90,17 @@ static inline void StoreInt8(const StoreRow& r, float magic) {
     if (!finite || s == 0.0f) {
       memset(o + g0, 0, static_cast<size_t>(r.group));
       continue;
+    }
+    if constexpr (S::kStoreI8) {
+      if (vectors) {
+        const typename S::V vs = S::Set(s), vm = S::Set(magic), lo = S::Set(-127.0f),
+                            hi = S::Set(127.0f);
+        for (int64_t d = g0; d < g1; d += L) {
+          const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + d), vs), vm), vm);
+          S::StoreI8(S::Min(S::Max(v, lo), hi), o + d);
+        }
+        continue;
+      }
     }
     for (int64_t d = g0; d < g1; ++d) {
       float v = RoundEven(x[d] / s, magic);
