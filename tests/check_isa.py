@@ -65,8 +65,9 @@ def check_isa(lib):
                          capture_output=True, text=True).stdout
     insns = collections.defaultdict(list)
     current, name = None, None
-    dot_elsewhere = collections.defaultdict(int)  # vdpbf16ps outside the bf16 and amx units
-    vnni_elsewhere = collections.defaultdict(int)  # vpdpbusd likewise
+    # The dot product instructions of the bf16 and amx units, each counted outside them.
+    dot_insns = ("vdpbf16ps", "vpdpbusd")
+    dot_elsewhere = {d: collections.defaultdict(int) for d in dot_insns}
     tile_elsewhere = collections.defaultdict(int)  # AMX tile instructions outside the amx unit
     for line in out.splitlines():
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
@@ -78,28 +79,22 @@ def check_isa(lib):
         if len(parts) < 2 or not parts[-1].strip():
             continue
         insn = parts[-1].strip()
-        if insn.startswith("vdpbf16ps") and current not in ("bf16::N_AVX3::", "amx::N_AVX3::"):
-            dot_elsewhere[name] += 1
-        if insn.startswith("vpdpbusd") and current not in ("bf16::N_AVX3::", "amx::N_AVX3::"):
-            vnni_elsewhere[name] += 1
+        for d in dot_insns:
+            if insn.startswith(d) and current not in ("bf16::N_AVX3::", "amx::N_AVX3::"):
+                dot_elsewhere[d][name] += 1
         if re.match(r"t(dp|ile|ilestored|ileloadd|ilezero)\w*\b|ldtilecfg", insn) and \
                 current != "amx::N_AVX3::":
             tile_elsewhere[name] += 1
         if current is not None:
             insns[current].append(insn)
     failures = []
-    dots = sum(1 for i in insns.get("bf16::N_AVX3::", []) if re.match(r"vdpbf16ps\b.*%zmm", i))
-    print(f"{dots} zmm vdpbf16ps in the avx512_bf16 unit, {sum(dot_elsewhere.values())} elsewhere")
-    if dots == 0:
-        failures.append("bf16::N_AVX3::: no vdpbf16ps on zmm")
-    for fn, n in list(dot_elsewhere.items())[:20]:
-        failures.append(f"vdpbf16ps outside the avx512_bf16 and amx_bf16 units ({n}x): {fn}")
-    vnni = sum(1 for i in insns.get("bf16::N_AVX3::", []) if re.match(r"vpdpbusd\b.*%zmm", i))
-    print(f"{vnni} zmm vpdpbusd in the avx512_bf16 unit, {sum(vnni_elsewhere.values())} elsewhere")
-    if vnni == 0:
-        failures.append("bf16::N_AVX3::: no vpdpbusd on zmm")
-    for fn, n in list(vnni_elsewhere.items())[:20]:
-        failures.append(f"vpdpbusd outside the avx512_bf16 and amx_bf16 units ({n}x): {fn}")
+    for d in dot_insns:
+        dots = sum(1 for i in insns.get("bf16::N_AVX3::", []) if re.match(d + r"\b.*%zmm", i))
+        print(f"{dots} zmm {d} in the avx512_bf16 unit, {sum(dot_elsewhere[d].values())} elsewhere")
+        if dots == 0:
+            failures.append(f"bf16::N_AVX3::: no {d} on zmm")
+        for fn, n in list(dot_elsewhere[d].items())[:20]:
+            failures.append(f"{d} outside the avx512_bf16 and amx_bf16 units ({n}x): {fn}")
     amx = insns.get("amx::N_AVX3::", [])
     tiles = sum(1 for i in amx if re.match(r"tdpbf16ps\b", i))
     print(f"{tiles} tdpbf16ps in the amx_bf16 unit, {sum(tile_elsewhere.values())} tile "

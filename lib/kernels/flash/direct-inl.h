@@ -713,53 +713,17 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
 }
 
 // DirectScoresQuant's integer scores (Operands::qk_block, a multiple of 8): the key rows'
-// integers (QuantValues, unscaled) times the QRecords' integers, one exact chain per
-// block, each block's sums added by StoreIntBlock with the keys' scales for the block:
-// the bits of QkStoreInt on the packed tile.
-template <int R, Dtype T, int Vecs>
+// integers times the QRecords' integers, exact, each block's sums added by StoreIntBlock
+// with the keys' scales for the block: the bits of QkStoreInt on the packed tile. The
+// integers are the f32 chains' (QuantValues, unscaled), or with Dot (S::kDotI8; blocks of
+// a multiple of 16 dimensions) vpdpbusd's: each 16-dimension piece of the key rows as
+// four vectors of unsigned byte quads (QuadsU8), one vpdpbusd per quad, row and key
+// vector with the row's int8 quad, each block's sums less the unsigned bytes' excess
+// (int8 and q8_0: 128 times the q block's sum; q4_0: 8 times it).
+template <int R, Dtype T, int Vecs, bool Dot>
 static __attribute__((noinline)) void DirectScoresInt(const FlashTask& t, const DirectTile& dt,
                                                       const float* const* q, float* const* s,
                                                       int64_t j_begin, int64_t j_end) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
-  const Operands& op = *dt.op;
-  const Dtype type = op.k_type;
-  const bool blocked = Blocked(type);
-  const int64_t hd = op.head_dim, block = op.qk_block;
-  const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
-  const Scales& sc = op.k_scales;
-  const typename S::V vs = S::Set(t.op.scale);
-  const float* qs[R];
-  for (int r = 0; r < R; ++r) qs[r] = QScales(q[r], hd);
-  for (int64_t j = j_begin; j < j_end; j += KP) {
-    const QuantKeys<Vecs> keys(dt, j);
-    float* out[R];
-    for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
-    for (int64_t d0 = 0, b = 0; d0 < hd; d0 += block, ++b) {
-      typename S::V acc[R][Vecs];
-      for (int r = 0; r < R; ++r)
-        for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
-      for (int64_t d = d0; d < d0 + block; d += 8) {
-        typename S::V kv[Vecs][8];
-        keys.template Values<T>(type, d, per, nullptr, kv);
-        DirectDotStep<R, Vecs>(q, 1, d, kv, acc);
-      }
-      typename S::V sv[Vecs];
-      const int64_t col = blocked ? b * BlockBytes(type) : d0 / sc.group * sc.col;
-      for (int g = 0; g < Vecs; ++g) sv[g] = QuantScales(blocked, keys.scales[g], sc.type, col);
-      StoreIntBlock<R, Vecs>(acc, qs, b, sv, out, d0 > 0, d0 + block == hd, vs);
-    }
-  }
-}
-
-// DirectScoresInt on vpdpbusd (S::kDotI8; blocks of a multiple of 16 dimensions): each
-// 16-dimension piece of the key rows as four vectors of unsigned byte quads (QuadsU8),
-// one vpdpbusd per quad, row and key vector with the row's int8 quad, each block's sums
-// less the unsigned bytes' excess (int8 and q8_0: 128 times the q block's sum; q4_0: 8
-// times it) as floats: DirectScoresInt's integer dot products, so its bits.
-template <int R, Dtype T, int Vecs>
-static __attribute__((noinline)) void DirectScoresDotI8(const FlashTask& t, const DirectTile& dt,
-                                                        const float* const* q, float* const* s,
-                                                        int64_t j_begin, int64_t j_end) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
   const Operands& op = *dt.op;
   const Dtype type = op.k_type;
@@ -785,27 +749,34 @@ static __attribute__((noinline)) void DirectScoresDotI8(const FlashTask& t, cons
       typename S::V acc[R][Vecs];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
-      for (int64_t d = d0; d < d0 + block; d += 16) {
-        keys.Fetch(d, per);
-        keys.Fetch(d + 8, per);
-        int shift = 0;
-        const int64_t off = QuantOffset(type, d, &shift);
-        typename S::V quads[Vecs][4];
-        for (int g = 0; g < Vecs; ++g) S::template QuadsU8<T>(keys.rows[g], off, shift, quads[g]);
-        for (int c = 0; c < 4; ++c)
-          for (int r = 0; r < R; ++r) {
-            int32_t qq;
-            memcpy(&qq, bytes[r] + d + 4 * c, 4);
-            for (int g = 0; g < Vecs; ++g) acc[r][g] = S::DotI8(acc[r][g], quads[g][c], qq);
-          }
+      if constexpr (Dot) {
+        for (int64_t d = d0; d < d0 + block; d += 16) {
+          keys.Fetch(d, per);
+          keys.Fetch(d + 8, per);
+          int shift = 0;
+          const int64_t off = QuantOffset(type, d, &shift);
+          typename S::V quads[Vecs][4];
+          for (int g = 0; g < Vecs; ++g) S::template QuadsU8<T>(keys.rows[g], off, shift, quads[g]);
+          for (int c = 0; c < 4; ++c)
+            for (int r = 0; r < R; ++r) {
+              int32_t qq;
+              memcpy(&qq, bytes[r] + d + 4 * c, 4);
+              for (int g = 0; g < Vecs; ++g) acc[r][g] = S::DotI8(acc[r][g], quads[g][c], qq);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int g = 0; g < Vecs; ++g) acc[r][g] = S::IntToFloat(acc[r][g], kExcess * sums[r][b]);
+      } else {
+        for (int64_t d = d0; d < d0 + block; d += 8) {
+          typename S::V kv[Vecs][8];
+          keys.template Values<T>(type, d, per, nullptr, kv);
+          DirectDotStep<R, Vecs>(q, 1, d, kv, acc);
+        }
       }
-      typename S::V dot[R][Vecs];
-      for (int r = 0; r < R; ++r)
-        for (int g = 0; g < Vecs; ++g) dot[r][g] = S::IntToFloat(acc[r][g], kExcess * sums[r][b]);
       typename S::V sv[Vecs];
       const int64_t col = blocked ? b * BlockBytes(type) : d0 / sc.group * sc.col;
       for (int g = 0; g < Vecs; ++g) sv[g] = QuantScales(blocked, keys.scales[g], sc.type, col);
-      StoreIntBlock<R, Vecs>(dot, qs, b, sv, out, d0 > 0, d0 + block == hd, vs);
+      StoreIntBlock<R, Vecs>(acc, qs, b, sv, out, d0 > 0, d0 + block == hd, vs);
     }
   }
 }
@@ -886,12 +857,13 @@ static void DirectScoresQuantOf(const FlashTask& t, const DirectTile& dt, const 
     if constexpr (S::kDotI8) {
       if (t.op.qk_block % 16 == 0) {
         if (type == kQ4_0)
-          return DirectScoresDotI8<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
-        return DirectScoresDotI8<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+          return DirectScoresInt<R, kQ4_0, kDirectVecs, true>(t, dt, q, s, j_begin, j_end);
+        return DirectScoresInt<R, kI8, kDirectVecs, true>(t, dt, q, s, j_begin, j_end);
       }
     }
-    if (type == kQ4_0) return DirectScoresInt<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
-    return DirectScoresInt<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+    if (type == kQ4_0)
+      return DirectScoresInt<R, kQ4_0, kDirectVecs, false>(t, dt, q, s, j_begin, j_end);
+    return DirectScoresInt<R, kI8, kDirectVecs, false>(t, dt, q, s, j_begin, j_end);
   }
   if (type == kI8 || type == kQ8_0)
     return DirectScoresQuant<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
