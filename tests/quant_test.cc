@@ -547,10 +547,13 @@ TEST_CASE("kv store: each format's values are within its quantization error") {
 
 TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "[dispatch]") {
   // Rows of hostile values: normal ones, a NaN and an infinity in one group each, zeros,
-  // f32 subnormals, values past every format's range, halfway points of int8 steps.
-  Tensor x(1, 2, 6, 64);
+  // f32 subnormals, values past every format's range, halfway points of int8 steps, a
+  // row whose last group alone is zero (the vector stores take four groups at a time).
+  constexpr int64_t D = 128;
+  Tensor x(1, 2, 6, D);
   x.Fill(31, -3.0f, 3.0f);
-  for (int64_t d = 0; d < 64; ++d) {
+  for (int64_t d = 96; d < D; ++d) x.at(0, 1, 1, d) = 0.0f;
+  for (int64_t d = 0; d < D; ++d) {
     x.at(0, 0, 1, d) = d == 7 ? NAN : static_cast<float>(d) - 20.5f;
     x.at(0, 0, 2, d) = d == 40 ? -INFINITY : 0.25f * static_cast<float>(d);
     x.at(0, 0, 3, d) = 0.0f;
@@ -558,19 +561,20 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
     x.at(0, 1, 5, d) = (d % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, static_cast<int>(d % 40) - 12);
   }
   x.at(0, 1, 0, 3) = 1e30f;
-  std::vector<uint16_t> bf(64 * 12);  // the same rows as bf16 source values (widened first)
+  std::vector<uint16_t> bf(D * 12);  // the same rows as bf16 source values (widened first)
   x.ForEach([&](int64_t, int64_t h, int64_t j, int64_t d) {
-    bf[static_cast<size_t>((h * 6 + j) * 64 + d)] = base::F32ToBf16(x.at(0, h, j, d));
+    bf[static_cast<size_t>((h * 6 + j) * D + d)] = base::F32ToBf16(x.at(0, h, j, d));
   });
   octattn_tensor src16 = x.t;
   src16.data = bf.data();
   src16.dtype = OCTATTN_DTYPE_BF16;
-  src16.stride[3] = 1, src16.stride[2] = 64, src16.stride[1] = 6 * 64, src16.stride[0] = 12 * 64;
+  src16.stride[3] = 1, src16.stride[2] = D, src16.stride[1] = 6 * D, src16.stride[0] = 12 * D;
   const octattn_tensor* sources[] = {x.ptr(), &src16};
   // (dtype, scale channels: 0 none, -1 one per kv head)
   const std::pair<octattn_dtype, int64_t> kinds[] = {
-      {OCTATTN_DTYPE_BF16, 0},      {OCTATTN_DTYPE_F16, 0},      {OCTATTN_DTYPE_INT8, 16},
-      {OCTATTN_DTYPE_INT8, 64},     {OCTATTN_DTYPE_FP8_E4M3, 0}, {OCTATTN_DTYPE_FP8_E4M3, -1},
+      {OCTATTN_DTYPE_BF16, 0},      {OCTATTN_DTYPE_F16, 0},      {OCTATTN_DTYPE_INT8, 8},
+      {OCTATTN_DTYPE_INT8, 16},     {OCTATTN_DTYPE_INT8, 32},    {OCTATTN_DTYPE_INT8, 64},
+      {OCTATTN_DTYPE_INT8, 128},    {OCTATTN_DTYPE_FP8_E4M3, 0}, {OCTATTN_DTYPE_FP8_E4M3, -1},
       {OCTATTN_DTYPE_FP8_E5M2, 32}, {OCTATTN_DTYPE_Q8_0, 0},     {OCTATTN_DTYPE_Q4_0, 0}};
   for (const auto& kind : kinds) {
     const octattn_dtype type = kind.first;  // (lambdas cannot capture structured bindings)
@@ -578,7 +582,7 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
     for (const octattn_tensor* src : sources) {
       INFO("dtype " << type << " group " << group << " src " << src->dtype);
       const bool blocked = Blocked(type);
-      const int64_t units = blocked ? 2 : 64,
+      const int64_t units = blocked ? D / 32 : D,
                     bytes = units * (blocked ? UnitBytes(type) : 1) *
                             (type == OCTATTN_DTYPE_BF16 || type == OCTATTN_DTYPE_F16 ? 2 : 1);
       // The store into contiguous rows (the target's kernel) or, step 2, into rows whose
@@ -592,8 +596,8 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
         for (int d = 0; d < 4; ++d) dst.shape[d] = x.shape[d];
         dst.stride[3] = step, dst.stride[2] = units * step, dst.stride[1] = 6 * units * step;
         dst.stride[0] = 12 * units * step;
-        Tensor sc = type == OCTATTN_DTYPE_INT8 ? Tensor(1, 2, 6, 64 / group)
-                    : group != 0               ? Tensor(1, 2, 1, group < 0 ? 1 : 64 / group)
+        Tensor sc = type == OCTATTN_DTYPE_INT8 ? Tensor(1, 2, 6, D / group)
+                    : group != 0               ? Tensor(1, 2, 1, group < 0 ? 1 : D / group)
                                                : Tensor(1, 1, 1, 1);
         if (type != OCTATTN_DTYPE_INT8) sc.Fill(9, 0.5f, 2.0f);
         REQUIRE(octattn_kv_store(ctx, src, &dst, group != 0 ? sc.ptr() : nullptr, 0, nullptr) ==

@@ -256,7 +256,7 @@ struct BackwardTask {
   double* dsinks;  // with sinks: per head, the sum over its rows of -p_sink * (do . o)
 };
 
-// The cache store's row (store/, Table::store_row): n values x (widened) into one cache
+// A row of the cache store (store/, Table::store_rows): n values x (widened) into one cache
 // row `out` of dtype t, its elements contiguous: 16-bit rounded to nearest even; INT8 with
 // each group of `group` values' scale max|x| / 127 written to element g * sc_col of sc
 // (type sc_type) and read back; FP8 divided by its group's scale (sc null: by 1, group n);
@@ -311,8 +311,8 @@ struct Table {
   // backward/: scratch of one task and the task.
   size_t (*backward_scratch_floats)(const BackwardTask& task);
   void (*backward_task)(const BackwardTask& task, float* scratch);
-  // store/: one row of the cache store.
-  void (*store_row)(const StoreRow& row);
+  // store/: rows of the cache store, in order (a decode step's rows in one call).
+  void (*store_rows)(const StoreRow* rows, int64_t count);
 };
 
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.

@@ -37,6 +37,6 @@ static constexpr Table MakeTable(Backend backend, Target target) {
   t.flash_merge = FlashMerge;
   t.backward_scratch_floats = BackwardScratchFloats;
   t.backward_task = BackwardTaskRun;
-  t.store_row = StoreRowRun;
+  t.store_rows = StoreRowsRun;
   return t;
 }

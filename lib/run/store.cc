@@ -23,44 +23,87 @@ float Source(const StoreCall& c, const float* row, int64_t d) {
 // Values a row is widened into before the target's kernel stores them, at most.
 constexpr int64_t kChunk = 2048;
 
-// Row `row` (n == 1) of a store through the target's kernel (Table::store_row), in chunks
-// of whole scale groups (INT8; FP8 with scales) or blocks that fit kChunk values. Returns
-// false where it does not apply: a destination's elements strided, a group wider than a
-// chunk (those take the scalar definitions below, the same bytes).
-bool StoreRowKernel(const kernels::Table& table, const StoreCall& c, const float* row, void* out,
-                    void* sc) {
-  const int64_t dim = c.src.shape[3];
-  const Dtype t = c.dst.type;
-  const bool grouped = t == base::kI8 || (base::Scaled(t) && sc);
-  const int64_t unit = grouped ? c.group : base::Blocked(t) ? base::kQuantBlock : 1;
-  if (c.dst.stride[3] != 1 || unit > kChunk) return false;
-  const int64_t chunk = kChunk / unit * unit;
-  float x[kChunk];
-  // Contiguous f32 rows are read where they are.
-  const bool in_place = c.src.type == base::kF32 && c.src.stride[3] == 1;
-  for (int64_t d0 = 0; d0 < dim; d0 += chunk) {
-    const int64_t n = base::MinI(chunk, dim - d0);
-    const float* src = base::ElemAt(row, d0 * c.src.stride[3], c.src.type);
-    if (!in_place) base::WidenRow(src, c.src.stride[3], c.src.type, n, x);
-    kernels::StoreRow r;
-    r.x = in_place ? src : x;
-    r.n = n;
-    r.t = t;
-    r.out = base::ElemAt(out, base::Blocked(t) ? d0 / base::kQuantBlock : d0, t);
-    r.sc = sc ? base::ElemAt(sc, d0 / unit * c.scale.stride[3], c.scale.type) : nullptr;
-    r.sc_type = c.scale.type;
-    r.sc_col = c.scale.stride[3];
-    r.group = grouped ? c.group : n;
-    table.store_row(r);
+// Rows handed to the target's kernel (Table::store_rows) in one call: a decode step's
+// rows of every (batch entry, head) pay one call and one dispatch between them. Rows
+// widened into `x` go alone (the buffer is reused by the next chunk). Whether and how
+// rows take the kernel is decided once a call: in chunks of whole scale groups (INT8; FP8
+// with scales) or blocks that fit kChunk values; not where a destination's elements are
+// strided or a group is wider than a chunk (those take the scalar definitions below, the
+// same bytes).
+class RowBatch {
+ public:
+  RowBatch(const kernels::Table& table, const StoreCall& c) : table_(table) {
+    const Dtype t = c.dst.type;
+    grouped_ = t == base::kI8 || (base::Scaled(t) && c.scale.hi != 0);
+    unit_ = grouped_ ? c.group : base::Blocked(t) ? base::kQuantBlock : 1;
+    kernel_ = c.dst.stride[3] == 1 && unit_ <= kChunk;
+    chunk_ = kChunk / unit_ * unit_;
+    in_place_ = c.src.type == base::kF32 && c.src.stride[3] == 1;
+    whole_ =
+        kernel_ && in_place_ && c.src.shape[3] <= chunk_ && (t != base::kI8 || c.scale_rows == 1);
+    if (whole_) {
+      row_.n = c.src.shape[3];
+      row_.t = t;
+      row_.sc_type = c.scale.type;
+      row_.sc_col = c.scale.stride[3];
+      row_.group = grouped_ ? c.group : row_.n;
+    }
   }
-  return true;
-}
+  // Whether every row is one kernel row read in place (AddWhole): a decode step's.
+  bool whole() const { return whole_; }
+  void AddWhole(const float* x, void* out, void* sc) {
+    kernels::StoreRow& r = rows_[n_++];
+    r = row_;
+    r.x = x;
+    r.out = out;
+    r.sc = sc;
+    if (n_ == kRows) Flush();
+  }
+  ~RowBatch() { Flush(); }
+  void Flush() {
+    if (n_ > 0) table_.store_rows(rows_, n_);
+    n_ = 0;
+  }
+  // Row `row` (n == 1) of a store through the kernel into `out` (scale row `sc`); false
+  // where the kernel does not apply.
+  bool Add(const StoreCall& c, const float* row, void* out, void* sc) {
+    if (!kernel_) return false;
+    const int64_t dim = c.src.shape[3];
+    const Dtype t = c.dst.type;
+    for (int64_t d0 = 0; d0 < dim; d0 += chunk_) {
+      const int64_t n = base::MinI(chunk_, dim - d0);
+      const float* src = d0 == 0 ? row : base::ElemAt(row, d0 * c.src.stride[3], c.src.type);
+      if (!in_place_) base::WidenRow(src, c.src.stride[3], c.src.type, n, x_);
+      kernels::StoreRow& r = rows_[n_++];
+      r.x = in_place_ ? src : x_;
+      r.n = n;
+      r.t = t;
+      r.out = d0 == 0 ? out : base::ElemAt(out, base::Blocked(t) ? d0 / base::kQuantBlock : d0, t);
+      r.sc = !sc || d0 == 0 ? sc : base::ElemAt(sc, d0 / unit_ * c.scale.stride[3], c.scale.type);
+      r.sc_type = c.scale.type;
+      r.sc_col = c.scale.stride[3];
+      r.group = grouped_ ? c.group : n;
+      if (n_ == kRows || !in_place_) Flush();
+    }
+    return true;
+  }
+
+ private:
+  static constexpr int64_t kRows = 64;
+  const kernels::Table& table_;
+  bool grouped_, kernel_, in_place_, whole_;
+  int64_t unit_, chunk_;
+  kernels::StoreRow row_{};  // what every row of a whole() batch shares
+  kernels::StoreRow rows_[kRows];
+  int64_t n_ = 0;
+  float x_[kChunk];
+};
 
 // Rows [t0, t0 + n) of (b, h), n = scale_rows (one scale row of an INT8 cache) or 1; `out`
 // their destination rows (null: skipped), `sc` the scale row of the first of them (null:
 // none).
-void StoreRows(const kernels::Table& table, const StoreCall& c, int64_t b, int64_t h, int64_t t0,
-               int64_t n, float* const* out, const void* sc) {
+void StoreRows(RowBatch& batch, const StoreCall& c, int64_t b, int64_t h, int64_t t0, int64_t n,
+               float* const* out, const void* sc) {
   const TensorInfo &src = c.src, &dst = c.dst;
   const int64_t dim = src.shape[3];
   const Dtype t = dst.type;
@@ -68,7 +111,8 @@ void StoreRows(const kernels::Table& table, const StoreCall& c, int64_t b, int64
   for (int64_t r = 0; r < n; ++r)
     rows[r] = base::ElemAt(
         src.data, b * src.stride[0] + h * src.stride[1] + (t0 + r) * src.stride[2], src.type);
-  if (n == 1 && out[0] && StoreRowKernel(table, c, rows[0], out[0], const_cast<void*>(sc))) return;
+  if (n == 1 && out[0] && batch.Add(c, rows[0], out[0], const_cast<void*>(sc))) return;
+  batch.Flush();  // rows before this one are written first (paged rows may share a slot)
   if (t == base::kI8) {
     float* s = const_cast<float*>(static_cast<const float*>(sc));
     for (int64_t g0 = 0; g0 < dim; g0 += c.group) {
@@ -108,8 +152,40 @@ void StoreRows(const kernels::Table& table, const StoreCall& c, int64_t b, int64
   }
 }
 
+// The rows of heads [h0, h1) of batch entries [b0, b1), each head's in order, where the
+// batch takes them whole (RowBatch::whole): each row's addresses from locals alone.
+void StoreWhole(RowBatch& batch, const StoreCall& c, int64_t b0, int64_t b1, int64_t h0,
+                int64_t h1) {
+  const TensorInfo &dst = c.dst, &sc = c.scale;
+  const int64_t rows = c.src.shape[2], size = base::DtypeBytes(dst.type);
+  const int64_t sc_size = sc.hi != 0 ? base::DtypeBytes(sc.type) : 0;
+  const char* src = reinterpret_cast<const char*>(c.src.data);
+  const int64_t r0 = c.src.stride[0] * 4, r1 = c.src.stride[1] * 4, r2 = c.src.stride[2] * 4;
+  const int64_t d0 = dst.stride[0] * size, d1 = dst.stride[1] * size, d2 = dst.stride[2] * size;
+  const int64_t s0 = sc.stride[0] * sc_size, s1 = sc.stride[1] * sc_size,
+                s2 = sc.stride[2] * sc_size;
+  char* out = reinterpret_cast<char*>(dst.data);
+  char* scale = reinterpret_cast<char*>(sc.data);
+  const int64_t* slots = c.slots;
+  const int64_t block_size = c.block_size;
+  for (int64_t h = h0; h < h1; ++h)
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t t = 0; t < rows; ++t) {
+        int64_t block = b, row = t;
+        if (slots) {
+          const int64_t slot = slots[b * rows + t];
+          if (slot < 0) continue;
+          block = slot / block_size;
+          row = slot % block_size;
+        }
+        batch.AddWhole(reinterpret_cast<const float*>(src + b * r0 + h * r1 + t * r2),
+                       out + block * d0 + h * d1 + row * d2,
+                       sc_size != 0 ? scale + block * s0 + h * s1 + row * s2 : nullptr);
+      }
+}
+
 // The rows of (b, h) in order, a scale row's rows at a time.
-void StoreHead(const kernels::Table& table, const StoreCall& c, int64_t b, int64_t h) {
+void StoreHead(RowBatch& batch, const StoreCall& c, int64_t b, int64_t h) {
   const TensorInfo &dst = c.dst, &sc = c.scale;
   const int64_t rows = c.src.shape[2], n = c.dst.type == base::kI8 ? c.scale_rows : 1;
   for (int64_t t0 = 0; t0 < rows; t0 += n) {
@@ -129,35 +205,41 @@ void StoreHead(const kernels::Table& table, const StoreCall& c, int64_t b, int64
     const void* s = nullptr;
     if (sc.hi != 0)
       s = base::ElemAt(sc.data,
-                       block * sc.stride[0] + h * sc.stride[1] + row / c.scale_rows * sc.stride[2],
+                       block * sc.stride[0] + h * sc.stride[1] +
+                           (c.scale_rows == 1 ? row : row / c.scale_rows) * sc.stride[2],
                        sc.type);
-    StoreRows(table, c, b, h, t0, n, out, s);
+    StoreRows(batch, c, b, h, t0, n, out, s);
   }
 }
 
 }  // namespace
 
 void Store(parallel::Pool& pool, const kernels::Table& table, const StoreCall& c) {
-  const int64_t batch = c.src.shape[0], heads = c.src.shape[1];
-  const int64_t values = batch * heads * c.src.shape[2] * c.src.shape[3];
+  const int64_t batch_size = c.src.shape[0], heads = c.src.shape[1];
+  const int64_t values = batch_size * heads * c.src.shape[2] * c.src.shape[3];
   // A decode step's few rows cost less than waking the pool.
   const bool alone = values < (int64_t{1} << 16) || pool.threads() == 1;
+  // Heads [h0, h1) of batch entries [b0, b1), each head's rows in order.
+  auto rows = [&](RowBatch& batch, int64_t b0, int64_t b1, int64_t h0, int64_t h1) {
+    if (batch.whole()) return StoreWhole(batch, c, b0, b1, h0, h1);
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t b = b0; b < b1; ++b) StoreHead(batch, c, b, h);
+  };
+  if (alone) {
+    RowBatch batch(table, c);
+    return rows(batch, 0, batch_size, 0, heads);
+  }
   if (c.slots) {  // heads: each writes its rows in order
-    if (alone) {
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t b = 0; b < batch; ++b) StoreHead(table, c, b, h);
-      return;
-    }
     pool.Run(heads, [&](int64_t h, int) {
-      for (int64_t b = 0; b < batch; ++b) StoreHead(table, c, b, h);
+      RowBatch batch(table, c);
+      rows(batch, 0, batch_size, h, h + 1);
     });
     return;
   }
-  if (alone) {
-    for (int64_t i = 0; i < batch * heads; ++i) StoreHead(table, c, i / heads, i % heads);
-    return;
-  }
-  pool.Run(batch * heads, [&](int64_t i, int) { StoreHead(table, c, i / heads, i % heads); });
+  pool.Run(batch_size * heads, [&](int64_t i, int) {
+    RowBatch batch(table, c);
+    rows(batch, i / heads, i / heads + 1, i % heads, i % heads + 1);
+  });
 }
 
 }  // namespace run

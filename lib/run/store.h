@@ -25,7 +25,7 @@ struct StoreCall {
 // The most rows one INT8 scale of a store may cover (KIVI's blocks are 32 to 128 rows).
 constexpr int64_t kMaxStoreScaleRows = 256;
 
-// Contiguous rows go through `table`'s store_row (the same bytes on every target).
+// Contiguous rows go through `table`'s store_rows (the same bytes on every target).
 void Store(parallel::Pool& pool, const kernels::Table& table, const StoreCall& c);
 
 }  // namespace run

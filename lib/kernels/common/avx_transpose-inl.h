@@ -105,9 +105,9 @@ static OCTATTN_INLINE void StoreF16(W v, float* p) {
   }
 }
 
-// INT8 and Q8_0 stores in vectors: the largest AbsBits of n floats (n a multiple of
-// kLanes; a NaN's bits above every finite value's, as AbsBits orders them), and kLanes
-// integral floats in [-127, 127] narrowed to int8 at p.
+// INT8, Q8_0 and Q4_0 stores in vectors: the largest AbsBits of n floats (n a multiple of
+// kLanes; a NaN's bits above every finite value's, as AbsBits orders them), of four
+// groups at once, and the narrowing of integral floats to bytes.
 static constexpr bool kStoreI8 = true;
 template <size_t N = kLanes>
 static OCTATTN_INLINE uint32_t AbsBitsMax(const float* x, int64_t n) {
@@ -129,16 +129,95 @@ static OCTATTN_INLINE uint32_t AbsBitsMax(const float* x, int64_t n) {
     return static_cast<uint32_t>(_mm_cvtsi128_si32(a));
   }
 }
-template <size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
+// The largest |x| of each of four consecutive groups of g floats (g a multiple of
+// kLanes) in one register: in quarter k (lanes k * kLanes / 4 on) group k's, by its bits
+// (a NaN's above every finite value's, as AbsBits orders them). The groups' lanes are
+// reduced together, their last steps shared by the four groups.
+template <size_t N = kLanes>
+static OCTATTN_INLINE V AbsMax4(const float* x, int64_t g) {
   if constexpr (N == 16) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(ToRaw(v))));
+    const __m512i mask = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512i m[4];
+    for (int k = 0; k < 4; ++k) {
+      m[k] = _mm512_and_si512(_mm512_loadu_si512(x + k * g), mask);
+      for (int64_t d = 16; d < g; d += 16)
+        m[k] = _mm512_max_epu32(m[k], _mm512_and_si512(_mm512_loadu_si512(x + k * g + d), mask));
+    }
+    // 256-bit halves of groups 0/1 and 2/3, then 128-bit blocks of all four: block k
+    // holds group k's four lanes, reduced within the block.
+    const __m512i a = _mm512_max_epu32(_mm512_shuffle_i64x2(m[0], m[1], 0x44),
+                                       _mm512_shuffle_i64x2(m[0], m[1], 0xEE));
+    const __m512i b = _mm512_max_epu32(_mm512_shuffle_i64x2(m[2], m[3], 0x44),
+                                       _mm512_shuffle_i64x2(m[2], m[3], 0xEE));
+    __m512i c =
+        _mm512_max_epu32(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
+    c = _mm512_max_epu32(c, _mm512_shuffle_epi32(c, _MM_PERM_BADC));
+    c = _mm512_max_epu32(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
+    return FromRaw(_mm512_castsi512_ps(c));
+  } else {
+    const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
+    __m256i m[4];
+    for (int k = 0; k < 4; ++k) {
+      m[k] =
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k * g)), mask);
+      for (int64_t d = 8; d < g; d += 8)
+        m[k] = _mm256_max_epu32(
+            m[k], _mm256_and_si256(
+                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k * g + d)), mask));
+    }
+    // 128-bit blocks: groups 0 and 1 in a, 2 and 3 in b, each reduced within its block;
+    // then the pairs of lanes of groups 0, 1, 2, 3 in order.
+    __m256i a = _mm256_max_epu32(_mm256_permute2x128_si256(m[0], m[1], 0x20),
+                                 _mm256_permute2x128_si256(m[0], m[1], 0x31));
+    __m256i b = _mm256_max_epu32(_mm256_permute2x128_si256(m[2], m[3], 0x20),
+                                 _mm256_permute2x128_si256(m[2], m[3], 0x31));
+    a = _mm256_max_epu32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2)));
+    b = _mm256_max_epu32(b, _mm256_shuffle_epi32(b, _MM_SHUFFLE(1, 0, 3, 2)));
+    a = _mm256_max_epu32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(2, 3, 0, 1)));
+    b = _mm256_max_epu32(b, _mm256_shuffle_epi32(b, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m256i c = _mm256_permute4x64_epi64(_mm256_blend_epi32(a, b, 0xCC), 0xD8);
+    return FromRaw(_mm256_castsi256_ps(c));
+  }
+}
+// Every lane of v set to lane k * kLanes / 4 (quarter k's first).
+template <int K, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE W Quarter(W v) {
+  if constexpr (N == 16) {
+    return FromRaw(_mm512_shuffle_f32x4(ToRaw(v), ToRaw(v), K * 0x55));
+  } else {
+    return FromRaw(_mm256_permutevar8x32_ps(ToRaw(v), _mm256_set1_epi32(2 * K)));
+  }
+}
+// v rounded to f16 and widened back (F16C: round to nearest even, as F32ToF16).
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE W RoundF16(W v) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  if constexpr (N == 16) {
+    return FromRaw(_mm512_cvtph_ps(_mm512_cvtps_ph(ToRaw(v), kRound)));
+  } else {
+    return FromRaw(_mm256_cvtph_ps(_mm256_cvtps_ph(ToRaw(v), kRound)));
+  }
+}
+// kLanes integral floats narrowed to bytes at p: in [-127, 127] to int8 (StoreI8), or in
+// [0, 255] to uint8 (StoreU8: Q4_0's nibble pairs).
+template <bool Unsigned, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreBytes(W v, void* p) {
+  if constexpr (N == 16) {
+    _mm_storeu_si128(static_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(ToRaw(v))));
   } else {
     const __m256i i = _mm256_cvttps_epi32(ToRaw(v));
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(w, w));
+    _mm_storel_epi64(static_cast<__m128i*>(p),
+                     Unsigned ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w));
   }
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
+  StoreBytes<false, N>(v, p);
+}
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreU8(W v, uint8_t* p) {
+  StoreBytes<true, N>(v, p);
 }
 
 // t[i] lane e = element i of row8(e), the eight floats (or floats' bits) of key e, for e <

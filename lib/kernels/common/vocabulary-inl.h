@@ -44,10 +44,18 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 // f16 narrowing by the vector unit (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
 OCTATTN_ABSENT(void, StoreF16)
-// int8 stores in vectors (avx_transpose-inl.h): the AVX targets only.
+// INT8, Q8_0 and Q4_0 stores in vectors (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreI8 = false;
 OCTATTN_ABSENT(uint32_t, AbsBitsMax)
+OCTATTN_ABSENT(V, AbsMax4)
+OCTATTN_ABSENT(V, RoundF16)
+template <int, class... A>
+static V Quarter(A&&...) {
+  static_assert(kAbsent<A...>, "Quarter is not an instruction of this target");
+  return V();
+}
 OCTATTN_ABSENT(void, StoreI8)
+OCTATTN_ABSENT(void, StoreU8)
 // Quantized rows dequantized in registers (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kQuantRows = false;
 #define OCTATTN_ABSENT_T(R, name)                                              \

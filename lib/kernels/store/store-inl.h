@@ -1,24 +1,47 @@
-// The cache store's rows (Table::store_row), compiled for each target: loops of
+// The cache store's rows (Table::store_rows), compiled for each target: loops of
 // independent lanes that the compiler runs in the target's vectors. Each stored value is a
 // comparison, a quotient and a rounding of the row's values, exact or correctly rounded in
 // any lane, so every target writes the bytes of the scalar definitions (lib/run/store.cc,
 // base/dtype.h).
 
-// One ggml block of 32 values x into dst (type Q8_0 or Q4_0), as ggml quantizes: d =
-// max|x| / 127 (Q8_0) or the value of largest magnitude (the first of equals) / -8 (Q4_0),
-// rounded to f16; each value x / d rounded half to even and clamped; a block with a
-// non-finite value stores the f16 NaN and zeros.
-// (Q8_0's maximum and values in vectors where the target narrows to int8, S::kStoreI8.)
-template <int = 0>  // (a template: S::AbsBitsMax and S::StoreI8 are the AVX targets' only)
-static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __restrict dst,
-                              float magic) {
-  uint32_t top = 0;
-  bool done = false;
+// The largest AbsBits of each of `count` blocks of b floats from x into top[0, count)
+// (a NaN's bits above every finite value's, as AbsBits orders them); in vectors where
+// the target narrows to int8 and a block is whole vectors, four blocks' last steps
+// shared (S::AbsMax4).
+template <int = 0>  // (a template: S::AbsBitsMax and S::AbsMax4 are the AVX targets' only)
+static inline void BlockTops(const float* __restrict x, int64_t b, int64_t count,
+                             uint32_t* __restrict top) {
+  int64_t k = 0;
   if constexpr (S::kStoreI8) {
-    top = S::AbsBitsMax(x, kQuantBlock);
-    done = true;
+    if (b % static_cast<int64_t>(S::kLanes) == 0) {
+      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+      for (; k + 4 <= count; k += 4) {
+        alignas(64) float lanes[L];
+        S::Store(S::template AbsMax4<>(x + k * b, b), lanes);
+        for (int j = 0; j < 4; ++j) top[k + j] = BitsOf(lanes[j * L / 4]);
+      }
+      for (; k < count; ++k) top[k] = S::AbsBitsMax(x + k * b, b);
+      return;
+    }
   }
-  for (int i = 0; i < kQuantBlock && !done; ++i) top = top > AbsBits(x[i]) ? top : AbsBits(x[i]);
+  for (; k < count; ++k) {
+    uint32_t m = 0;
+    for (int64_t d = k * b; d < (k + 1) * b; ++d) m = m > AbsBits(x[d]) ? m : AbsBits(x[d]);
+    top[k] = m;
+  }
+}
+
+// Blocks (or groups) whose maxima BlockTops finds in one call.
+constexpr int64_t kTopsAtOnce = 16;
+
+// One ggml block of 32 values x, whose largest AbsBits is `top`, into dst (type Q8_0 or
+// Q4_0), as ggml quantizes: d = max|x| / 127 (Q8_0) or the value of largest magnitude
+// (the first of equals) / -8 (Q4_0), rounded to f16; each value x / d rounded half to
+// even and clamped; a block with a non-finite value stores the f16 NaN and zeros (Q4_0:
+// nibbles 8). Values in vectors where the target narrows to int8 (S::kStoreI8).
+template <int = 0>  // (a template: S::StoreI8 and S::StoreU8 are the AVX targets' only)
+static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __restrict dst,
+                              uint32_t top, float magic) {
   const bool finite = top < 0x7F800000u;
   float m = 0.0f;
   for (int i = 0; i < kQuantBlock && t == kQ4_0; ++i)
@@ -32,13 +55,26 @@ static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __res
   const bool zero = !finite || d == 0.0f;
   uint8_t* __restrict q = dst + 2;
   if constexpr (S::kStoreI8) {
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    const typename S::V vd = S::Set(d), vm = S::Set(magic);
     if (t == kQ8_0 && !zero) {
-      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-      const typename S::V vd = S::Set(d), vm = S::Set(magic), lo = S::Set(-127.0f),
-                          hi = S::Set(127.0f);
+      const typename S::V lo = S::Set(-127.0f), hi = S::Set(127.0f);
       for (int64_t i = 0; i < kQuantBlock; i += L) {
         const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + i), vd), vm), vm);
         S::StoreI8(S::Min(S::Max(v, lo), hi), reinterpret_cast<int8_t*>(q + i));
+      }
+      return;
+    }
+    if (t == kQ4_0 && !zero && (kQuantBlock / 2) % L == 0) {
+      const typename S::V eight = S::Set(8.0f), lo = S::Zero(), hi = S::Set(15.0f),
+                          sixteen = S::Set(16.0f);
+      for (int64_t i = 0; i < kQuantBlock / 2; i += L) {
+        typename S::V a = S::Sub(S::Add(S::Add(S::Div(S::Load(x + i), vd), eight), vm), vm);
+        typename S::V b =
+            S::Sub(S::Add(S::Add(S::Div(S::Load(x + i + kQuantBlock / 2), vd), eight), vm), vm);
+        a = S::Min(S::Max(a, lo), hi);
+        b = S::Min(S::Max(b, lo), hi);
+        S::StoreU8(S::MulAdd(b, sixteen, a), q + i);  // exact: at most 255
       }
       return;
     }
@@ -57,62 +93,192 @@ static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __res
   }
 }
 
+// Four Q8_0 blocks from x into dst (the first block) on the targets that narrow to int8:
+// StoreBlock's bytes, the four scales found and rounded to f16 in one register
+// (S::AbsMax4, S::RoundF16) and each block's read from it. False, with nothing written,
+// where a scale is not a normal f16 (zero, subnormal, infinite or NaN: StoreBlock's).
+template <int = 0>  // (a template: S::AbsMax4, S::RoundF16 and S::Quarter are the AVX targets')
+static OCTATTN_INLINE bool StoreQ8Four(const float* __restrict x, uint8_t* __restrict dst,
+                                       float magic) {
+  using V = typename S::V;
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), B = kQuantBlock;
+  constexpr int64_t Bytes = B + 2;  // a block: its f16 scale, then its values
+  const V s = S::Div(S::template AbsMax4<>(x, B), S::Set(127.0f));
+  const V d = S::template RoundF16<>(s);
+  alignas(64) float ls[L], ld[L];
+  S::Store(s, ls);
+  S::Store(d, ld);
+  bool fine = true;
+  for (int k = 0; k < 4; ++k) {
+    const float v = ld[k * L / 4];
+    fine = fine && v >= 0x1p-14f && v <= 65504.0f;  // (false for NaN)
+  }
+  if (!fine) return false;
+  for (int k = 0; k < 4; ++k) {
+    const uint16_t h = F32ToF16(ls[k * L / 4]);
+    memcpy(dst + k * Bytes, &h, 2);
+  }
+  const V vm = S::Set(magic), lo = S::Set(-127.0f), hi = S::Set(127.0f);
+  const V vd[4] = {S::template Quarter<0>(d), S::template Quarter<1>(d), S::template Quarter<2>(d),
+                   S::template Quarter<3>(d)};
+  for (int k = 0; k < 4; ++k)
+    for (int64_t p = 0; p < B; p += L) {
+      const V v = S::Sub(S::Add(S::Div(S::Load(x + k * B + p), vd[k]), vm), vm);
+      S::StoreI8(S::Min(S::Max(v, lo), hi), reinterpret_cast<int8_t*>(dst + k * Bytes + 2 + p));
+    }
+  return true;
+}
+
+// The Q8_0 or Q4_0 blocks of a row; Q8_0's four at a time where the target narrows to
+// int8 (StoreQ8Four).
+template <int = 0>
+static inline void StoreBlocks(const StoreRow& r, float magic) {
+  const int64_t blocks = r.n / kQuantBlock;
+  int64_t k0 = 0;
+  if constexpr (S::kStoreI8) {
+    if (r.t == kQ8_0)
+      for (; k0 + 4 <= blocks; k0 += 4) {
+        const float* x = r.x + k0 * kQuantBlock;
+        uint8_t* dst = static_cast<uint8_t*>(ElemAt(r.out, k0, r.t));
+        if (StoreQ8Four(x, dst, magic)) continue;
+        for (int64_t k = 0; k < 4; ++k)
+          StoreBlock(x + k * kQuantBlock, r.t, static_cast<uint8_t*>(ElemAt(r.out, k0 + k, r.t)),
+                     S::AbsBitsMax(x + k * kQuantBlock, kQuantBlock), magic);
+      }
+  }
+  for (; k0 < blocks; k0 += kTopsAtOnce) {
+    const int64_t count = MinI(kTopsAtOnce, blocks - k0);
+    uint32_t top[kTopsAtOnce];
+    BlockTops(r.x + k0 * kQuantBlock, kQuantBlock, count, top);
+    for (int64_t k = 0; k < count; ++k)
+      StoreBlock(r.x + (k0 + k) * kQuantBlock, r.t,
+                 static_cast<uint8_t*>(ElemAt(r.out, k0 + k, r.t)), top[k], magic);
+  }
+}
+
 // n fp8 codes of x / s (F32ToFp8's selects, for one type).
 template <Dtype T>
 static inline void StoreFp8(const float* __restrict x, float s, int64_t n, uint8_t* __restrict o) {
   for (int64_t d = 0; d < n; ++d) o[d] = F32ToFp8(x[d] / s, T);
 }
 
-// INT8 groups: s = max|x| / 127 of each group stored in its scale's dtype and read back
-// (the value the cache's readers see), each value x / s rounded half to even and clamped
-// to [-127, 127]; a group with a non-finite value gets a NaN scale and zeros, as does a
-// group whose scale is 0.
-// Groups of whole vectors on the targets that narrow to int8 (S::kStoreI8): the same
-// maximum, quotients, roundings and clamps a vector at a time.
-template <int = 0>  // (a template: S::AbsBitsMax and S::StoreI8 are the AVX targets' only)
-static inline void StoreInt8(const StoreRow& r, float magic) {
+// INT8 group g0 / r.group of a row whose largest AbsBits is `top`: s = max|x| / 127 stored
+// in its scale's dtype and read back (the value the cache's readers see), each value x / s
+// rounded half to even and clamped to [-127, 127]; a group with a non-finite value gets a
+// NaN scale and zeros, as does a group whose scale is 0. Whole vectors where the target
+// narrows to int8 (S::kStoreI8): the same quotients, roundings and clamps.
+template <int = 0>  // (a template: S::StoreI8 is the AVX targets' only)
+static inline void StoreInt8Group(const StoreRow& r, int64_t g0, uint32_t top, float magic) {
   const float* __restrict x = r.x;
   int8_t* __restrict o = static_cast<int8_t*>(r.out);
+  const int64_t g1 = g0 + r.group;
+  const bool finite = top < 0x7F800000u;
+  const int64_t at = g0 / r.group * r.sc_col;
+  StoreElem(r.sc, at, r.sc_type, finite ? FloatOf(top) / 127.0f : __builtin_nanf(""));
+  const float s = LoadElem(r.sc, at, r.sc_type);
+  if (!finite || s == 0.0f) {
+    memset(o + g0, 0, static_cast<size_t>(r.group));
+    return;
+  }
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  const bool vectors = S::kStoreI8 && r.group % L == 0;
-  for (int64_t g0 = 0; g0 < r.n; g0 += r.group) {
-    const int64_t g1 = g0 + r.group;
-    uint32_t top = 0;
-    if constexpr (S::kStoreI8) {
-      if (vectors) top = S::AbsBitsMax(x + g0, r.group);
-    }
-    if (!vectors)
-      for (int64_t d = g0; d < g1; ++d) top = top > AbsBits(x[d]) ? top : AbsBits(x[d]);
-    const bool finite = top < 0x7F800000u;
-    const int64_t at = g0 / r.group * r.sc_col;
-    StoreElem(r.sc, at, r.sc_type, finite ? FloatOf(top) / 127.0f : __builtin_nanf(""));
-    const float s = LoadElem(r.sc, at, r.sc_type);
-    if (!finite || s == 0.0f) {
-      memset(o + g0, 0, static_cast<size_t>(r.group));
-      continue;
-    }
-    if constexpr (S::kStoreI8) {
-      if (vectors) {
-        const typename S::V vs = S::Set(s), vm = S::Set(magic), lo = S::Set(-127.0f),
-                            hi = S::Set(127.0f);
-        for (int64_t d = g0; d < g1; d += L) {
-          const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + d), vs), vm), vm);
-          S::StoreI8(S::Min(S::Max(v, lo), hi), o + d);
-        }
-        continue;
+  if constexpr (S::kStoreI8) {
+    if (r.group % L == 0) {
+      const typename S::V vs = S::Set(s), vm = S::Set(magic), lo = S::Set(-127.0f),
+                          hi = S::Set(127.0f);
+      for (int64_t d = g0; d < g1; d += L) {
+        const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + d), vs), vm), vm);
+        S::StoreI8(S::Min(S::Max(v, lo), hi), o + d);
       }
+      return;
     }
-    for (int64_t d = g0; d < g1; ++d) {
-      float v = RoundEven(x[d] / s, magic);
-      v = v < -127.0f ? -127.0f : v;
-      v = v > 127.0f ? 127.0f : v;
-      o[d] = static_cast<int8_t>(v);
-    }
+  }
+  for (int64_t d = g0; d < g1; ++d) {
+    float v = RoundEven(x[d] / s, magic);
+    v = v < -127.0f ? -127.0f : v;
+    v = v > 127.0f ? 127.0f : v;
+    o[d] = static_cast<int8_t>(v);
   }
 }
 
-static void StoreRowRun(const StoreRow& r) {
-  const float magic = RoundMagic();
+// Four INT8 groups of P vectors from x (f32 scales) on the targets that narrow to int8:
+// StoreInt8Group's bytes, the four scales found in one register (S::AbsMax4) and each
+// group's read from it. False, with nothing written, where a scale is 0 or not finite.
+template <int P>
+static OCTATTN_INLINE bool StoreInt8Four(const float* __restrict x, int8_t* __restrict o,
+                                         float* __restrict sc, int64_t sc_col, float magic) {
+  using V = typename S::V;
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), G = P * L;
+  const V s = S::Div(S::template AbsMax4<>(x, G), S::Set(127.0f));
+  alignas(64) float lanes[L];
+  S::Store(s, lanes);
+  bool fine = true;
+  for (int k = 0; k < 4; ++k) {
+    const float v = lanes[k * L / 4];
+    fine = fine && v > 0.0f && v <= 3.4028235e38f;  // (false for NaN)
+  }
+  if (!fine) return false;
+  for (int k = 0; k < 4; ++k) sc[k * sc_col] = lanes[k * L / 4];
+  const V vm = S::Set(magic), lo = S::Set(-127.0f), hi = S::Set(127.0f);
+  const V vs[4] = {S::template Quarter<0>(s), S::template Quarter<1>(s), S::template Quarter<2>(s),
+                   S::template Quarter<3>(s)};
+  for (int k = 0; k < 4; ++k)
+    for (int p = 0; p < P; ++p) {
+      const V v = S::Sub(S::Add(S::Div(S::Load(x + k * G + p * L), vs[k]), vm), vm);
+      S::StoreI8(S::Min(S::Max(v, lo), hi), o + k * G + p * L);
+    }
+  return true;
+}
+
+// The INT8 groups of a row of f32 scales, P vectors a group, on the targets that narrow to
+// int8: four groups at a time (StoreInt8Four), the rest and any four with a scale of 0 or
+// not finite by StoreInt8Group.
+template <int P>
+static inline void StoreInt8Vectors(const StoreRow& r, float magic) {
+  constexpr int64_t G = P * static_cast<int64_t>(S::kLanes);
+  float* sc = static_cast<float*>(r.sc);
+  int8_t* o = static_cast<int8_t*>(r.out);
+  int64_t g0 = 0;
+  for (; g0 + 4 * G <= r.n; g0 += 4 * G) {
+    if (StoreInt8Four<P>(r.x + g0, o + g0, sc + g0 / G * r.sc_col, r.sc_col, magic)) continue;
+    for (int64_t g = g0; g < g0 + 4 * G; g += G)
+      StoreInt8Group(r, g, S::AbsBitsMax(r.x + g, G), magic);
+  }
+  for (; g0 < r.n; g0 += G) StoreInt8Group(r, g0, S::AbsBitsMax(r.x + g0, G), magic);
+}
+
+// The INT8 groups of a row (StoreInt8Group).
+template <int = 0>
+static inline void StoreInt8(const StoreRow& r, float magic) {
+  if constexpr (S::kStoreI8) {
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    if (r.sc_type == kF32) {
+      switch (r.group == L       ? 1
+              : r.group == 2 * L ? 2
+              : r.group == 4 * L ? 4
+              : r.group == 8 * L ? 8
+                                 : 0) {
+        case 1:
+          return StoreInt8Vectors<1>(r, magic);
+        case 2:
+          return StoreInt8Vectors<2>(r, magic);
+        case 4:
+          return StoreInt8Vectors<4>(r, magic);
+        case 8:
+          return StoreInt8Vectors<8>(r, magic);
+        default:
+          break;
+      }
+    }
+  }
+  for (int64_t g0 = 0; g0 < r.n; g0 += kTopsAtOnce * r.group) {
+    const int64_t count = MinI(kTopsAtOnce, (r.n - g0) / r.group);
+    uint32_t top[kTopsAtOnce];
+    BlockTops(r.x + g0, r.group, count, top);
+    for (int64_t k = 0; k < count; ++k) StoreInt8Group(r, g0 + k * r.group, top[k], magic);
+  }
+}
+
+static inline void StoreOneRow(const StoreRow& r, float magic) {
   switch (r.t) {
     case kF32:
       memcpy(r.out, r.x, static_cast<size_t>(r.n) * 4);
@@ -143,10 +309,13 @@ static void StoreRowRun(const StoreRow& r) {
     }
     case kQ8_0:
     case kQ4_0:
-      for (int64_t k = 0; k < r.n / kQuantBlock; ++k)
-        StoreBlock(r.x + k * kQuantBlock, r.t, static_cast<uint8_t*>(ElemAt(r.out, k, r.t)), magic);
-      return;
+      return StoreBlocks(r, magic);
     default:
       return;
   }
+}
+
+static void StoreRowsRun(const StoreRow* rows, int64_t count) {
+  const float magic = RoundMagic();
+  for (int64_t i = 0; i < count; ++i) StoreOneRow(rows[i], magic);
 }
