@@ -4,13 +4,7 @@
 # installed Debian package, deb_test.sh), WORK/consumers being then the only folder it
 # writes and nothing pointing into a prefix: CMake, pkg-config and the loader find the
 # library in the system's own paths.
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
-  message(STATUS "${out}")
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run.cmake)
 if(SYSTEM)
   set(WORK ${WORK}/consumers)
   file(REMOVE_RECURSE ${WORK})
