@@ -1,7 +1,12 @@
 //! Links liboctattn as pkg-config finds it (an installed octattn.pc, e.g. under
 //! PKG_CONFIG_PATH=<prefix>/lib/pkgconfig after `cmake --install`), at version 0.10 or
-//! later; OCTATTN_STATIC=1 links the static library and its dependencies.
+//! later; OCTATTN_STATIC=1 links the static library and its dependencies. Where DOCS_RS
+//! is set (docs.rs) nothing is linked.
 fn main() {
+    // docs.rs documents the crate without liboctattn: nothing to link there.
+    if std::env::var_os("DOCS_RS").is_some() {
+        return;
+    }
     println!("cargo:rerun-if-env-changed=OCTATTN_STATIC");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     let statik = std::env::var("OCTATTN_STATIC")
