@@ -44,7 +44,7 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 // f16 narrowing by the vector unit (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
 OCTATTN_ABSENT(void, StoreF16)
-// INT8, Q8_0 and Q4_0 stores in vectors (avx_transpose-inl.h): the AVX targets only.
+// INT8, Q8_0, Q4_0 and FP8 stores in vectors (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreI8 = false;
 OCTATTN_ABSENT(uint32_t, AbsBitsMax)
 OCTATTN_ABSENT(V, AbsMax4)
@@ -56,6 +56,10 @@ static V Quarter(A&&...) {
 }
 OCTATTN_ABSENT(void, StoreI8)
 OCTATTN_ABSENT(void, StoreU8)
+template <bool, class... A>
+static void StoreFp8(A&&...) {
+  static_assert(kAbsent<A...>, "StoreFp8 is not an instruction of this target");
+}
 // Quantized rows dequantized in registers (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kQuantRows = false;
 #define OCTATTN_ABSENT_T(R, name)                                              \

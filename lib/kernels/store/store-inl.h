@@ -156,10 +156,17 @@ static inline void StoreBlocks(const StoreRow& r, float magic) {
   }
 }
 
-// n fp8 codes of x / s (F32ToFp8's selects, for one type).
+// n fp8 codes of x / s (F32ToFp8's selects, for one type); whole vectors by S::StoreFp8
+// where the target has it (the quotients and the cases the same, lane by lane).
 template <Dtype T>
 static inline void StoreFp8(const float* __restrict x, float s, int64_t n, uint8_t* __restrict o) {
-  for (int64_t d = 0; d < n; ++d) o[d] = F32ToFp8(x[d] / s, T);
+  int64_t d = 0;
+  if constexpr (S::kStoreI8) {
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    const typename S::V vs = S::Set(s);
+    for (; d + L <= n; d += L) S::template StoreFp8<T == kE4m3>(S::Div(S::Load(x + d), vs), o + d);
+  }
+  for (; d < n; ++d) o[d] = F32ToFp8(x[d] / s, T);
 }
 
 // INT8 group g0 / r.group of a row whose largest AbsBits is `top`: s = max|x| / 127 stored
