@@ -222,60 +222,38 @@ static OCTATTN_INLINE void StoreU8(W v, uint8_t* p) {
 
 // kLanes floats narrowed to fp8 codes (E4M3: e4m3fn, else e5m2) at p: F32ToFp8's cases
 // (subnormals by the add of a magic, normals by the rebiased exponent and the mantissa
-// rounded half to even, saturation, Inf, NaN) on the lanes' bits, picked by compares.
-// (|x|'s bits are below 2^31, so the signed compares of AVX2 order them.)
+// rounded half to even, saturation, Inf, NaN) on the lanes' bits, picked in its order by
+// compares (|x|'s bits are below 2^31, so signed compares order them), in the compiler's
+// vectors of the register's width.
 template <bool E4M3, size_t N = kLanes, class W = V>
 static OCTATTN_INLINE void StoreFp8(W v, uint8_t* p) {
-  constexpr uint32_t mbits = E4M3 ? 3 : 2, bias = E4M3 ? 7 : 15;
+  typedef int32_t I16 __attribute__((vector_size(64)));
+  typedef int32_t I8 __attribute__((vector_size(32)));
+  typedef float F16 __attribute__((vector_size(64)));
+  typedef float F8 __attribute__((vector_size(32)));
+  using I = std::conditional_t<N == 16, I16, I8>;
+  using F = std::conditional_t<N == 16, F16, F8>;
+  constexpr int mbits = E4M3 ? 3 : 2, bias = E4M3 ? 7 : 15;
   constexpr int nan = E4M3 ? 0x7F : 0x7E, inf = E4M3 ? 0x7F : 0x7C, top = E4M3 ? 0x7E : 0x7B;
-  constexpr int largest = E4M3 ? 0x43E00000 : 0x47600000;
-  constexpr int min_normal = static_cast<int>((128u - bias) << 23);
-  constexpr int magic = static_cast<int>((127u + 24u - bias - mbits) << 23);
-  constexpr int rebias = static_cast<int>((127u - bias) << 23), half = (1 << (22 - mbits)) - 1;
+  constexpr int largest = E4M3 ? 0x43E00000 : 0x47600000, min_normal = (128 - bias) << 23;
+  constexpr int magic = (127 + 24 - bias - mbits) << 23, rebias = (127 - bias) << 23;
+  constexpr int half = (1 << (22 - mbits)) - 1;
+  const I x = __builtin_bit_cast(I, ToRaw(v)), zero = {};
+  const I ax = x & 0x7FFFFFFF, sign = (x >> 24) & 0x80;
+  const I sub =
+      __builtin_bit_cast(I, __builtin_bit_cast(F, ax) + __builtin_bit_cast(F, zero + magic)) -
+      magic;
+  const I normal = (ax - rebias + half + ((ax >> (23 - mbits)) & 1)) >> (23 - mbits);
+  I code = ax < min_normal ? sub : normal;
+  code = ax >= largest ? zero + top : code;
+  code = ax == 0x7F800000 ? zero + inf : code;
+  code = ax > 0x7F800000 ? zero + nan : code;
+  code |= sign;  // every lane below 256
   if constexpr (N == 16) {
-    const __m512i x = _mm512_castps_si512(ToRaw(v));
-    const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 24), _mm512_set1_epi32(0x80));
-    const __m512i vm = _mm512_set1_epi32(magic);
-    const __m512i sub = _mm512_sub_epi32(
-        _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(ax), _mm512_castsi512_ps(vm))), vm);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(ax, 23 - mbits), _mm512_set1_epi32(1));
-    const __m512i normal =
-        _mm512_srli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ax, _mm512_set1_epi32(rebias)),
-                                           _mm512_add_epi32(_mm512_set1_epi32(half), odd)),
-                          23 - mbits);
-    __m512i code = _mm512_mask_blend_epi32(
-        _mm512_cmplt_epi32_mask(ax, _mm512_set1_epi32(min_normal)), normal, sub);
-    code = _mm512_mask_blend_epi32(_mm512_cmpge_epi32_mask(ax, _mm512_set1_epi32(largest)), code,
-                                   _mm512_set1_epi32(top));
-    code = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(ax, _mm512_set1_epi32(0x7F800000)), code,
-                                   _mm512_set1_epi32(inf));
-    code = _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(0x7F800000)), code,
-                                   _mm512_set1_epi32(nan));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
+                     _mm512_cvtepi32_epi8(__builtin_bit_cast(__m512i, code)));
   } else {
-    const __m256i x = _mm256_castps_si256(ToRaw(v));
-    const __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
-    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24), _mm256_set1_epi32(0x80));
-    const __m256i vm = _mm256_set1_epi32(magic);
-    const __m256i sub = _mm256_sub_epi32(
-        _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(ax), _mm256_castsi256_ps(vm))), vm);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ax, 23 - mbits), _mm256_set1_epi32(1));
-    const __m256i normal =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ax, _mm256_set1_epi32(rebias)),
-                                           _mm256_add_epi32(_mm256_set1_epi32(half), odd)),
-                          23 - mbits);
-    // blendv picks its second operand where the mask lane is all ones.
-    __m256i code =
-        _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(min_normal), ax));
-    code = _mm256_blendv_epi8(_mm256_set1_epi32(top), code,
-                              _mm256_cmpgt_epi32(_mm256_set1_epi32(largest), ax));
-    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(inf),
-                              _mm256_cmpeq_epi32(ax, _mm256_set1_epi32(0x7F800000)));
-    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(nan),
-                              _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x7F800000)));
-    const __m256i c = _mm256_or_si256(code, sign);  // every lane below 256
+    const __m256i c = __builtin_bit_cast(__m256i, code);
     const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
   }
