@@ -41,13 +41,11 @@ class RowBatch {
     in_place_ = c.src.type == base::kF32 && c.src.stride[3] == 1;
     whole_ =
         kernel_ && in_place_ && c.src.shape[3] <= chunk_ && (t != base::kI8 || c.scale_rows == 1);
-    if (whole_) {
-      row_.n = c.src.shape[3];
-      row_.t = t;
-      row_.sc_type = c.scale.type;
-      row_.sc_col = c.scale.stride[3];
-      row_.group = grouped_ ? c.group : row_.n;
-    }
+    row_.n = c.src.shape[3];
+    row_.t = t;
+    row_.sc_type = c.scale.type;
+    row_.sc_col = c.scale.stride[3];
+    row_.group = grouped_ ? c.group : row_.n;
   }
   // Whether every row is one kernel row read in place (AddWhole): a decode step's.
   bool whole() const { return whole_; }
@@ -75,14 +73,12 @@ class RowBatch {
       const float* src = d0 == 0 ? row : base::ElemAt(row, d0 * c.src.stride[3], c.src.type);
       if (!in_place_) base::WidenRow(src, c.src.stride[3], c.src.type, n, x_);
       kernels::StoreRow& r = rows_[n_++];
+      r = row_;
       r.x = in_place_ ? src : x_;
       r.n = n;
-      r.t = t;
       r.out = d0 == 0 ? out : base::ElemAt(out, base::Blocked(t) ? d0 / base::kQuantBlock : d0, t);
       r.sc = !sc || d0 == 0 ? sc : base::ElemAt(sc, d0 / unit_ * c.scale.stride[3], c.scale.type);
-      r.sc_type = c.scale.type;
-      r.sc_col = c.scale.stride[3];
-      r.group = grouped_ ? c.group : n;
+      if (!grouped_) r.group = n;
       if (n_ == kRows || !in_place_) Flush();
     }
     return true;
@@ -93,7 +89,7 @@ class RowBatch {
   const kernels::Table& table_;
   bool grouped_, kernel_, in_place_, whole_;
   int64_t unit_, chunk_;
-  kernels::StoreRow row_{};  // what every row of a whole() batch shares
+  kernels::StoreRow row_{};  // what every row shares (a whole row's n and group)
   kernels::StoreRow rows_[kRows];
   int64_t n_ = 0;
   float x_[kChunk];

@@ -34,6 +34,15 @@ static inline void BlockTops(const float* __restrict x, int64_t b, int64_t count
 // Blocks (or groups) whose maxima BlockTops finds in one call.
 constexpr int64_t kTopsAtOnce = 16;
 
+// kLanes values x / s (vs: s in every lane) rounded half to even (vm: RoundMagic), clamped
+// to [-127, 127] and narrowed to int8 at o: RoundClamp's bytes, lane by lane (the AVX
+// targets' S::StoreI8).
+template <class W>
+static OCTATTN_INLINE void QuantizeI8(const float* __restrict x, W vs, W vm, int8_t* __restrict o) {
+  const W v = S::Sub(S::Add(S::Div(S::Load(x), vs), vm), vm);
+  S::StoreI8(S::Min(S::Max(v, S::Set(-127.0f)), S::Set(127.0f)), o);
+}
+
 // One ggml block of 32 values x, whose largest AbsBits is `top`, into dst (type Q8_0 or
 // Q4_0), as ggml quantizes: d = max|x| / 127 (Q8_0) or the value of largest magnitude
 // (the first of equals) / -8 (Q4_0), rounded to f16; each value x / d rounded half to
@@ -58,11 +67,8 @@ static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __res
     constexpr int64_t L = static_cast<int64_t>(S::kLanes);
     const typename S::V vd = S::Set(d), vm = S::Set(magic);
     if (t == kQ8_0 && !zero) {
-      const typename S::V lo = S::Set(-127.0f), hi = S::Set(127.0f);
-      for (int64_t i = 0; i < kQuantBlock; i += L) {
-        const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + i), vd), vm), vm);
-        S::StoreI8(S::Min(S::Max(v, lo), hi), reinterpret_cast<int8_t*>(q + i));
-      }
+      for (int64_t i = 0; i < kQuantBlock; i += L)
+        QuantizeI8(x + i, vd, vm, reinterpret_cast<int8_t*>(q + i));
       return;
     }
     if (t == kQ4_0 && !zero && (kQuantBlock / 2) % L == 0) {
@@ -118,14 +124,12 @@ static OCTATTN_INLINE bool StoreQ8Four(const float* __restrict x, uint8_t* __res
     const uint16_t h = F32ToF16(ls[k * L / 4]);
     memcpy(dst + k * Bytes, &h, 2);
   }
-  const V vm = S::Set(magic), lo = S::Set(-127.0f), hi = S::Set(127.0f);
+  const V vm = S::Set(magic);
   const V vd[4] = {S::template Quarter<0>(d), S::template Quarter<1>(d), S::template Quarter<2>(d),
                    S::template Quarter<3>(d)};
   for (int k = 0; k < 4; ++k)
-    for (int64_t p = 0; p < B; p += L) {
-      const V v = S::Sub(S::Add(S::Div(S::Load(x + k * B + p), vd[k]), vm), vm);
-      S::StoreI8(S::Min(S::Max(v, lo), hi), reinterpret_cast<int8_t*>(dst + k * Bytes + 2 + p));
-    }
+    for (int64_t p = 0; p < B; p += L)
+      QuantizeI8(x + k * B + p, vd[k], vm, reinterpret_cast<int8_t*>(dst + k * Bytes + 2 + p));
   return true;
 }
 
@@ -190,12 +194,8 @@ static inline void StoreInt8Group(const StoreRow& r, int64_t g0, uint32_t top, f
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   if constexpr (S::kStoreI8) {
     if (r.group % L == 0) {
-      const typename S::V vs = S::Set(s), vm = S::Set(magic), lo = S::Set(-127.0f),
-                          hi = S::Set(127.0f);
-      for (int64_t d = g0; d < g1; d += L) {
-        const typename S::V v = S::Sub(S::Add(S::Div(S::Load(x + d), vs), vm), vm);
-        S::StoreI8(S::Min(S::Max(v, lo), hi), o + d);
-      }
+      const typename S::V vs = S::Set(s), vm = S::Set(magic);
+      for (int64_t d = g0; d < g1; d += L) QuantizeI8(x + d, vs, vm, o + d);
       return;
     }
   }
@@ -225,14 +225,11 @@ static OCTATTN_INLINE bool StoreInt8Four(const float* __restrict x, int8_t* __re
   }
   if (!fine) return false;
   for (int k = 0; k < 4; ++k) sc[k * sc_col] = lanes[k * L / 4];
-  const V vm = S::Set(magic), lo = S::Set(-127.0f), hi = S::Set(127.0f);
+  const V vm = S::Set(magic);
   const V vs[4] = {S::template Quarter<0>(s), S::template Quarter<1>(s), S::template Quarter<2>(s),
                    S::template Quarter<3>(s)};
   for (int k = 0; k < 4; ++k)
-    for (int p = 0; p < P; ++p) {
-      const V v = S::Sub(S::Add(S::Div(S::Load(x + k * G + p * L), vs[k]), vm), vm);
-      S::StoreI8(S::Min(S::Max(v, lo), hi), o + k * G + p * L);
-    }
+    for (int p = 0; p < P; ++p) QuantizeI8(x + k * G + p * L, vs[k], vm, o + k * G + p * L);
   return true;
 }
 
