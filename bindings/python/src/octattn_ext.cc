@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -359,6 +360,8 @@ class Context {
   Context() {
     if (octattn_status s = octattn_context_create(&ctx_)) Raise(s, "octattn_context_create failed");
   }
+  // A context whose creation failed holds null (for callers without Python).
+  explicit Context(std::nothrow_t) { octattn_context_create(&ctx_); }
   ~Context() { octattn_context_destroy(ctx_); }
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -373,11 +376,15 @@ class Context {
     explicit_threads_ = true;
   }
   // Caps the threads at torch.get_num_threads() (`n`) unless the caller set a cap.
-  void FollowThreads(int32_t n) {
-    if (explicit_threads_ || n == followed_) return;
-    Check(octattn_context_set_threads(ctx_, n));
-    followed_ = n;
+  void FollowThreads(int32_t n) { Check(Follow(n)); }
+  // The same without Python (the torch operators call it without the GIL).
+  octattn_status Follow(int32_t n) {
+    if (explicit_threads_ || n == followed_) return OCTATTN_OK;
+    const octattn_status s = octattn_context_set_threads(ctx_, n);
+    if (s == OCTATTN_OK) followed_ = n;
+    return s;
   }
+  octattn_context* raw() const { return ctx_; }
   int32_t Threads() const {
     int32_t n = 0;
     Check(octattn_context_get_threads(ctx_, &n));
@@ -556,10 +563,28 @@ nb::handle numpy_empty, per_head;
 
 // The default context of this thread (one per Python thread: a context must not be used
 // by two threads at once).
-Context& DefaultContext() {
+std::unique_ptr<Context>& ThreadContext() {
   thread_local std::unique_ptr<Context> ctx;
+  return ctx;
+}
+Context& DefaultContext() {
+  std::unique_ptr<Context>& ctx = ThreadContext();
   if (!ctx) ctx = std::make_unique<Context>();
   return *ctx;
+}
+
+// The default context of the calling thread for the torch operators (octattn/ops.py
+// binds them to it), its threads following torch's `threads` as the package's torch
+// calls do; null where it cannot be made. Touches no Python: the operators run without
+// the GIL.
+octattn_context* OperatorContext(int32_t threads) noexcept {
+  std::unique_ptr<Context>& ctx = ThreadContext();
+  if (!ctx) {
+    auto made = std::unique_ptr<Context>(new (std::nothrow) Context(std::nothrow));
+    if (!made || !made->raw()) return nullptr;
+    ctx = std::move(made);
+  }
+  return ctx->Follow(threads) == OCTATTN_OK ? ctx->raw() : nullptr;
 }
 
 bool Is(nb::handle s, const char* text) {
@@ -769,6 +794,7 @@ NB_MODULE(_octattn, m) {
       .def("merge", &Context::Merge, nb::arg("o_parts"), nb::arg("lse_parts"), nb::arg("o"),
            nb::arg("lse").none());
   m.def("_default_context", &DefaultContext, nb::rv_policy::reference);
+  m.def("_operator_context_source", [] { return reinterpret_cast<uintptr_t>(&OperatorContext); });
   m.def("_is_torch", [](nb::handle h) { return IsTorch(h); });
   m.def("attention", &AttentionEntry, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::kw_only(),
         nb::arg("causal") = true, nb::arg("window") = 0, nb::arg("stride") = 0,

@@ -205,3 +205,80 @@ def test_training_matches_sdpa():
     diff = max(abs(a - b) for a, b in zip(ours, theirs))
     assert diff <= 1e-3, diff
     assert ours[-1] < ours[0] - 1.0
+
+
+# Every tensor the operators give for one problem (o, lse and the gradients of q, k, v,
+# the sinks and a broadcast bias), printed as lists: run in this process and in one whose
+# operators are the Python ones.
+_PARITY = r"""
+import json, sys, torch, octattn.ops
+g = torch.Generator().manual_seed(23)
+q, k, v = (torch.randn(2, h, 7, 8, generator=g) for h in (4, 2, 2))
+sinks, bias = torch.randn(4, generator=g), torch.randn(1, 4, 7, 7, generator=g)
+leaves = [t.requires_grad_(True) for t in (q, k, v, sinks, bias)]
+o, lse = torch.ops.octattn.attention(q, k, v, None, sinks, bias, window=5, softcap=2.0)
+(o.square().sum() + lse.sum()).backward()
+out = [o, lse] + [t.grad for t in leaves]
+torch.library.opcheck(torch.ops.octattn.attention.default, (q, k, v, None, sinks, bias),
+                      {"window": 5}, test_utils=("test_schema", "test_autograd_registration",
+                                                 "test_faketensor", "test_aot_dispatch_dynamic"))
+print(json.dumps({"native": octattn.ops.native, "out": [t.tolist() for t in out]}))
+"""
+
+
+def _parity(native):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    env.pop("OCTATTN_TORCH_NATIVE", None)
+    if not native:
+        env["OCTATTN_TORCH_NATIVE"] = "0"
+    r = subprocess.run([sys.executable, "-c", _PARITY], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_native_and_python_operators_give_the_same_bytes():
+    """The operators registered in C++ and in Python (OCTATTN_TORCH_NATIVE=0) compute o,
+    lse and every gradient alike (the same library calls), and both pass opcheck. Where
+    the package was built with torch (OCTATTN_TEST_TORCH_NATIVE=1 in CI), the native ones
+    must be the ones loaded."""
+    import os
+    native, python = _parity(True), _parity(False)
+    assert python["native"] is False
+    if os.environ.get("OCTATTN_TEST_TORCH_NATIVE") == "1":
+        assert native["native"] is True and octattn.ops.native
+    assert native["out"] == python["out"]
+
+
+def test_operator_errors_name_the_status():
+    q, k, v, g = problem(29, B=1, Tq=4, Tk=4)
+    with pytest.raises(RuntimeError, match="INVALID_SHAPE"):
+        torch.ops.octattn.attention(q[..., :3], k, v)
+    with pytest.raises(ValueError, match="layout"):
+        torch.ops.octattn.attention(q, k, v, layout="tbhd")
+    with pytest.raises(ValueError, match="algorithm"):
+        torch.ops.octattn.attention(q, k, v, algorithm="fast")
+    with pytest.raises(TypeError):
+        torch.ops.octattn.attention(q.double(), k, v)
+    with pytest.raises(ValueError, match="sinks"):
+        torch.ops.octattn.attention(q, k, v, None, torch.zeros(3))
+    with pytest.raises(RuntimeError, match="UNSUPPORTED"):  # the backward takes float32
+        qb, kb, vb = (t.bfloat16().requires_grad_(True) for t in (q, k, v))
+        o, _ = torch.ops.octattn.attention(qb, kb, vb)
+        o.float().sum().backward()
+
+
+def test_operators_run_on_the_package_contexts():
+    """octattn.set_target applies to the operators, and last_run reports their calls."""
+    q, k, v, g = problem(31, B=1, Tq=4, Tk=4)
+    targets = octattn.available_targets("xsimd")
+    octattn.set_target("xsimd", targets[-1])
+    try:
+        torch.ops.octattn.attention(q, k, v)
+        run = octattn.last_run()
+        assert run["backend"] == "xsimd" and run["target"] == targets[-1], run
+    finally:
+        octattn.set_target()
