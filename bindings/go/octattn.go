@@ -54,6 +54,12 @@ func StatusString(status int) string {
 // Version is the library's version string.
 func Version() string { return C.GoString(C.octattn_version_string()) }
 
+// ModuleVersion is this module's release: the version of the header it was written
+// against, tagged bindings/go/v0.11.0 in the repository (Go versions a module in a
+// subfolder by tags prefixed with the folder). The library it links must be that
+// release or a later one of the same major version.
+const ModuleVersion = "0.11.0"
+
 // Backend, Target and Algorithm choose what runs (see include/octattn.h).
 type Backend int
 type Target int

@@ -1,6 +1,7 @@
 package octattn
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -438,5 +439,20 @@ func TestInt8CacheIsTheFloat32CallOnItsValues(t *testing.T) {
 	// Without its scales an int8 cache is refused.
 	if err := ctx.Attention(nil, tq, qk, qv, to, nil); err == nil {
 		t.Fatal("an int8 cache without scales was accepted")
+	}
+}
+
+// The linked library is this module's release or a later one with the same major version.
+func TestTheLibraryIsAtLeastTheModulesRelease(t *testing.T) {
+	var lib, mod [3]int
+	if _, err := fmt.Sscanf(Version(), "%d.%d.%d", &lib[0], &lib[1], &lib[2]); err != nil {
+		t.Fatalf("library version %q: %v", Version(), err)
+	}
+	if _, err := fmt.Sscanf(ModuleVersion, "%d.%d.%d", &mod[0], &mod[1], &mod[2]); err != nil {
+		t.Fatalf("ModuleVersion %q: %v", ModuleVersion, err)
+	}
+	older := lib[0] != mod[0] || lib[1] < mod[1] || (lib[1] == mod[1] && lib[2] < mod[2])
+	if older {
+		t.Fatalf("library %s, module %s", Version(), ModuleVersion)
 	}
 }
