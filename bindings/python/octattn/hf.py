@@ -127,7 +127,8 @@ def mask_function(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
 def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                       sliding_window=None, softcap=None, s_aux=None, **kwargs):
     """The AttentionInterface entry: query [B, Hq, Tq, D], key/value [B, Hkv, Tk, D]
-    (any strides); returns ([B, Tq, Hq, Dv], None), written in place by the library."""
+    (any strides); returns ([B, Tq, Hq, Dv], None): the operator's o, or (the direct
+    call) an output the library writes in place."""
     if dropout and module.training:
         raise NotImplementedError("octattn: attention dropout is not supported")
     B, H, T, _ = query.shape
