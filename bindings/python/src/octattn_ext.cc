@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "octattn.h"
+#include "options.h"
 
 namespace nb = nanobind;
 
@@ -253,16 +254,8 @@ void FillOptions(Options* opt, bool causal, int64_t window, int64_t stride,
                  std::optional<int64_t> q_start, int64_t k_start, float scale, int64_t chunk,
                  float softcap, OptArray alibi, OptArray sinks, OptArray bias, OptArray mask,
                  int32_t algorithm, int64_t q_heads) {
-  octattn_attention_options_init_size(&opt->o, sizeof(opt->o));
-  opt->o.causal = causal ? 1 : 0;
-  opt->o.window = window;
-  opt->o.stride = stride;
-  if (q_start) opt->o.q_start = *q_start;
-  opt->o.k_start = k_start;
-  opt->o.scale = scale;
-  opt->o.chunk = chunk;
-  opt->o.softcap = softcap;
-  opt->o.algorithm = algorithm;
+  octattn_python::SetOptions(&opt->o, causal, window, stride, q_start, k_start, scale, chunk,
+                             softcap, algorithm);
   opt->o.alibi_slopes = PerHead(alibi, q_heads, "alibi_slopes");
   opt->o.sinks = PerHead(sinks, q_heads, "sinks");
   if (!bias.is_none()) {

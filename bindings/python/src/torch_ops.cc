@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "octattn.h"
+#include "options.h"
 
 namespace {
 
@@ -152,16 +153,9 @@ void Fill(Options* opt, const OptTensor& alibi, const OptTensor& sinks, const Op
           const OptTensor& mask, bool causal, int64_t window, int64_t stride,
           std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
           int64_t chunk, double softcap, std::string_view algorithm, int64_t q_heads) {
-  octattn_attention_options_init_size(&opt->o, sizeof(opt->o));
-  opt->o.causal = causal ? 1 : 0;
-  opt->o.window = window;
-  opt->o.stride = stride;
-  if (q_start) opt->o.q_start = *q_start;
-  opt->o.k_start = k_start;
-  opt->o.scale = scale ? static_cast<float>(*scale) : 0.0f;
-  opt->o.chunk = chunk;
-  opt->o.softcap = static_cast<float>(softcap);
-  opt->o.algorithm = AlgorithmOf(algorithm);
+  octattn_python::SetOptions(&opt->o, causal, window, stride, q_start, k_start,
+                             scale ? static_cast<float>(*scale) : 0.0f, chunk,
+                             static_cast<float>(softcap), AlgorithmOf(algorithm));
   opt->o.alibi_slopes = PerHead(alibi, q_heads, "alibi_slopes", &opt->alibi);
   opt->o.sinks = PerHead(sinks, q_heads, "sinks", &opt->sinks);
   if (bias) {
