@@ -152,7 +152,8 @@ kv_store = _octattn.kv_store
 def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=0, stride=0, scale=None,
                        q_start=None, k_start=0, chunk=0, softcap=0.0, alibi_slopes=None,
                        sinks=None, bias=None, mask=None, return_dsinks=False,
-                       return_dbias=False, algorithm="auto", layout="bhtd", context=None):
+                       return_dbias=False, algorithm="auto", layout="bhtd", context=None,
+                       q_starts=None, kv_starts=None, kv_lens=None):
     """The gradients of octattn.attention (octattn_attention_backward, include/octattn.h).
 
     q, k, v and the options as the forward call had them; o and lse ([B, Hq, Tq]) as it
@@ -160,6 +161,7 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     (return_dsinks, with sinks) and dbias [B, Hq, Tq, Tk] (return_dbias: the gradient of
     the scores, that is of a bias tensor before any broadcast) as asked. The gradients
     are new arrays of q's kind in q's layout. algorithm: "auto"/"fused" or "reference".
+    q_starts, kv_starts, kv_lens: a padded batch's sequences, as the forward call had them.
     """
     ctx = _ctx_for(q, context)
     bthd = layout == "bthd"
@@ -177,7 +179,7 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     ctx.backward(q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, bthd, bool(causal), window,
                  stride, q_start, k_start, scale, chunk, float(softcap),
                  _per_head(alibi_slopes, q), _per_head(sinks, q), bias, mask,
-                 _ALGORITHMS[algorithm])
+                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens)
     out = (dq, dk, dv)
     if return_dsinks:
         out += (dsinks,)

@@ -11,15 +11,17 @@ import octattn
 @torch.library.custom_op("octattn::attention", mutates_args=(), device_types="cpu")
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
-              bias: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None, *,
-              causal: bool = True, window: int = 0, stride: int = 0,
-              scale: Optional[float] = None, q_start: Optional[int] = None, k_start: int = 0,
-              chunk: int = 0, softcap: float = 0.0, layout: str = "bhtd",
+              bias: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None,
+              q_starts: Optional[torch.Tensor] = None, kv_starts: Optional[torch.Tensor] = None,
+              kv_lens: Optional[torch.Tensor] = None, *, causal: bool = True, window: int = 0,
+              stride: int = 0, scale: Optional[float] = None, q_start: Optional[int] = None,
+              k_start: int = 0, chunk: int = 0, softcap: float = 0.0, layout: str = "bhtd",
               algorithm: str = "auto") -> Tuple[torch.Tensor, torch.Tensor]:
     return octattn.attention(q, k, v, causal=causal, window=window, stride=stride, scale=scale,
                              q_start=q_start, k_start=k_start, chunk=chunk, softcap=softcap,
                              alibi_slopes=alibi_slopes, sinks=sinks, bias=bias, mask=mask,
-                             layout=layout, algorithm=algorithm, return_lse=True)
+                             layout=layout, algorithm=algorithm, return_lse=True,
+                             q_starts=q_starts, kv_starts=kv_starts, kv_lens=kv_lens)
 
 
 @torch.library.custom_op("octattn::attention_backward", mutates_args=(), device_types="cpu")
@@ -27,7 +29,10 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
                        lse: torch.Tensor, dout: torch.Tensor, dlse: Optional[torch.Tensor],
                        alibi_slopes: Optional[torch.Tensor] = None,
                        sinks: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-                       mask: Optional[torch.Tensor] = None, *, causal: bool = True,
+                       mask: Optional[torch.Tensor] = None,
+                       q_starts: Optional[torch.Tensor] = None,
+                       kv_starts: Optional[torch.Tensor] = None,
+                       kv_lens: Optional[torch.Tensor] = None, *, causal: bool = True,
                        window: int = 0, stride: int = 0, scale: Optional[float] = None,
                        q_start: Optional[int] = None, k_start: int = 0, chunk: int = 0,
                        softcap: float = 0.0, layout: str = "bhtd", algorithm: str = "auto",
@@ -41,7 +46,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
         q_start=q_start, k_start=k_start, chunk=chunk, softcap=softcap,
         alibi_slopes=alibi_slopes, sinks=sinks, bias=bias, mask=mask,
         return_dsinks=return_dsinks, return_dbias=return_dbias, algorithm=algorithm,
-        layout=layout)
+        layout=layout, q_starts=q_starts, kv_starts=kv_starts, kv_lens=kv_lens)
     rest = list(grads[3:])
     dsinks = rest.pop(0) if return_dsinks else q.new_empty((0,))
     dbias = rest.pop(0) if return_dbias else q.new_empty((0,))
@@ -49,14 +54,15 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
 
 
 def _setup_context(ctx, inputs, keyword_only_inputs, output):
-    q, k, v, alibi_slopes, sinks, bias, mask = inputs
+    q, k, v, alibi_slopes, sinks, bias, mask, q_starts, kv_starts, kv_lens = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, sinks, bias, mask)
+    ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, sinks, bias, mask, q_starts, kv_starts,
+                          kv_lens)
     ctx.options = dict(keyword_only_inputs)
 
 
 def _backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse, alibi_slopes, sinks, bias, mask = ctx.saved_tensors
+    q, k, v, o, lse, alibi_slopes, sinks, bias, mask, *sequences = ctx.saved_tensors
     need = ctx.needs_input_grad
     want_dsinks = sinks is not None and need[4]
     want_dbias = bias is not None and need[5]
@@ -64,7 +70,7 @@ def _backward(ctx, grad_o, grad_lse):
     if opts.get("algorithm", "auto") == "naive":
         opts = dict(opts, algorithm="auto")  # the backward has fused and reference only
     dq, dk, dv, dsinks, dbias = attention_backward(
-        q, k, v, o, lse, grad_o, grad_lse, alibi_slopes, sinks, bias, mask,
+        q, k, v, o, lse, grad_o, grad_lse, alibi_slopes, sinks, bias, mask, *sequences,
         return_dsinks=want_dsinks, return_dbias=want_dbias, **opts)
     dsinks = dsinks.to(sinks.dtype) if want_dsinks else None
     if not want_dbias:
@@ -74,7 +80,7 @@ def _backward(ctx, grad_o, grad_lse):
         if dims:
             dbias = dbias.sum(dim=dims, keepdim=True)
         dbias = dbias.to(bias.dtype)
-    return dq, dk, dv, None, dsinks, dbias, None
+    return dq, dk, dv, None, dsinks, dbias, None, None, None, None
 
 
 def register(fake_attention, fake_backward):

@@ -137,16 +137,14 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     dv = cached.value_dim if cached is not None else value.shape[3]
     causal = bool(getattr(module, "is_causal", True))
     window, q_start, mask, spans = 0, None, None, None
-    # The operator (autograd, torch.compile) unless the call needs what only the direct
-    # call takes (a padded batch's spans, a quantized cache) and neither gradients nor
-    # tracing need the operator; the Python-registered operator costs tens of
-    # microseconds, so without the native one the direct call serves inference.
+    # The operator (autograd, torch.compile) unless the call reads a quantized cache,
+    # which only the direct call takes, or neither gradients nor tracing need the
+    # operator and it is the Python-registered one (tens of microseconds a call).
+    compiling = torch.compiler.is_compiling()
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or
                                         value.requires_grad or
                                         (s_aux is not None and s_aux.requires_grad))
-    has_spans = isinstance(attention_mask, Mask) and attention_mask.spans is not None
-    use_op = torch.compiler.is_compiling() or grad or (
-        ops.native and cached is None and not has_spans)
+    use_op = compiling or grad or (ops.native and cached is None)
     if use_op and cached is not None:
         raise NotImplementedError("octattn: QuantizedCache runs in eager mode, without "
                                   "gradients")
@@ -157,7 +155,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
             mask = attention_mask.dense
         else:
             window = attention_mask.window or 0
-            if attention_mask.spans is not None and not use_op:
+            if attention_mask.spans is not None and not compiling:
                 spans = attention_mask.spans  # positions count from each first real token
             elif attention_mask.padding is not None:  # [B, Tk] seen as [B, H, Tq, Tk]
                 p = attention_mask.padding
@@ -175,17 +173,17 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         mask = mask.expand(B, H, T, Tk)
     sinks = s_aux.float() if s_aux is not None else None
     quant = cached.attention_kwargs(key) if cached is not None else {}
-    if use_op:  # [B, T, H, D] views in, o [B, Tq, Hq, Dv] contiguous out
-        o, _ = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                             None, sinks, None, mask, causal=causal, window=window,
-                             scale=scaling, q_start=q_start, softcap=float(softcap or 0.0),
-                             layout="bthd")
-        return o, None
     batch = {}
     if spans is not None:
         starts, lens = spans
         batch = dict(kv_starts=starts, kv_lens=lens,
                      q_starts=((q_start if q_start is not None else Tk - T) - starts).contiguous())
+    if use_op:  # [B, T, H, D] views in, o [B, Tq, Hq, Dv] contiguous out
+        o, _ = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                             None, sinks, None, mask, causal=causal, window=window,
+                             scale=scaling, q_start=q_start, softcap=float(softcap or 0.0),
+                             layout="bthd", **batch)
+        return o, None
     out = query.new_empty((B, T, H, dv))  # the model's dtype
     octattn.attention(query, key, value, causal=causal, window=window, scale=scaling, q_start=q_start,
                       softcap=float(softcap or 0.0), sinks=sinks, mask=mask,

@@ -3,9 +3,10 @@
     import octattn.ops
     o, lse = torch.ops.octattn.attention(q, k, v, causal=True)
 
-The tensors (q, k, v, then alibi_slopes, sinks, bias, mask) are positional or keyword,
-the other options keyword-only. The arguments are those of octattn.attention; it always
-returns (o, lse). Its autograd formula is octattn_attention_backward
+The tensors (q, k, v, then alibi_slopes, sinks, bias, mask, and a padded batch's
+q_starts, kv_starts and kv_lens) are positional or keyword, the other options
+keyword-only. The arguments are those of octattn.attention (not the ragged, paged or
+quantized calls'); it always returns (o, lse). Its autograd formula is octattn_attention_backward
 (octattn.attention_backward): gradients of q, k, v, the sinks and a bias tensor (summed
 over the dimensions it broadcasts), from the gradients of o and of lse; ALiBi slopes and
 the mask are constants. Fake (meta) kernels let torch.compile trace both operators
@@ -49,9 +50,10 @@ if native:
     ctypes.CDLL(_path).octattn_torch_bind(ctypes.c_void_p(_octattn._operator_context_source()))
 
 
-def _fake_attention(q, k, v, alibi_slopes=None, sinks=None, bias=None, mask=None, *,
-                    causal=True, window=0, stride=0, scale=None, q_start=None, k_start=0,
-                    chunk=0, softcap=0.0, layout="bhtd", algorithm="auto"):
+def _fake_attention(q, k, v, alibi_slopes=None, sinks=None, bias=None, mask=None,
+                    q_starts=None, kv_starts=None, kv_lens=None, *, causal=True, window=0,
+                    stride=0, scale=None, q_start=None, k_start=0, chunk=0, softcap=0.0,
+                    layout="bhtd", algorithm="auto"):
     o = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))  # q's dtype
     if layout == "bthd":
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -61,9 +63,10 @@ def _fake_attention(q, k, v, alibi_slopes=None, sinks=None, bias=None, mask=None
 
 
 def _fake_backward(q, k, v, o, lse, dout, dlse, alibi_slopes=None, sinks=None, bias=None,
-                   mask=None, *, causal=True, window=0, stride=0, scale=None, q_start=None,
-                   k_start=0, chunk=0, softcap=0.0, layout="bhtd", algorithm="auto",
-                   return_dsinks=False, return_dbias=False):
+                   mask=None, q_starts=None, kv_starts=None, kv_lens=None, *, causal=True,
+                   window=0, stride=0, scale=None, q_start=None, k_start=0, chunk=0,
+                   softcap=0.0, layout="bhtd", algorithm="auto", return_dsinks=False,
+                   return_dbias=False):
     bthd = layout == "bthd"
     heads = q.shape[2] if bthd else q.shape[1]
     rows = q.shape[1] if bthd else q.shape[2]

@@ -437,7 +437,8 @@ class Context {
                 Array dk, Array dv, OptArray dsinks, OptArray dbias, bool bthd, bool causal,
                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
                 std::optional<float> scale, int64_t chunk, float softcap, OptArray alibi,
-                OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm) {
+                OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm, OptArray q_starts,
+                OptArray kv_starts, OptArray kv_lens) {
     const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                          to = View(o, "o", bthd), tl = View(lse, "lse"),
                          td = View(dout, "dout", bthd);
@@ -456,6 +457,11 @@ class Context {
     Options opt;
     FillOptions(&opt, causal, window, stride, q_start, k_start, scale ? *scale : 0.0f, chunk,
                 softcap, alibi, sinks, bias, mask, algorithm, tq.shape[1]);
+    // A padded batch: one int64 entry per batch entry each.
+    const int64_t n = tq.shape[0];
+    opt.o.q_starts = static_cast<const int64_t*>(Ints(q_starts, 64, n, "q_starts"));
+    opt.o.kv_starts = static_cast<const int64_t*>(Ints(kv_starts, 64, n, "kv_starts"));
+    opt.o.kv_lens = static_cast<const int64_t*>(Ints(kv_lens, 64, n, "kv_lens"));
     octattn_status s;
     {
       nb::gil_scoped_release release;
@@ -770,7 +776,8 @@ NB_MODULE(_octattn, m) {
            nb::arg("causal"), nb::arg("window"), nb::arg("stride"), nb::arg("q_start").none(),
            nb::arg("k_start"), nb::arg("scale").none(), nb::arg("chunk"), nb::arg("softcap"),
            nb::arg("alibi").none(), nb::arg("sinks").none(), nb::arg("bias").none(),
-           nb::arg("mask").none(), nb::arg("algorithm"))
+           nb::arg("mask").none(), nb::arg("algorithm"), nb::arg("q_starts").none(),
+           nb::arg("kv_starts").none(), nb::arg("kv_lens").none())
       .def("scores", &Context::Scores)
       .def("scale", &Context::Scale)
       .def("mask", &Context::Mask, nb::arg("scores"), nb::arg("causal"), nb::arg("window"),

@@ -142,6 +142,18 @@ const float* PerHead(const OptTensor& a, int64_t heads, const char* name, Tensor
   return keep->data_ptr<float>();
 }
 
+// A padded batch's per-sequence array: int64, contiguous, one entry per batch entry.
+const int64_t* PerSequence(const OptTensor& a, int64_t n, const char* name) {
+  if (!a) return nullptr;
+  TORCH_CHECK_VALUE(a->device().is_cpu(), name, ": a CPU tensor");
+  TORCH_CHECK_TYPE(
+      a->scalar_type() == at::kLong && a->dim() == 1 && (a->size(0) <= 1 || a->stride(0) == 1),
+      name, ": a contiguous 1-D int64 tensor");
+  TORCH_CHECK_VALUE(a->size(0) == n, name, ": one entry per batch entry (", n, "), got ",
+                    a->size(0));
+  return a->data_ptr<int64_t>();
+}
+
 // The options of a call and what they point at.
 struct Options {
   octattn_attention_options o;
@@ -152,12 +164,16 @@ struct Options {
 void Fill(Options* opt, const OptTensor& alibi, const OptTensor& sinks, const OptTensor& bias,
           const OptTensor& mask, bool causal, int64_t window, int64_t stride,
           std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
-          int64_t chunk, double softcap, std::string_view algorithm, int64_t q_heads) {
+          int64_t chunk, double softcap, std::string_view algorithm, const OptTensor& q_starts,
+          const OptTensor& kv_starts, const OptTensor& kv_lens, int64_t batch, int64_t q_heads) {
   octattn_python::SetOptions(&opt->o, causal, window, stride, q_start, k_start,
                              scale ? static_cast<float>(*scale) : 0.0f, chunk,
                              static_cast<float>(softcap), AlgorithmOf(algorithm));
   opt->o.alibi_slopes = PerHead(alibi, q_heads, "alibi_slopes", &opt->alibi);
   opt->o.sinks = PerHead(sinks, q_heads, "sinks", &opt->sinks);
+  opt->o.q_starts = PerSequence(q_starts, batch, "q_starts");
+  opt->o.kv_starts = PerSequence(kv_starts, batch, "kv_starts");
+  opt->o.kv_lens = PerSequence(kv_lens, batch, "kv_lens");
   if (bias) {
     opt->bias = View(*bias, "bias");
     opt->o.bias = &opt->bias;
@@ -173,13 +189,12 @@ void CheckQkv(const Tensor& q, const Tensor& k, const Tensor& v) {
                     "q, k and v have 4 dimensions ([B, H, T, D] or, bthd, [B, T, H, D])");
 }
 
-std::tuple<Tensor, Tensor> AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const OptTensor& alibi, const OptTensor& sinks,
-                                        const OptTensor& bias, const OptTensor& mask, bool causal,
-                                        int64_t window, int64_t stride, std::optional<double> scale,
-                                        std::optional<int64_t> q_start, int64_t k_start,
-                                        int64_t chunk, double softcap, std::string_view layout,
-                                        std::string_view algorithm) {
+std::tuple<Tensor, Tensor> AttentionCpu(
+    const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& alibi,
+    const OptTensor& sinks, const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
+    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
+    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
+    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm) {
   const bool bthd = IsBthd(layout);
   CheckQkv(q, k, v);
   const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd);
@@ -188,7 +203,7 @@ std::tuple<Tensor, Tensor> AttentionCpu(const Tensor& q, const Tensor& k, const 
   octattn_tensor to = View(o, "o", bthd), tl = View(lse, "lse");
   Options opt;
   Fill(&opt, alibi, sinks, bias, mask, causal, window, stride, scale, q_start, k_start, chunk,
-       softcap, algorithm, tq.shape[1]);
+       softcap, algorithm, q_starts, kv_starts, kv_lens, tq.shape[0], tq.shape[1]);
   octattn_context* ctx = ThreadContext();
   Check(ctx, octattn_attention(ctx, &opt.o, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0));
   return {o, lse};
@@ -199,10 +214,11 @@ std::tuple<Tensor, Tensor> AttentionCpu(const Tensor& q, const Tensor& k, const 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> BackwardCpu(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& lse,
     const Tensor& dout, const OptTensor& dlse, const OptTensor& alibi, const OptTensor& sinks,
-    const OptTensor& bias, const OptTensor& mask, bool causal, int64_t window, int64_t stride,
-    std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start, int64_t chunk,
-    double softcap, std::string_view layout, std::string_view algorithm, bool return_dsinks,
-    bool return_dbias) {
+    const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
+    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
+    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
+    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm,
+    bool return_dsinks, bool return_dbias) {
   const bool bthd = IsBthd(layout);
   CheckQkv(q, k, v);
   const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
@@ -221,7 +237,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> BackwardCpu(
   if (return_dbias) gb = View(dbias, "dbias");
   Options opt;
   Fill(&opt, alibi, sinks, bias, mask, causal, window, stride, scale, q_start, k_start, chunk,
-       softcap, algorithm, tq.shape[1]);
+       softcap, algorithm, q_starts, kv_starts, kv_lens, tq.shape[0], tq.shape[1]);
   octattn_context* ctx = ThreadContext();
   Check(ctx, octattn_attention_backward(ctx, &opt.o, &tq, &tk, &tv, &to, &tl, &td,
                                         dlse ? &tdl : nullptr, &gq, &gk, &gv,
@@ -232,19 +248,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> BackwardCpu(
 
 // The operators through the dispatcher, so that the autograd kernel's calls reach the
 // CPU kernels eagerly and fake ones when torch.compile traces.
-std::tuple<Tensor, Tensor> CallAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         const OptTensor& alibi, const OptTensor& sinks,
-                                         const OptTensor& bias, const OptTensor& mask, bool causal,
-                                         int64_t window, int64_t stride,
-                                         std::optional<double> scale,
-                                         std::optional<int64_t> q_start, int64_t k_start,
-                                         int64_t chunk, double softcap, std::string_view layout,
-                                         std::string_view algorithm) {
+std::tuple<Tensor, Tensor> CallAttention(
+    const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& alibi,
+    const OptTensor& sinks, const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
+    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
+    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
+    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("octattn::attention", "")
                              .typed<decltype(AttentionCpu)>();
-  return op.call(q, k, v, alibi, sinks, bias, mask, causal, window, stride, scale, q_start, k_start,
-                 chunk, softcap, layout, algorithm);
+  return op.call(q, k, v, alibi, sinks, bias, mask, q_starts, kv_starts, kv_lens, causal, window,
+                 stride, scale, q_start, k_start, chunk, softcap, layout, algorithm);
 }
 
 // The options every call carries, saved for the backward.
@@ -256,6 +270,7 @@ struct Settings {
   int64_t k_start, chunk;
   double softcap;
   std::string layout, algorithm;
+  OptTensor q_starts, kv_starts, kv_lens;  // a padded batch's sequences (no gradient)
 };
 
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
@@ -266,9 +281,9 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                                                 const OptTensor& bias, const OptTensor& mask,
                                                 const Settings& s) {
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [o, lse] =
-        CallAttention(q, k, v, alibi, sinks, bias, mask, s.causal, s.window, s.stride, s.scale,
-                      s.q_start, s.k_start, s.chunk, s.softcap, s.layout, s.algorithm);
+    auto [o, lse] = CallAttention(q, k, v, alibi, sinks, bias, mask, s.q_starts, s.kv_starts,
+                                  s.kv_lens, s.causal, s.window, s.stride, s.scale, s.q_start,
+                                  s.k_start, s.chunk, s.softcap, s.layout, s.algorithm);
     ctx->save_for_backward({q, k, v, o, lse, alibi.value_or(Tensor()), sinks.value_or(Tensor()),
                             bias.value_or(Tensor()), mask.value_or(Tensor())});
     ctx->saved_data["causal"] = s.causal;
@@ -280,6 +295,9 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     ctx->saved_data["chunk"] = s.chunk;
     ctx->saved_data["softcap"] = s.softcap;
     ctx->saved_data["layout"] = s.layout;
+    ctx->saved_data["q_starts"] = s.q_starts;
+    ctx->saved_data["kv_starts"] = s.kv_starts;
+    ctx->saved_data["kv_lens"] = s.kv_lens;
     // The backward has fused and reference only; naive's forward equals fused's.
     ctx->saved_data["algorithm"] = s.algorithm == "naive" ? std::string("auto") : s.algorithm;
     return {o, lse};
@@ -304,11 +322,12 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                                .findSchemaOrThrow("octattn::attention_backward", "")
                                .typed<decltype(BackwardCpu)>();
     const std::string layout = d["layout"].toStringRef(), algorithm = d["algorithm"].toStringRef();
-    auto [dq, dk, dv, dsinks, dbias] =
-        op.call(q, k, v, o, lse, dout, dlse, alibi, sinks, bias, mask, d["causal"].toBool(),
-                d["window"].toInt(), d["stride"].toInt(), d["scale"].toOptional<double>(),
-                d["q_start"].toOptional<int64_t>(), d["k_start"].toInt(), d["chunk"].toInt(),
-                d["softcap"].toDouble(), layout, algorithm, want_dsinks, want_dbias);
+    auto [dq, dk, dv, dsinks, dbias] = op.call(
+        q, k, v, o, lse, dout, dlse, alibi, sinks, bias, mask, d["q_starts"].toOptional<Tensor>(),
+        d["kv_starts"].toOptional<Tensor>(), d["kv_lens"].toOptional<Tensor>(),
+        d["causal"].toBool(), d["window"].toInt(), d["stride"].toInt(),
+        d["scale"].toOptional<double>(), d["q_start"].toOptional<int64_t>(), d["k_start"].toInt(),
+        d["chunk"].toInt(), d["softcap"].toDouble(), layout, algorithm, want_dsinks, want_dbias);
     Tensor gsinks, gbias;
     if (want_dsinks) gsinks = dsinks.to(sinks->scalar_type());
     if (want_dbias) {
@@ -322,22 +341,21 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
-std::tuple<Tensor, Tensor> AttentionAutograd(const Tensor& q, const Tensor& k, const Tensor& v,
-                                             const OptTensor& alibi, const OptTensor& sinks,
-                                             const OptTensor& bias, const OptTensor& mask,
-                                             bool causal, int64_t window, int64_t stride,
-                                             std::optional<double> scale,
-                                             std::optional<int64_t> q_start, int64_t k_start,
-                                             int64_t chunk, double softcap, std::string_view layout,
-                                             std::string_view algorithm) {
+std::tuple<Tensor, Tensor> AttentionAutograd(
+    const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& alibi,
+    const OptTensor& sinks, const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
+    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
+    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
+    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm) {
   // No graph to record (grad mode off, or no input that wants a gradient): straight to
   // the kernel, without the autograd node's allocations.
   auto wants = [](const OptTensor& t) { return t && t->requires_grad(); };
   if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() ||
                                        v.requires_grad() || wants(sinks) || wants(bias))) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return CallAttention(q, k, v, alibi, sinks, bias, mask, causal, window, stride, scale, q_start,
-                         k_start, chunk, softcap, layout, algorithm);
+    return CallAttention(q, k, v, alibi, sinks, bias, mask, q_starts, kv_starts, kv_lens, causal,
+                         window, stride, scale, q_start, k_start, chunk, softcap, layout,
+                         algorithm);
   }
   const Settings s{causal,
                    window,
@@ -348,7 +366,10 @@ std::tuple<Tensor, Tensor> AttentionAutograd(const Tensor& q, const Tensor& k, c
                    chunk,
                    softcap,
                    std::string(layout),
-                   std::string(algorithm)};
+                   std::string(algorithm),
+                   q_starts,
+                   kv_starts,
+                   kv_lens};
   auto out = AttentionFunction::apply(q, k, v, alibi, sinks, bias, mask, s);
   return {out[0], out[1]};
 }
@@ -365,14 +386,16 @@ TORCH_LIBRARY(octattn, m) {
   m.set_python_module("octattn.ops");
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, Tensor? alibi_slopes=None, Tensor? sinks=None, "
-      "Tensor? bias=None, Tensor? mask=None, *, bool causal=True, int window=0, int stride=0, "
+      "Tensor? bias=None, Tensor? mask=None, Tensor? q_starts=None, Tensor? kv_starts=None, "
+      "Tensor? kv_lens=None, *, bool causal=True, int window=0, int stride=0, "
       "float? scale=None, int? q_start=None, int k_start=0, int chunk=0, float softcap=0.0, "
       "str layout=\"bhtd\", str algorithm=\"auto\") -> (Tensor, Tensor)");
   m.def(
       "attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, "
       "Tensor? dlse, Tensor? alibi_slopes=None, Tensor? sinks=None, Tensor? bias=None, "
-      "Tensor? mask=None, *, bool causal=True, int window=0, int stride=0, float? scale=None, "
-      "int? q_start=None, int k_start=0, int chunk=0, float softcap=0.0, str layout=\"bhtd\", "
+      "Tensor? mask=None, Tensor? q_starts=None, Tensor? kv_starts=None, Tensor? kv_lens=None, "
+      "*, bool causal=True, int window=0, int stride=0, float? scale=None, int? q_start=None, "
+      "int k_start=0, int chunk=0, float softcap=0.0, str layout=\"bhtd\", "
       "str algorithm=\"auto\", bool return_dsinks=False, bool return_dbias=False) -> (Tensor, "
       "Tensor, Tensor, Tensor, Tensor)");
 }

@@ -282,3 +282,31 @@ def test_operators_run_on_the_package_contexts():
         assert run["backend"] == "xsimd" and run["target"] == targets[-1], run
     finally:
         octattn.set_target()
+
+
+def test_padded_batch_through_the_operator_gives_each_sequence_its_own_bytes():
+    """kv_starts and kv_lens (a left-padded batch, as transformers pads) through the
+    operator: o, lse and the gradients of each sequence are the bytes of the operator on
+    that sequence's rows alone, and padding key rows get zero gradients."""
+    q, k, v, g = problem(37, B=3, Tq=8, Tk=8)
+    starts, lens = torch.tensor([0, 3, 6]), torch.tensor([8, 5, 2])
+    dout = torch.randn(3, 4, 8, 16, generator=g)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o, lse = torch.ops.octattn.attention(*leaves, window=4, kv_starts=starts, kv_lens=lens,
+                                         q_starts=-starts)
+    (o * dout).sum().backward()
+    for s in range(3):
+        a, n = int(starts[s]), int(lens[s])
+        one = [q[s:s + 1].clone(), k[s:s + 1, :, a:a + n].clone(), v[s:s + 1, :, a:a + n].clone()]
+        one = [t.requires_grad_(True) for t in one]
+        o1, lse1 = torch.ops.octattn.attention(*one, window=4, q_start=-a)
+        (o1 * dout[s:s + 1]).sum().backward()
+        assert torch.equal(o[s:s + 1], o1) and torch.equal(lse[s:s + 1], lse1), s
+        assert torch.equal(leaves[0].grad[s:s + 1], one[0].grad), s
+        for i in (1, 2):
+            assert torch.equal(leaves[i].grad[s:s + 1, :, a:a + n], one[i].grad), (s, i)
+            assert not leaves[i].grad[s, :, :a].any() and not leaves[i].grad[s, :, a + n:].any()
+    with pytest.raises(ValueError, match="kv_lens"):
+        torch.ops.octattn.attention(q, k, v, kv_lens=lens[:2])
+    with pytest.raises(TypeError, match="kv_starts"):
+        torch.ops.octattn.attention(q, k, v, kv_starts=starts.int())
