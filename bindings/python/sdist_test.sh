@@ -4,10 +4,10 @@
 # pyproject.toml, the symbol map, cmake/, include/, lib/ and the package's folder but its
 # scripts), then `pip install octattn-*.tar.gz` into a fresh virtual environment, which
 # compiles the library from the sdist's sources (only this machine's SIMD targets, each
-# lane width once: the packaging is under test here, not the kernels), and the installed
-# package checked against float64 math. The build requirements (build, scikit-build-core,
-# nanobind) and numpy come from PYTHON's environment, which the fresh one lists after its
-# own site-packages.
+# lane width once, unoptimized: the packaging is under test here, not the kernels, and
+# -O0 compiles in two thirds of the time), and the installed package checked against
+# float64 math. The build requirements (build, scikit-build-core, nanobind) and numpy come
+# from PYTHON's environment, which the fresh one lists after its own site-packages.
 #   bash sdist_test.sh WORK PYTHON
 set -euo pipefail
 work=$1 python=$2
@@ -33,7 +33,9 @@ fi
 venv=$work/venv
 site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 "$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" >"$site/test-env.pth"
-SKBUILD_CMAKE_DEFINE="OCTATTN_HOST_TARGETS_ONLY=ON;OCTATTN_LEAN_TARGETS=ON;OCTATTN_TORCH_OPS=OFF" \
+defines="OCTATTN_HOST_TARGETS_ONLY=ON;OCTATTN_LEAN_TARGETS=ON;OCTATTN_TORCH_OPS=OFF"
+defines+=";CMAKE_CXX_FLAGS_DEBUG=-O0;CMAKE_C_FLAGS_DEBUG=-O0"
+SKBUILD_CMAKE_BUILD_TYPE=Debug SKBUILD_CMAKE_DEFINE="$defines" \
   "$venv/bin/pip" install -q --no-deps --no-build-isolation "$sdist"
 cd "$work" && "$venv/bin/python" - "$venv" <<'PY'
 import sys
