@@ -180,6 +180,7 @@ struct Args {
   bool vs_read = false;     // each call paired with a read of its K and V bytes
   bool contiguous = false;  // each paged batch paired with the batch in a contiguous cache
   bool store = false;       // time octattn_kv_store of q_len new rows instead of attention
+  bool append = false;      // with store: each store at the cache's next rows
 };
 
 const char* kHelp =
@@ -205,7 +206,9 @@ const char* kHelp =
     "  --qk exact|int8  q . k over an int8, q8_0 or q4_0 cache: exact (default) or as int8\n"
     "               dot products (options.qk_precision; the cache's name gets \"+qk8\")\n"
     "  --store  time octattn_kv_store of --q-len new f32 rows per (batch, kv head) into a\n"
-    "           --kv-dtype cache of --kv-len rows (a decode step's append: --q-len 1)\n"
+    "           --kv-dtype cache of --kv-len rows (a decode step's append: --q-len 1), at\n"
+    "           its last rows; --append: each store at the next rows, cycling through the\n"
+    "           cache (as decode steps append: rows no recent store touched)\n"
     "  --backward   time the backward (dq, dk, dv) after one forward; gflops count\n"
     "               2*(3*head_dim+2*value_dim) flops per allowed pair\n"
     "  --seq-kv-lens LIST  a batch of sequences with these key lengths, --q-len new\n"
@@ -363,6 +366,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->seq_layout = next();
     else if (f == "--store")
       a->store = true;
+    else if (f == "--append")
+      a->append = true;
     else if (f == "--prefill")
       a->prefill = true;
     else if (f == "--block-size")
@@ -965,8 +970,9 @@ struct SequenceBatch {
 
 // Times octattn_kv_store of a decode step's rows: q_len new rows of every (batch entry,
 // kv head), f32, into a cache of kv_len rows in --kv-dtype (INT8: its scales computed;
-// FP8: one scale per tensor), at its last rows; many stores a timing (a store takes
-// microseconds), the median of --repeat timings per store.
+// FP8: one scale per tensor), at its last rows (--append: at the rows after the previous
+// store's, cycling through the cache); many stores a timing (a store takes microseconds),
+// the median of --repeat timings per store.
 void RunStore(const Case& c, const Args& a) {
   const octattn_dtype type = c.KvType();
   const int64_t rows = c.q_len, cap = std::max(c.kv_len, rows);
@@ -998,7 +1004,17 @@ void RunStore(const Case& c, const Args& a) {
   std::string err;
   octattn_context* ctx = MakeContext(c, &err);
   octattn_tensor* sc = qd.scale.empty() ? nullptr : &scale;
-  auto store = [&] { return octattn_kv_store(ctx, &ts, &dst, sc, 0, nullptr); };
+  const int64_t slots = a.append ? cap / rows : 1;  // the row blocks stores cycle through
+  int64_t next = 0;
+  auto store = [&] {
+    if (a.append) {
+      const int64_t at = (next++ % slots) * rows;
+      dst.data = static_cast<char*>(tc.data) + at * tc.stride[2] * DtypeBytes(type);
+      if (type == OCTATTN_DTYPE_INT8)
+        scale.data = static_cast<float*>(qd.ts.data) + at * qd.ts.stride[2];
+    }
+    return octattn_kv_store(ctx, &ts, &dst, sc, 0, nullptr);
+  };
   if (!ctx || store() != OCTATTN_OK) {
     std::printf("error: %s\n", ctx ? octattn_context_last_error(ctx) : err.c_str());
     octattn_context_destroy(ctx);
@@ -1017,9 +1033,10 @@ void RunStore(const Case& c, const Args& a) {
   const double per = times[times.size() / 2] / static_cast<double>(n);
   const double values = static_cast<double>(c.batch * c.kv_heads * rows * c.head_dim);
   std::printf(
-      "store %s thr %d  B%lld Hkv%lld rows %lld D%lld f32 -> %s  %9.3f us  %7.2f Gvalues/s\n",
-      octattn_target_name(c.target), c.threads, (long long)c.batch, (long long)c.kv_heads,
-      (long long)rows, (long long)c.head_dim, DtypeName(type), per * 1e6, values / per / 1e9);
+      "store%s %s thr %d  B%lld Hkv%lld rows %lld D%lld f32 -> %s  %9.3f us  %7.2f Gvalues/s\n",
+      a.append ? " --append" : "", octattn_target_name(c.target), c.threads, (long long)c.batch,
+      (long long)c.kv_heads, (long long)rows, (long long)c.head_dim, DtypeName(type), per * 1e6,
+      values / per / 1e9);
 }
 
 // Times one step over a batch of sequences (all of them, whichever way they are passed).
