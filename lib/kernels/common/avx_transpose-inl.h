@@ -179,6 +179,29 @@ static OCTATTN_INLINE V AbsMax4(const float* x, int64_t g) {
     return FromRaw(_mm256_castsi256_ps(c));
   }
 }
+// Whether every lane of v is in (lo, hi] (NaN: false), without leaving the registers.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE bool AllWithin(W v, float lo, float hi) {
+  if constexpr (N == 16) {
+    const __m512 r = ToRaw(v);
+    return (_mm512_cmp_ps_mask(r, _mm512_set1_ps(lo), _CMP_GT_OQ) &
+            _mm512_cmp_ps_mask(r, _mm512_set1_ps(hi), _CMP_LE_OQ)) == 0xFFFF;
+  } else {
+    const __m256 r = ToRaw(v);
+    return _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(r, _mm256_set1_ps(lo), _CMP_GT_OQ),
+                                            _mm256_cmp_ps(r, _mm256_set1_ps(hi), _CMP_LE_OQ))) ==
+           0xFF;
+  }
+}
+// Lane 0 of v.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE float FirstLane(W v) {
+  if constexpr (N == 16) {
+    return _mm512_cvtss_f32(ToRaw(v));
+  } else {
+    return _mm256_cvtss_f32(ToRaw(v));
+  }
+}
 // Every lane of v set to lane k * kLanes / 4 (quarter k's first).
 template <int K, size_t N = kLanes, class W = V>
 static OCTATTN_INLINE W Quarter(W v) {

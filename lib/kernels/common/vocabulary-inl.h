@@ -49,6 +49,8 @@ static constexpr bool kStoreI8 = false;
 OCTATTN_ABSENT(uint32_t, AbsBitsMax)
 OCTATTN_ABSENT(V, AbsMax4)
 OCTATTN_ABSENT(V, RoundF16)
+OCTATTN_ABSENT(bool, AllWithin)
+OCTATTN_ABSENT(float, FirstLane)
 template <int, class... A>
 static V Quarter(A&&...) {
   static_assert(kAbsent<A...>, "Quarter is not an instruction of this target");

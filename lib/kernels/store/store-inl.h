@@ -111,22 +111,16 @@ static OCTATTN_INLINE bool StoreQ8Four(const float* __restrict x, uint8_t* __res
   constexpr int64_t Bytes = B + 2;  // a block: its f16 scale, then its values
   const V s = S::Div(S::template AbsMax4<>(x, B), S::Set(127.0f));
   const V d = S::template RoundF16<>(s);
-  alignas(64) float ls[L], ld[L];
-  S::Store(s, ls);
-  S::Store(d, ld);
-  bool fine = true;
-  for (int k = 0; k < 4; ++k) {
-    const float v = ld[k * L / 4];
-    fine = fine && v >= 0x1p-14f && v <= 65504.0f;  // (false for NaN)
-  }
-  if (!fine) return false;
-  for (int k = 0; k < 4; ++k) {
-    const uint16_t h = F32ToF16(ls[k * L / 4]);
-    memcpy(dst + k * Bytes, &h, 2);
-  }
+  // Every scale a normal f16, in [2^-14, 65504] (not NaN): (2^-14's predecessor, 65504].
+  if (!S::template AllWithin<>(d, 0x1.fffffep-15f, 65504.0f)) return false;
   const V vm = S::Set(magic);
   const V vd[4] = {S::template Quarter<0>(d), S::template Quarter<1>(d), S::template Quarter<2>(d),
                    S::template Quarter<3>(d)};
+  for (int k = 0; k < 4; ++k) {
+    // d is s rounded to f16 and widened: exactly representable, so its f16 bits are s's.
+    const uint16_t h = F32ToF16(S::template FirstLane<>(vd[k]));
+    memcpy(dst + k * Bytes, &h, 2);
+  }
   for (int k = 0; k < 4; ++k)
     for (int64_t p = 0; p < B; p += L)
       QuantizeI8(x + k * B + p, vd[k], vm, reinterpret_cast<int8_t*>(dst + k * Bytes + 2 + p));
@@ -216,18 +210,12 @@ static OCTATTN_INLINE bool StoreInt8Four(const float* __restrict x, int8_t* __re
   using V = typename S::V;
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), G = P * L;
   const V s = S::Div(S::template AbsMax4<>(x, G), S::Set(127.0f));
-  alignas(64) float lanes[L];
-  S::Store(s, lanes);
-  bool fine = true;
-  for (int k = 0; k < 4; ++k) {
-    const float v = lanes[k * L / 4];
-    fine = fine && v > 0.0f && v <= 3.4028235e38f;  // (false for NaN)
-  }
-  if (!fine) return false;
-  for (int k = 0; k < 4; ++k) sc[k * sc_col] = lanes[k * L / 4];
+  // Each quarter's lanes hold its group's scale: all four in (0, FLT_MAX] (not NaN).
+  if (!S::template AllWithin<>(s, 0.0f, 3.4028235e38f)) return false;
   const V vm = S::Set(magic);
   const V vs[4] = {S::template Quarter<0>(s), S::template Quarter<1>(s), S::template Quarter<2>(s),
                    S::template Quarter<3>(s)};
+  for (int k = 0; k < 4; ++k) sc[k * sc_col] = S::template FirstLane<>(vs[k]);
   for (int k = 0; k < 4; ++k)
     for (int p = 0; p < P; ++p) QuantizeI8(x + k * G + p * L, vs[k], vm, o + k * G + p * L);
   return true;
