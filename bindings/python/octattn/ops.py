@@ -16,8 +16,9 @@ without a graph break (the real kernels run eagerly inside the compiled graph).
 _torch_ops-<torch version>.so, built with the package where torch was importable, for
 that torch version), the schemas, kernels and autograd formula all native, so that an
 eager call costs about as much as octattn.attention's. False (a package built without
-torch, or for another torch version: rebuild it with `pip install --no-build-isolation`
-in this environment; or OCTATTN_TORCH_NATIVE=0 in the environment): the same operators
+torch, such as the manylinux wheel, or for another torch version: rebuild it with `pip
+install --no-build-isolation` in this environment; or OCTATTN_TORCH_NATIVE=0 in the
+environment): the same operators
 through torch.library in Python, which costs tens of microseconds a call. Either way the
 calls run on octattn's per-thread contexts (octattn.set_threads, set_target and last_run
 apply), and a failed call raises RuntimeError (octattn.Error from the Python operators)
