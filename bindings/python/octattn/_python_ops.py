@@ -48,8 +48,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
         return_dsinks=return_dsinks, return_dbias=return_dbias, algorithm=algorithm,
         layout=layout, q_starts=q_starts, kv_starts=kv_starts, kv_lens=kv_lens)
     rest = list(grads[3:])
-    dsinks = rest.pop(0) if return_dsinks else q.new_empty((0,))
-    dbias = rest.pop(0) if return_dbias else q.new_empty((0,))
+    dsinks = rest.pop(0) if return_dsinks else q.new_empty((0,), dtype=torch.float32)
+    dbias = rest.pop(0) if return_dbias else q.new_empty((0,), dtype=torch.float32)
     return grads[0], grads[1], grads[2], dsinks, dbias
 
 
