@@ -138,16 +138,19 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     causal = bool(getattr(module, "is_causal", True))
     window, q_start, mask, spans = 0, None, None, None
     # The operator (autograd, torch.compile) unless the call reads a quantized cache,
-    # which only the direct call takes, or neither gradients nor tracing need the
-    # operator and it is the Python-registered one (tens of microseconds a call).
+    # which only the direct call takes (inference: no gradient reaches through it), or
+    # neither gradients nor tracing need the operator and it is the Python-registered
+    # one (tens of microseconds a call).
     compiling = torch.compiler.is_compiling()
-    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or
-                                        value.requires_grad or
-                                        (s_aux is not None and s_aux.requires_grad))
-    use_op = compiling or grad or (ops.native and cached is None)
-    if use_op and cached is not None:
-        raise NotImplementedError("octattn: QuantizedCache runs in eager mode, without "
-                                  "gradients")
+    if cached is not None:
+        if compiling:
+            raise NotImplementedError("octattn: QuantizedCache runs in eager mode only")
+        use_op = False
+    else:
+        grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or
+                                            value.requires_grad or
+                                            (s_aux is not None and s_aux.requires_grad))
+        use_op = compiling or grad or ops.native
     if isinstance(attention_mask, Mask):
         q_start = attention_mask.q_start
         if attention_mask.dense is not None:

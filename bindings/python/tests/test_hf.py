@@ -211,6 +211,20 @@ def test_quantized_cache_is_read_in_place_exactly(kv_format):
         assert torch.equal(a, b)
 
 
+def test_quantized_cache_forward_with_grad_mode_on():
+    """A forward pass over a QuantizedCache outside torch.no_grad (the weights require
+    gradients, so q does): the direct call serves it, with the logits of no_grad."""
+    model = tiny(transformers.LlamaConfig, transformers.LlamaForCausalLM, head_dim=32)
+    model.set_attn_implementation("octattn")
+    ids = torch.randint(1, 128, (1, 9), generator=torch.Generator().manual_seed(4))
+    logits = []
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            cache = octattn.hf.QuantizedCache("int8", group=16)
+            logits.append(model(input_ids=ids, cache=cache, use_cache=True).logits)
+    assert torch.equal(logits[0].detach(), logits[1])
+
+
 def test_quantized_cache_stores_quantized_bytes_and_checks_its_format():
     cache = octattn.hf.QuantizedCache("int8", group=16)
     k = torch.randn(1, 2, 5, 32)
