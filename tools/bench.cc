@@ -993,26 +993,23 @@ void RunStore(const Case& c, const Args& a) {
   } else {
     Retype(&cache_f, &h16, &tc, type);
   }
-  // The view of the cache's last `rows` rows and of their scales.
+  // The view of `rows` rows of the cache from row `at`, and of their scales.
   octattn_tensor dst = tc, scale = qd.ts;
   dst.shape[2] = rows;
-  dst.data = static_cast<char*>(tc.data) + (cap - rows) * tc.stride[2] * DtypeBytes(type);
-  if (type == OCTATTN_DTYPE_INT8) {
-    scale.shape[2] = rows;
-    scale.data = static_cast<float*>(qd.ts.data) + (cap - rows) * qd.ts.stride[2];
-  }
+  if (type == OCTATTN_DTYPE_INT8) scale.shape[2] = rows;
+  auto place = [&](int64_t at) {
+    dst.data = static_cast<char*>(tc.data) + at * tc.stride[2] * DtypeBytes(type);
+    if (type == OCTATTN_DTYPE_INT8)
+      scale.data = static_cast<float*>(qd.ts.data) + at * qd.ts.stride[2];
+  };
+  place(cap - rows);
   std::string err;
   octattn_context* ctx = MakeContext(c, &err);
   octattn_tensor* sc = qd.scale.empty() ? nullptr : &scale;
-  const int64_t slots = a.append ? cap / rows : 1;  // the row blocks stores cycle through
+  const int64_t slots = cap / rows;  // the row blocks --append cycles through
   int64_t next = 0;
   auto store = [&] {
-    if (a.append) {
-      const int64_t at = (next++ % slots) * rows;
-      dst.data = static_cast<char*>(tc.data) + at * tc.stride[2] * DtypeBytes(type);
-      if (type == OCTATTN_DTYPE_INT8)
-        scale.data = static_cast<float*>(qd.ts.data) + at * qd.ts.stride[2];
-    }
+    if (a.append) place((next++ % slots) * rows);
     return octattn_kv_store(ctx, &ts, &dst, sc, 0, nullptr);
   };
   if (!ctx || store() != OCTATTN_OK) {
