@@ -285,7 +285,7 @@ static OCTATTN_INLINE void StoreFp8(W v, uint8_t* p) {
 // t[i] lane e = element i of row8(e), the eight floats (or floats' bits) of key e, for e <
 // kLanes: keys in lanes. AVX-512: keys e and e + 8 share a zmm register, whose two halves
 // are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7 and 8-15 of
-// each dimension.
+// each dimension. (Eight lanes of f32 and f16 rows: TransposeHalves.)
 template <size_t N = kLanes, class Row8Of>
 static OCTATTN_INLINE void TransposeRowsOf(Row8Of row8, V (&t)[8]) {
   if constexpr (N == 16) {
@@ -302,12 +302,69 @@ static OCTATTN_INLINE void TransposeRowsOf(Row8Of row8, V (&t)[8]) {
   }
 }
 
+// The eight-lane transpose from registers that pair4(e, h) fills with elements 4h .. 4h + 3
+// of key e in the low 128-bit lane and of key e + 4 in the high one (e < 4): the loads (or
+// F16C's widening) move the lanes, so that the transpose is two 4x4 ones within the
+// lanes, sixteen in-lane shuffles where Transpose8x8Regs takes 24 with eight lane-crossing
+// ones, which cores with 128-bit units (AMD Zen 1) split into several micro-ops each.
+// TransposeHalf: t[i] lane e = element 4h + i of key e (i < 4); TransposeHalves: both
+// halves, t[i] lane e = element i of key e.
+template <class Pair4>
+static OCTATTN_INLINE void TransposeHalf(Pair4 pair4, int h, V* t) {
+  __m256 r[4];
+  for (int e = 0; e < 4; ++e) r[e] = pair4(e, h);
+  const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+  t[0] = FromRaw(_mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(1, 0, 1, 0)));
+  t[1] = FromRaw(_mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2)));
+  t[2] = FromRaw(_mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0)));
+  t[3] = FromRaw(_mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+template <class Pair4>
+static OCTATTN_INLINE void TransposeHalves(Pair4 pair4, V (&t)[8]) {
+  TransposeHalf(pair4, 0, t);
+  TransposeHalf(pair4, 1, t + 4);
+}
+
+// Elements 4h .. 4h + 3 of type T at a (low lane) and at b (high lane), widened to f32
+// (f16: F16C's conversion of both at once). bf16 rows keep Row8's widening from memory,
+// which cost as much as the lane moves saved.
+template <Dtype T>
+static OCTATTN_INLINE __m256 Pair4(const float* a, const float* b, int h) {
+  static_assert(T == kF32 || T == kF16, "f32 or f16 rows");
+  if constexpr (T == kF32) return _mm256_loadu2_m128(b + 4 * h, a + 4 * h);
+  auto four = [h](const float* p) {
+    return _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(p) + 4 * h));
+  };
+  return _mm256_cvtph_ps(_mm_unpacklo_epi64(four(a), four(b)));
+}
+
 // t[i] lane e = rows[e * row + i] for e < kLanes and i < 8: eight dimensions of kLanes
 // keys, keys in lanes, read from the keys' rows (elements of type T, strides in
 // elements) in place (no copy).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
-  TransposeRowsOf([&](int e) { return Row8<T>(ElemAt(rows, e * row, T)); }, t);
+  if constexpr (kLanes == 16 || T == kBf16) {
+    TransposeRowsOf([&](int e) { return Row8<T>(ElemAt(rows, e * row, T)); }, t);
+  } else {
+    TransposeHalves(
+        [&](int e, int h) {
+          return Pair4<T>(ElemAt(rows, e * row, T), ElemAt(rows, (e + 4) * row, T), h);
+        },
+        t);
+  }
+}
+// Eight lanes: t[i] lane e = rows[e * row + 4h + i] for i < 4, half h of TransposeRows
+// (four vectors live, not eight: for targets with 16 registers); f32 and f16 rows.
+template <Dtype T = kF32, size_t N = kLanes>
+static OCTATTN_INLINE void TransposeRowsHalf(const float* rows, int64_t row, int h, V (&t)[4]) {
+  static_assert(N == 8, "eight lanes");
+  TransposeHalf(
+      [&](int e, int k) {
+        return Pair4<T>(ElemAt(rows, e * row, T), ElemAt(rows, (e + 4) * row, T), k);
+      },
+      h, t);
 }
 
 // Quantized cache rows dequantized in registers (direct tiles of int8, fp8, q8_0 and
@@ -339,6 +396,8 @@ static OCTATTN_INLINE V BytesAs(const uint8_t* p) {
 }
 
 // TransposeRows of bytes: t[i] lane e = byte off + i of rows[e], widened to 32 bits.
+// (Eight lanes: not TransposeHalves, whose four-byte loads cost as much as its lane moves
+// save.)
 template <Dtype T>
 static OCTATTN_INLINE void TransposeBytes(const uint8_t* const* rows, int64_t off, V (&t)[8]) {
   TransposeRowsOf([&](int e) { return _mm256_castsi256_ps(Bytes8<T>(rows[e] + off)); }, t);

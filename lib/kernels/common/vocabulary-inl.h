@@ -73,6 +73,7 @@ static constexpr bool kQuantRows = false;
 OCTATTN_ABSENT_T(V, BytesAs)
 OCTATTN_ABSENT_T(void, TransposeBytes)
 OCTATTN_ABSENT_T(V, QuantValues)
+OCTATTN_ABSENT_T(void, TransposeRowsHalf)
 #undef OCTATTN_ABSENT_T
 OCTATTN_ABSENT(float, HalfToFloat)
 OCTATTN_ABSENT(V, GatherBits)

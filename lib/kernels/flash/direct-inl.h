@@ -411,6 +411,22 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         // Rows [per * n, per * (n + 1)) of the step kDirectAhead keys on, n = d / 8.
         for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
           dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
+        if constexpr (S::kLanes == 8 && S::kRegs < 32 && S::kBlockTranspose && T != kBf16) {
+          // Sixteen registers (AVX2): four dimensions of the key vectors at a time, so
+          // that they and the chains fit in the registers. The same chains in the same
+          // order.
+          for (int h = 0; h < 2; ++h) {
+            typename S::V kv[Vecs][4];
+            for (int g = 0; g < Vecs; ++g)
+              S::template TransposeRowsHalf<T>(ElemAt(rows[g], d, T), row[g], h, kv[g]);
+            for (int i = 0; i < 4; ++i)
+              for (int r = 0; r < R; ++r) {
+                const typename S::V qb = S::Set(q[r][(d + 4 * h + i) * q_dim]);
+                for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, kv[g][i], acc[r][g]);
+              }
+          }
+          continue;
+        }
         typename S::V kv[Vecs][8];
         for (int g = 0; g < Vecs; ++g)
           S::template TransposeRows<T>(ElemAt(rows[g], d, T), row[g], kv[g]);
