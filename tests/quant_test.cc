@@ -281,6 +281,40 @@ TEST_CASE("quantized caches: every path computes on the dequantized values, byte
   }
 }
 
+TEST_CASE("quantized caches: fp8 caches of every finite code compute on their values",
+          "[dispatch]") {
+  // Every finite code (subnormals, zeros of both signs, the largest) at positions a
+  // decode step reads, on every target (the eight-lane AVX targets widen fp8 through
+  // F16C): the bytes of the f32 call on the values.
+  const auto targets = AllTargets();
+  for (const Format& f : kFormats) {
+    if (f.type != OCTATTN_DTYPE_FP8_E4M3 && f.type != OCTATTN_DTYPE_FP8_E5M2) continue;
+    const bool e4 = f.type == OCTATTN_DTYPE_FP8_E4M3;
+    Context ctx;
+    const int64_t T = 300, D = 64;
+    QuantProblem qp(ctx, 1, 4, 1, 1, T, D, f, kBHTD, 17);
+    uint32_t n = 1;
+    for (Cache* c : {&qp.k, &qp.v}) {
+      for (int64_t j = 0; j < T; ++j)
+        for (int64_t u = 0; u < D; ++u) {
+          uint8_t code = static_cast<uint8_t>(n);
+          n += 7;                                                  // odd: every code in 256 steps
+          if (e4 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C)  // NaN, infinity
+            code = static_cast<uint8_t>((code & 0x80) | 0x01);
+          *const_cast<uint8_t*>(c->Unit(0, 0, j, u)) = code;
+        }
+      c->values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
+        c->values.at(b, h, j, d) = c->Value(b, h, j, d);
+      });
+    }
+    for (const Target& tg : targets) {
+      INFO(f.Name() << " " << tg.Name());
+      ctx.Use(tg);
+      ExpectAsDequantized(ctx, qp, Options());
+    }
+  }
+}
+
 TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
   const int64_t T = SmallSized(1296, 208);
   for (const Format& f : kFormats)

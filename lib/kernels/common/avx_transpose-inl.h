@@ -461,6 +461,39 @@ static OCTATTN_INLINE V QuantValues(W raw, int shift, Dtype fp8) {
   }
 }
 
+// fp8 codes as their values (QuantValues' bits) through F16C: e5m2 is an f16's high
+// byte, and an e4m3 code's exponent and mantissa under an f16's are its value times 2^-8
+// (subnormals too: VCVTPH2PS widens f16 subnormals exactly whatever MXCSR.DAZ says), so
+// that a few 128-bit operations on the codes and one conversion replace QuantValues' ymm
+// ones. e4m3's NaN codes become f16 NaNs first; e5m2's NaNs come out quiet where
+// QuantValues keeps a signaling one, the same bits once any arithmetic has read them.
+// Fp8Row8: the eight codes at p (e4: e4m3, else e5m2).
+static OCTATTN_INLINE __m256 Fp8Row8(const uint8_t* p, bool e4) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  if (!e4) return _mm256_cvtph_ps(_mm_slli_epi16(b, 8));
+  const __m128i em = _mm_and_si128(b, _mm_set1_epi16(0x7F));
+  const __m128i sign = _mm_and_si128(_mm_slli_epi16(b, 8), _mm_set1_epi16(-0x8000));
+  const __m128i h = _mm_blendv_epi8(_mm_slli_epi16(em, 7), _mm_set1_epi16(0x7E00),
+                                    _mm_cmpeq_epi16(em, _mm_set1_epi16(0x7F)));
+  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(h, sign)), _mm256_set1_ps(256.0f));
+}
+// Eight lanes of fp8 codes (T kE4m3; the format is `fp8`'s): TransposeBytes and
+// QuantValues as one (Fp8Row8 before the transpose), and BytesAs and QuantValues as one.
+// (Templates: the eight-lane targets' only.)
+static constexpr bool kFp8Rows = kLanes == 8;
+template <size_t N = kLanes>
+static OCTATTN_INLINE void TransposeFp8(const uint8_t* const* rows, int64_t off, Dtype fp8,
+                                        V (&t)[8]) {
+  static_assert(N == 8, "eight lanes");
+  const bool e4 = fp8 == kE4m3;
+  TransposeRowsOf([&](int e) { return Fp8Row8(rows[e] + off, e4); }, t);
+}
+template <size_t N = kLanes>
+static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8) {
+  static_assert(N == 8, "eight lanes");
+  return FromRaw(Fp8Row8(p, fp8 == kE4m3));
+}
+
 // An f16 widened by F16C (exact, as base::F16ToF32).
 static OCTATTN_INLINE float HalfToFloat(uint16_t h) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));

@@ -75,6 +75,9 @@ OCTATTN_ABSENT_T(void, TransposeBytes)
 OCTATTN_ABSENT_T(V, QuantValues)
 OCTATTN_ABSENT_T(void, TransposeRowsHalf)
 #undef OCTATTN_ABSENT_T
+static constexpr bool kFp8Rows = false;
+OCTATTN_ABSENT(void, TransposeFp8)
+OCTATTN_ABSENT(V, Fp8As)
 OCTATTN_ABSENT(float, HalfToFloat)
 OCTATTN_ABSENT(V, GatherBits)
 OCTATTN_ABSENT(V, GatherHalves)
