@@ -285,7 +285,7 @@ static OCTATTN_INLINE void StoreFp8(W v, uint8_t* p) {
 // t[i] lane e = element i of row8(e), the eight floats (or floats' bits) of key e, for e <
 // kLanes: keys in lanes. AVX-512: keys e and e + 8 share a zmm register, whose two halves
 // are transposed as two 8x8 blocks; a two-source permute then joins keys 0-7 and 8-15 of
-// each dimension. (Eight lanes of f32 and f16 rows: TransposeHalves.)
+// each dimension. (Eight lanes of f32 and f16 rows in decode: TransposeRowsHalf.)
 template <size_t N = kLanes, class Row8Of>
 static OCTATTN_INLINE void TransposeRowsOf(Row8Of row8, V (&t)[8]) {
   if constexpr (N == 16) {
@@ -307,8 +307,7 @@ static OCTATTN_INLINE void TransposeRowsOf(Row8Of row8, V (&t)[8]) {
 // F16C's widening) move the lanes, so that the transpose is two 4x4 ones within the
 // lanes, sixteen in-lane shuffles where Transpose8x8Regs takes 24 with eight lane-crossing
 // ones, which cores with 128-bit units (AMD Zen 1) split into several micro-ops each.
-// TransposeHalf: t[i] lane e = element 4h + i of key e (i < 4); TransposeHalves: both
-// halves, t[i] lane e = element i of key e.
+// t[i] lane e = element 4h + i of key e (i < 4).
 template <class Pair4>
 static OCTATTN_INLINE void TransposeHalf(Pair4 pair4, int h, V* t) {
   __m256 r[4];
@@ -319,11 +318,6 @@ static OCTATTN_INLINE void TransposeHalf(Pair4 pair4, int h, V* t) {
   t[1] = FromRaw(_mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2)));
   t[2] = FromRaw(_mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0)));
   t[3] = FromRaw(_mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-template <class Pair4>
-static OCTATTN_INLINE void TransposeHalves(Pair4 pair4, V (&t)[8]) {
-  TransposeHalf(pair4, 0, t);
-  TransposeHalf(pair4, 1, t + 4);
 }
 
 // Elements 4h .. 4h + 3 of type T at a (low lane) and at b (high lane), widened to f32
@@ -345,15 +339,7 @@ static OCTATTN_INLINE __m256 Pair4(const float* a, const float* b, int h) {
 // elements) in place (no copy).
 template <Dtype T = kF32>
 static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[8]) {
-  if constexpr (kLanes == 16 || T == kBf16) {
-    TransposeRowsOf([&](int e) { return Row8<T>(ElemAt(rows, e * row, T)); }, t);
-  } else {
-    TransposeHalves(
-        [&](int e, int h) {
-          return Pair4<T>(ElemAt(rows, e * row, T), ElemAt(rows, (e + 4) * row, T), h);
-        },
-        t);
-  }
+  TransposeRowsOf([&](int e) { return Row8<T>(ElemAt(rows, e * row, T)); }, t);
 }
 // Eight lanes: t[i] lane e = rows[e * row + 4h + i] for i < 4, half h of TransposeRows
 // (four vectors live, not eight: for targets with 16 registers); f32 and f16 rows.
@@ -396,7 +382,7 @@ static OCTATTN_INLINE V BytesAs(const uint8_t* p) {
 }
 
 // TransposeRows of bytes: t[i] lane e = byte off + i of rows[e], widened to 32 bits.
-// (Eight lanes: not TransposeHalves, whose four-byte loads cost as much as its lane moves
+// (Eight lanes: not TransposeHalf, whose four-byte loads cost as much as its lane moves
 // save.)
 template <Dtype T>
 static OCTATTN_INLINE void TransposeBytes(const uint8_t* const* rows, int64_t off, V (&t)[8]) {
