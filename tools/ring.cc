@@ -33,6 +33,7 @@ struct Args {
   bool check = false;
   int fail_rank = -1;
   double timeout = 60;
+  std::string dump;  // rank 0 writes the gathered o here (float32 [q_heads, T, dim])
 };
 
 const char* kHelp =
@@ -48,6 +49,8 @@ const char* kHelp =
     "  --timeout S                seconds any rank waits for a message before it aborts the\n"
     "                             job (default 60)\n"
     "  --fail-rank R              rank R passes a bad option (a test of failure handling)\n"
+    "  --dump FILE                rank 0 writes the result's bytes there: float32\n"
+    "                             [q_heads, T, head_dim] (to compare with other rings)\n"
     "Prints one JSON line (rank 0): seconds, comm_seconds, comm_hidden_fraction and, with\n"
     "--check, single_seconds, max_abs_diff, bytes_equal, first_chunk_bytes_equal, bound,\n"
     "within_bound (exit status 1 if a fused run's first chunk differs or the bound fails).\n";
@@ -362,6 +365,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->timeout = std::atof(v);
     else if (f == "--fail-rank")
       a->fail_rank = std::atoi(v);
+    else if (f == "--dump")
+      a->dump = v;
     else if (f == "--algo")
       a->algo = std::strcmp(v, "naive") == 0 ? OCTATTN_ALGORITHM_NAIVE : OCTATTN_ALGORITHM_FUSED;
     else {
@@ -438,6 +443,11 @@ int main(int argc, char** argv) {
   }
 
   int status = 0;
+  if (rank == 0 && !a.dump.empty()) {
+    FILE* f = std::fopen(a.dump.c_str(), "wb");
+    if (!f || std::fwrite(o.data(), sizeof(float), o.size(), f) != o.size() || std::fclose(f))
+      Die("cannot write " + a.dump);
+  }
   if (rank == 0) {
     std::string extra;
     if (a.check) {
