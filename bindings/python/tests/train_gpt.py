@@ -36,6 +36,9 @@ class CausalSelfAttention(nn.Module):
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if self.backend == "octattn":  # strided views, read in place; GQA without copies
             y, _ = torch.ops.octattn.attention(q, k, v, causal=True, window=self.window)
+        elif self.backend == "ring":  # x holds this rank's tokens of a sequence (zigzag)
+            import octattn.distributed
+            y = octattn.distributed.ring_attention(q, k, v, causal=True, window=self.window)
         else:
             mask = None
             if self.window:
@@ -70,12 +73,15 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(n_embd)
         self.head = nn.Linear(n_embd, vocab, bias=False)
 
-    def forward(self, idx, targets):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+    def forward(self, idx, targets, pos=None, reduction="mean"):
+        """The loss; pos: the tokens' positions (default 0, 1, ...: a rank's positions
+        where its tokens are a shard of the sequence)."""
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]) if pos is None else pos)
         for b in self.blocks:
             x = b(x)
         logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1),
+                               reduction=reduction)
 
 
 def markov_text(vocab, length, seed):
