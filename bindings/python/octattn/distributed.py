@@ -414,8 +414,10 @@ class _RingFunction(torch.autograd.Function):
         q, k, v, sinks, out, lse = ctx.saved_tensors
         layout = ctx.layout
         s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
+        # (the backward takes float32: 16-bit q, k, v widened exactly, as the forward read
+        # them)
         dq, dk, dv, dsinks = _ring_backward(
-            ctx.plan, _bhtd(q, layout), _bhtd(k, layout), _bhtd(v, layout), out, lse,
+            ctx.plan, *(_bhtd(x, layout).float() for x in (q, k, v)), out, lse,
             _bhtd(dout, layout).to(torch.float32), dlse, ctx.alibi_slopes, s, ctx.timeout)
         back = [_bhtd(g, layout).to(x.dtype) for g, x in ((dq, q), (dk, k), (dv, v))]
         ds = None if sinks is None or not ctx.needs_input_grad[3] else dsinks.to(sinks.dtype)

@@ -158,6 +158,21 @@ def _equal_cases(rank, ranks):
                 assert torch.equal(o_local[:, :, :n], want[0][:, :, :n]), case["name"]
 
 
+def _bf16(rank, ranks):
+    """bf16 q, k, v: the ring computes on their exact float32 values (o and the gradients
+    rounded to bf16), as the single call on float32 copies does."""
+    case = CASES[1]
+    x = _inputs(case, ranks, seed=300)
+    for n in ("q", "k", "v"):
+        x[n] = x[n].to(torch.bfloat16)
+    want = _single(case, dict(x, q=x["q"].float(), k=x["k"].float(), v=x["v"].float()))
+    got, _ = _sharded(od.ring_attention, case, x, ranks)
+    for name, a, b in zip(("o", "lse", "dq", "dk", "dv", "dsinks"), got, want):
+        err = (a.float() - b).abs().max().item()
+        assert err <= 1e-2 * max(1.0, b.abs().max().item()), f"bf16: {name} differs by {err}"
+    assert got[0].dtype == torch.bfloat16 and got[2].dtype == torch.bfloat16
+
+
 def _failures(rank, ranks):
     x = _inputs(CASES[0], ranks, seed=7)
     q, k, v = (od.shard(x[n]) for n in ("q", "k", "v"))
@@ -308,7 +323,7 @@ def _c_ring(tmp, ranks):
 # One process group per rank count, its scenarios in turn (a process start costs seconds).
 def test_two_ranks_ring_all_to_all_training_and_yunchang():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # train_gpt
-    scenarios = [(_equal_cases,), (_training,)]
+    scenarios = [(_equal_cases,), (_bf16,), (_training,)]
     if importlib.util.find_spec("yunchang") is not None:
         scenarios.append((_yunchang,))
     else:
