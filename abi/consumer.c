@@ -14,14 +14,14 @@
  * Structs only grow at their end, so an offset never changes once published; 0.2
  * appended k_start to the options (48 -> 56 bytes), 0.3 chunk and the score modifiers
  * (56 -> 104), 0.6 the sequences of padded, ragged and paged batches (104 -> 168), 0.11
- * the scales of quantized caches and qk_precision (168 -> 208). */
+ * the scales of quantized caches, qk_precision and the tree (168 -> 232). */
 PIN(tensor_size, sizeof(octattn_tensor) == 80);
 PIN(tensor_data, offsetof(octattn_tensor, data) == 0);
 PIN(tensor_dtype, offsetof(octattn_tensor, dtype) == 8);
 PIN(tensor_reserved, offsetof(octattn_tensor, reserved) == 12);
 PIN(tensor_shape, offsetof(octattn_tensor, shape) == 16);
 PIN(tensor_stride, offsetof(octattn_tensor, stride) == 48);
-PIN(options_size, sizeof(octattn_attention_options) == 208);
+PIN(options_size, sizeof(octattn_attention_options) == 232);
 PIN(options_struct_size, offsetof(octattn_attention_options, struct_size) == 0);
 PIN(options_causal, offsetof(octattn_attention_options, causal) == 8);
 PIN(options_algorithm, offsetof(octattn_attention_options, algorithm) == 12);
@@ -52,6 +52,9 @@ PIN(options_k_scale_rows, offsetof(octattn_attention_options, k_scale_rows) == 1
 PIN(options_v_scale_rows, offsetof(octattn_attention_options, v_scale_rows) == 192);
 PIN(options_qk_precision, offsetof(octattn_attention_options, qk_precision) == 200);
 PIN(options_reserved3, offsetof(octattn_attention_options, reserved3) == 204);
+PIN(options_tree, offsetof(octattn_attention_options, tree) == 208);
+PIN(options_tree_row_bytes, offsetof(octattn_attention_options, tree_row_bytes) == 216);
+PIN(options_tree_stride, offsetof(octattn_attention_options, tree_stride) == 224);
 PIN(run_info_size, sizeof(octattn_run_info) == 24);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);

@@ -166,6 +166,23 @@
  * OCTATTN_QK_EXACT. (For a BF16 cache, q given as bf16 takes vdpbf16ps where the target
  * has it: the same choice, made by the caller's dtype.)
  *
+ * Trees (since 0.11). Speculative decoding verifies a tree of n draft tokens in one call:
+ * a sequence's q_len_s = n query rows are the draft tokens and its last n valid key rows
+ * their keys. With options.tree, the pair (row i, key row j) of sequence s is masked when
+ * j >= kv_len_s - n (tree column c = j - (kv_len_s - n)) and bit c of row i's bits is 0;
+ * keys before the tree (the cached prefix) are left to the other mask options. Row i's
+ * bits are the bytes at options.tree + e * tree_stride + r * tree_row_bytes (e the
+ * sequence's batch entry, r its row index in q as for the mask tensor: ragged sequences'
+ * rows are entry 0's rows cu_seqlens_q[s] + i), bit c the bit c % 8 (least significant
+ * first: numpy.packbits' bitorder "little", FlashInfer's packed masks) of byte c / 8;
+ * columns before a sequence's first key are not read. A tree row's bits are usually the
+ * node and its ancestors (a causal call then also drops the later columns); the bits
+ * combine with every other mask option and modifier as the mask tensor does, and a
+ * call's bytes are those of the call with the mask tensor that holds the same pairs
+ * (every algorithm, the backward and octattn_mask). tree_row_bytes * 8 must be at least
+ * every sequence's q_len_s (INVALID_OPTION). A call takes a tree or a mask tensor, not
+ * both.
+ *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
  * lse = sinks[h] with sinks.
@@ -536,6 +553,13 @@ typedef struct octattn_attention_options {
   /* How q . k is computed over a quantized key cache (default OCTATTN_QK_EXACT). */
   octattn_qk_precision qk_precision;
   int32_t reserved3; /* must be 0 */
+  /* Since 0.11 (struct_size 232): a tree of draft tokens (speculative decoding's
+   * verification), packed bits per query row, see SEMANTICS (Trees). NULL (the default):
+   * none. Not with options.mask. */
+  const uint8_t* tree;
+  int64_t tree_row_bytes; /* bytes from a row's bits to the next row's (>= 1 with a tree) */
+  int64_t tree_stride;    /* bytes from a batch entry's rows to the next (default 0: every
+                             entry reads the same tree, as a tensor's stride of 0) */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header

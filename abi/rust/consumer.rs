@@ -45,6 +45,9 @@ struct Options {
     v_scale_rows: i64,
     qk_precision: i32,
     reserved3: i32,
+    tree: *const u8,
+    tree_row_bytes: i64,
+    tree_stride: i64,
 }
 
 #[link(name = "octattn")]
@@ -83,7 +86,9 @@ const _: () = {
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 208 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 232 && offset_of!(Options, k_start) == 48);
+    assert!(offset_of!(Options, tree) == 208 && offset_of!(Options, tree_row_bytes) == 216);
+    assert!(offset_of!(Options, tree_stride) == 224);
     assert!(offset_of!(Options, k_scale) == 168 && offset_of!(Options, v_scale) == 176);
     assert!(offset_of!(Options, k_scale_rows) == 184 && offset_of!(Options, v_scale_rows) == 192);
     assert!(offset_of!(Options, qk_precision) == 200 && offset_of!(Options, reserved3) == 204);

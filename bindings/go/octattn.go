@@ -130,6 +130,7 @@ func checkLayouts() error {
 		{"octattn_attention_options", "k_scale", unsafe.Offsetof(o.k_scale)},
 		{"octattn_attention_options", "v_scale_rows", unsafe.Offsetof(o.v_scale_rows)},
 		{"octattn_attention_options", "qk_precision", unsafe.Offsetof(o.qk_precision)},
+		{"octattn_attention_options", "tree_stride", unsafe.Offsetof(o.tree_stride)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
 	}

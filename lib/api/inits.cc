@@ -73,7 +73,10 @@ constexpr FieldOffset kOptionsFields[] = {
     OCTATTN_FIELD(octattn_attention_options, k_scale_rows),
     OCTATTN_FIELD(octattn_attention_options, v_scale_rows),
     OCTATTN_FIELD(octattn_attention_options, qk_precision),
-    OCTATTN_FIELD(octattn_attention_options, reserved3)};
+    OCTATTN_FIELD(octattn_attention_options, reserved3),
+    OCTATTN_FIELD(octattn_attention_options, tree),
+    OCTATTN_FIELD(octattn_attention_options, tree_row_bytes),
+    OCTATTN_FIELD(octattn_attention_options, tree_stride)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
     OCTATTN_FIELD(octattn_run_info, backend), OCTATTN_FIELD(octattn_run_info, target),

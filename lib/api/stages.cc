@@ -160,10 +160,15 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     octattn_attention_options only_mask;
     octattn_attention_options_init(&only_mask);
     only_mask.mask = opt.mask;
+    only_mask.tree = opt.tree;
+    only_mask.tree_row_bytes = opt.tree_row_bytes;
+    only_mask.tree_stride = opt.tree_stride;
     kernels::Mods mods;
     api::TensorInfo tb, tm;
     OCTATTN_CHECK(api::ValidateMods(only_mask, ts.shape, &mods, &tb, &tm));
-    if (mods.keep) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", tm, "options.mask"));
+    if (mods.keep)
+      OCTATTN_CHECK(
+          api::CheckDisjoint(ts, "scores", tm, opt.tree ? "options.tree" : "options.mask"));
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
       const kernels::Matrix m = HeadOf(ts, b, h);
       table->mask_rows(m, q_len, kv_len, mask);
@@ -171,7 +176,8 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
       const uint8_t* bits = octattn::run::ModsAt(mods, tb, tm, b, h).keep;
       for (int64_t i = 0; i < q_len; ++i)
         for (int64_t j = 0; j < kv_len; ++j)
-          if (bits[i * mods.keep_row + j * mods.keep_col] == 0)
+          if (!base::KeepAt(bits + i * mods.keep_row, mods.keep_col, mods.keep_bits, mods.keep_from,
+                            j))
             m.data[i * m.row + j * m.col] = -HUGE_VALF;
     }));
     Record(ctx, table);
@@ -189,7 +195,10 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
     OCTATTN_CHECK(NoSequences(opt));
     api::TensorInfo ts;
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
-    opt.mask = nullptr;   // octattn_mask's
+    opt.mask = nullptr;  // octattn_mask's, as is the tree
+    opt.tree = nullptr;
+    opt.tree_row_bytes = 0;
+    opt.tree_stride = 0;
     opt.sinks = nullptr;  // octattn_softmax_sinks'
     kernels::Mods mods;
     api::TensorInfo tb, tm;

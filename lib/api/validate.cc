@@ -414,11 +414,54 @@ Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
     mods->keep_row = mask->stride[2];
     mods->keep_col = mask->stride[3];
   }
+  if (!opt.tree && (opt.tree_row_bytes != 0 || opt.tree_stride != 0))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.tree_row_bytes and options.tree_stride need options.tree");
+  if (opt.tree) {
+    if (opt.mask)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                  "options.tree and options.mask: a call takes one of them (fold the tree's "
+                  "bits into the mask tensor)");
+    if (opt.tree_row_bytes < 1 || opt.tree_row_bytes > kMaxSize)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, "options.tree_row_bytes must be in [1, 2^60]");
+    if (opt.tree_stride < 0)
+      return Fail(OCTATTN_ERROR_INVALID_STRIDE, "options.tree_stride is negative");
+    // Without cu_seqlens_q every sequence has the call's q_len rows (ragged sequences are
+    // checked one by one: CheckTreeRows).
+    if (!opt.cu_seqlens_q) OCTATTN_CHECK(CheckTreeRows(opt, shape[2]));
+    // The bits as a bool tensor [batch, 1, q_len, row_bytes]: its extent checked and kept
+    // for the aliasing checks.
+    octattn_tensor bits{};
+    bits.data = const_cast<uint8_t*>(opt.tree);
+    bits.dtype = OCTATTN_DTYPE_BOOL;
+    const int64_t dims[4] = {shape[0], 1, shape[2], opt.tree_row_bytes};
+    const int64_t strides[4] = {opt.tree_stride, 0, opt.tree_row_bytes, 1};
+    for (int d = 0; d < 4; ++d) {
+      bits.shape[d] = dims[d];
+      bits.stride[d] = strides[d];
+    }
+    OCTATTN_CHECK(
+        ValidateTensor(&bits, "options.tree", Role::kInput, false, mask, OCTATTN_DTYPE_BOOL));
+    mods->keep = opt.tree;
+    mods->keep_row = opt.tree_row_bytes;
+    mods->keep_col = 1;
+    mods->keep_bits = true;
+    mods->keep_from = shape[3] - shape[2];  // a dense call's; each sequence's its own
+  }
+  return Check();
+}
+
+Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows) {
+  if (opt.tree && (rows + 7) / 8 > opt.tree_row_bytes)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.tree_row_bytes " + std::to_string(opt.tree_row_bytes) +
+                    " holds fewer bits than a sequence's " + std::to_string(rows) +
+                    " query rows (its tree's columns)");
   return Check();
 }
 
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_11 &&
-                  offsetof(octattn_attention_options, reserved3) + 4 == kOptionsSize_0_11 &&
+                  offsetof(octattn_attention_options, tree_stride) + 8 == kOptionsSize_0_11 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&

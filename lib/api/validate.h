@@ -94,7 +94,7 @@ constexpr size_t kOptionsSize_0_1 = 48;
 constexpr size_t kOptionsSize_0_2 = 56;    // k_start appended
 constexpr size_t kOptionsSize_0_3 = 104;   // chunk and the score modifiers appended
 constexpr size_t kOptionsSize_0_6 = 168;   // sequences: padded, ragged and paged batches
-constexpr size_t kOptionsSize_0_11 = 208;  // quantized caches: scales, qk_precision
+constexpr size_t kOptionsSize_0_11 = 232;  // quantized caches' scales, qk_precision; trees
 constexpr size_t kRunInfoSize_0_1 = 24;
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
@@ -112,6 +112,9 @@ Check ValidateStructSize(size_t given, size_t first, size_t known, const void* b
 // extents go to *bias and *mask (hi == 0 when absent), for the aliasing checks.
 Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
                    kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask);
+// INVALID_OPTION if a sequence of `rows` query rows has more tree columns than
+// options.tree_row_bytes holds bits (nothing without a tree).
+Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows);
 // The scale tensor of cache operand `cache` ("k" or "v"; options.k_scale or v_scale and its
 // rows option): present exactly where its dtype takes one (INT8 must, FP8 may), of the
 // shape SEMANTICS gives (sizes of 1 broadcast: stride 0), into *out (hi == 0: none).

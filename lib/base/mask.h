@@ -172,6 +172,16 @@ inline StridedColumns StridedBelow(const Mask& m, int64_t qpos_first) {
   return StridedColumns{m.stride, m.phase, m.chunk > 0 ? MaxI(0, ChunkStart(m, qpos_first)) : 0};
 }
 
+// Whether a row's keep entries keep key j: a mask tensor's bytes (`col` apart), or a
+// tree's packed bits (`bits`), which keep every key below `from` and give key from + c
+// bit c % 8 of byte c / 8.
+inline bool KeepAt(const uint8_t* row, int64_t col, bool bits, int64_t from, int64_t j) {
+  if (!bits) return row[j * col] != 0;
+  if (j < from) return true;
+  const int64_t c = j - from;
+  return ((row[c >> 3] >> (c & 7)) & 1u) != 0;
+}
+
 }  // namespace
 }  // namespace base
 }  // namespace octattn

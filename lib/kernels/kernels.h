@@ -55,8 +55,12 @@ struct Mods {
   const float* sinks = nullptr;   // null: no sinks
   const float* bias = nullptr;    // null: no bias
   int64_t bias_head = 0, bias_row = 0, bias_col = 0;
-  const uint8_t* keep = nullptr;  // the mask tensor's keep bits (null: no mask tensor)
+  const uint8_t* keep = nullptr;  // the mask tensor's keep bytes or a tree's bits (null: none)
   int64_t keep_head = 0, keep_row = 0, keep_col = 0;
+  // A tree (keep_bits): its rows are packed bits, bit c of a row the entry of key
+  // keep_from + c; keys below keep_from (the cached prefix) are kept unread.
+  bool keep_bits = false;
+  int64_t keep_from = 0;
   // Whether any score modifier or tensor is present (else the kernels' plain path runs).
   bool Scores() const { return softcap > 0.0f || slopes || bias || keep; }
 };

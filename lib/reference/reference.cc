@@ -35,7 +35,8 @@ namespace {
 bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j) {
   if (!base::Allowed(t.mask, qpos, j)) return false;
   const kernels::Mods& m = t.mods;
-  if (m.keep && m.keep[i * m.keep_row + j * m.keep_col] == 0) return false;
+  if (m.keep && !base::KeepAt(m.keep + i * m.keep_row, m.keep_col, m.keep_bits, m.keep_from, j))
+    return false;
   if (m.bias && m.bias[i * m.bias_row + j * m.bias_col] == -std::numeric_limits<float>::infinity())
     return false;
   return true;

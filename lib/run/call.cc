@@ -103,7 +103,12 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
   t.mask = seq.mask;
   t.mods = ModsAt(sh.mods, c.bias, c.mask, b, h);
   if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
-  if (t.mods.keep) t.mods.keep += seq.q_row * t.mods.keep_row + seq.k_col * t.mods.keep_col;
+  if (t.mods.keep) t.mods.keep += seq.q_row * t.mods.keep_row;
+  // A tree's columns are the sequence's last q_len key rows; a mask tensor's, the call's.
+  if (t.mods.keep_bits)
+    t.mods.keep_from = seq.kv_len - seq.q_len;
+  else if (t.mods.keep)
+    t.mods.keep += seq.k_col * t.mods.keep_col;
   return t;
 }
 

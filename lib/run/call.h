@@ -43,7 +43,8 @@ struct ScaleInfo {
 struct Call {
   TensorInfo q, k, v, o, lse, weights;
   ScaleInfo k_scale, v_scale;
-  TensorInfo bias, mask;  // of the modifiers (hi == 0: absent)
+  TensorInfo bias, mask;  // of the modifiers (hi == 0: absent); mask: or the tree's bits
+  bool tree = false;      // the modifiers' keep entries are options.tree's bits
   bool has_lse = false, has_weights = false;
   plan::CallShape shape{};
   float scale = 0;

@@ -173,7 +173,7 @@ static inline float BwdDlse(const BackwardTask& t, int64_t h, int64_t i) {
 // bias of -inf (the tensors read only where the mask before them allows the pair).
 static inline bool BwdPairRead(const base::Mask& mask, const RowMods& m, int64_t qpos, int64_t j) {
   if (!base::Allowed(mask, qpos, j)) return false;
-  if (m.keep && m.keep[j * m.keep_col] == 0) return false;
+  if (m.keep && !base::KeepAt(m.keep, m.keep_col, m.keep_bits, m.keep_from, j)) return false;
   if (m.bias && m.bias[j * m.bias_col] == -__builtin_inff()) return false;
   return true;
 }
@@ -261,7 +261,9 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
               BwdDlse(t, h, i);
   }
   // Whether every pair is read (then no pair is checked).
-  bool every = kind == base::kTileFull && !op.mods.keep && !op.mods.bias;
+  // (A tree's prefix, the keys below its first column, is read unchecked.)
+  const bool kept = !op.mods.keep || (op.mods.keep_bits && j0 + nk <= op.mods.keep_from);
+  bool every = kind == base::kTileFull && kept && !op.mods.bias;
   for (int64_t r = 0; r < nq && every; ++r) every = f.lse[r] != -__builtin_inff();
   if (!every) {
     bool all = true;

@@ -147,8 +147,7 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
     if (bk->modded) {
       for (int64_t w = 0; w < BlockKeys<R>::kWords; ++w) bk->holes[r][w] = 0;
       if (mod.keep) {
-        const KeySpan span =
-            ScanMaskRow(mod.keep, mod.keep_col, sp.first, sp.step, tile.t0, jb, je, bk->holes[r]);
+        const KeySpan span = ScanKeep(mod, sp.first, sp.step, tile.t0, jb, je, bk->holes[r]);
         if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
         // The keys outside the span are holes: dropped from the row's keys here.
         jb = span.begin;

@@ -354,7 +354,7 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
     row.mod = RowModsOf(t.op.mods, h, i, qpos);
     row.env_lo = k.lo;
     row.env_hi = k.hi;
-    if (row.mod.keep && r + kEnvelopeAhead < rows) {
+    if (row.mod.keep && !row.mod.keep_bits && r + kEnvelopeAhead < rows) {
       // The mask rows' ends are read backward, each from a new place: fetched a few rows
       // ahead, so that the lines arrive before their row's scan.
       const int64_t ra = r + kEnvelopeAhead, ha = ra / nq, ia = t.row_begin + ra % nq;
@@ -364,7 +364,7 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
       if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.keep_col, 0, 0);
     }
     if (row.mod.keep) {
-      const KeySpan env = MaskEnvelope(row.mod.keep, row.mod.keep_col, k.lo, k.hi);
+      const KeySpan env = KeepEnvelope(row.mod, k.lo, k.hi);
       row.env_lo = env.begin;
       row.env_hi = env.end;
     }

@@ -28,8 +28,10 @@ struct RowMods {
   int64_t qpos = 0;             // the row's position in key coordinates (ALiBi)
   const float* bias = nullptr;  // the row's bias at real key 0
   int64_t bias_col = 0;
-  const uint8_t* keep = nullptr;  // the row's keep bits (mask tensor) at real key 0
+  const uint8_t* keep = nullptr;  // the row's keep entries (Mods: bytes at real key 0, or bits)
   int64_t keep_col = 0;
+  bool keep_bits = false;
+  int64_t keep_from = 0;
 };
 
 // Row `row` of query head `head` (counted from the Operands' head) at position qpos.
@@ -51,6 +53,8 @@ static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_
   if (m.keep) {
     r.keep = m.keep + head * m.keep_head + row * m.keep_row;
     r.keep_col = m.keep_col;
+    r.keep_bits = m.keep_bits;
+    r.keep_from = m.keep_from;
   }
   return r;
 }
@@ -145,6 +149,40 @@ static inline KeySpan MaskEnvelope(const uint8_t* mask, int64_t col, int64_t lo,
   }
   while (b < e && mask[b * col] == 0) ++b;
   while (e > b && mask[(e - 1) * col] == 0) --e;
+  return KeySpan{b, e};
+}
+
+// ScanMaskRow for a row's keep entries, bytes or a tree's bits: the keys below the
+// tree's first column are allowed without a read (one run, no holes), its columns read
+// a bit each (a tree is a few hundred keys at most).
+static inline KeySpan ScanKeep(const RowMods& m, int64_t first, int64_t step, int64_t key_base,
+                               int64_t jb, int64_t je, uint64_t* holes) {
+  if (!m.keep_bits) return ScanMaskRow(m.keep, m.keep_col, first, step, key_base, jb, je, holes);
+  // The first space key whose real key (first + g * step) is a tree column.
+  int64_t gf = jb;
+  if (first + jb * step < m.keep_from) gf = base::MinI(je, (m.keep_from - first + step - 1) / step);
+  int64_t lo = je, hi = je;
+  for (int64_t g = gf; g < je; ++g) {
+    const int64_t c = first + g * step - m.keep_from;
+    if (((m.keep[c >> 3] >> (c & 7)) & 1u) == 0) {
+      SetHole(holes, g - key_base);
+    } else {
+      if (lo == je) lo = g;
+      hi = g + 1;
+    }
+  }
+  if (gf > jb) return KeySpan{jb, lo < hi ? hi : gf};
+  return lo == je ? KeySpan{je, je} : KeySpan{lo, hi};
+}
+
+// MaskEnvelope for a row's keep entries, bytes or a tree's bits (real keys [lo, hi)).
+static inline KeySpan KeepEnvelope(const RowMods& m, int64_t lo, int64_t hi) {
+  if (!m.keep_bits) return MaskEnvelope(m.keep, m.keep_col, lo, hi);
+  auto kept = [&](int64_t j) { return base::KeepAt(m.keep, 1, true, m.keep_from, j); };
+  int64_t e = hi;
+  while (e > lo && e > m.keep_from && !kept(e - 1)) --e;
+  int64_t b = lo;
+  while (b < e && !kept(b)) ++b;
   return KeySpan{b, e};
 }
 

@@ -47,7 +47,7 @@ static void NaiveModRows(const Operands& t, float* s, int64_t kpad, int64_t kend
       const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
       const int64_t jb = strided ? k.strided_begin : k.lo;
       const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);
-      ScanMaskRow(m.keep, m.keep_col, 0, 1, 0, jb, base::MaxI(jb, je), h);
+      ScanKeep(m, 0, 1, 0, jb, base::MaxI(jb, je), h);
     }
     float* row = s + i * kpad;
     ModRow(row, 0, kpad, 0, kend, 0, 1, m, h);

@@ -111,6 +111,9 @@ pub struct octattn_attention_options {
     pub v_scale_rows: i64,
     pub qk_precision: octattn_qk_precision,
     pub reserved3: i32,
+    pub tree: *const u8,
+    pub tree_row_bytes: i64,
+    pub tree_stride: i64,
 }
 
 #[repr(C)]
@@ -133,7 +136,9 @@ pub struct octattn_context {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 208);
+    assert!(size_of::<octattn_attention_options>() == 232);
+    assert!(offset_of!(octattn_attention_options, tree) == 208);
+    assert!(offset_of!(octattn_attention_options, tree_stride) == 224);
     assert!(offset_of!(octattn_attention_options, v_scale_rows) == 192);
     assert!(offset_of!(octattn_attention_options, qk_precision) == 200);
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
@@ -495,6 +500,21 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("reserved3"),
             offset_of!(O, reserved3),
+        ),
+        (
+            "octattn_attention_options",
+            Some("tree"),
+            offset_of!(O, tree),
+        ),
+        (
+            "octattn_attention_options",
+            Some("tree_row_bytes"),
+            offset_of!(O, tree_row_bytes),
+        ),
+        (
+            "octattn_attention_options",
+            Some("tree_stride"),
+            offset_of!(O, tree_stride),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (
