@@ -128,14 +128,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool huge = work > 1e5;
 
   // Options in a larger buffer: struct_size and the tail bytes are fuzzed.
-  unsigned char opt_buf[232] = {0};
+  unsigned char opt_buf[256] = {0};
   octattn_attention_options* opt = reinterpret_cast<octattn_attention_options*>(opt_buf);
   octattn_attention_options_init(opt);
   const uint8_t om = in.Byte();
-  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 232));
+  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 256));
   if (om & 2)
     opt_buf[sizeof(octattn_attention_options) +
-            in.Range(0, 231 - sizeof(octattn_attention_options))] = in.Byte();
+            in.Range(0, 255 - sizeof(octattn_attention_options))] = in.Byte();
   if (om & 4) opt->causal = static_cast<int32_t>(in.Range(-1, 2));
   if (om & 8) opt->algorithm = static_cast<int32_t>(in.Range(-1, 4));
   if (om & 16) opt->window = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
@@ -154,6 +154,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (om2 & 128) {  // q . k in int8, or an unknown precision, a nonzero reserved3
     opt->qk_precision = static_cast<int32_t>(in.Range(-1, 2));
     if (in.Bool()) opt->reserved3 = in.Byte();
+    if (in.Bool()) {  // a tree: its bits in the arena where the rows of q (or scores) fit
+      opt->tree_row_bytes = in.Range(-1, 9);
+      opt->tree_stride = in.Bool() ? in.Range(-1, 300) : 0;
+      double rows = 1, entries = 1;
+      for (int i : {0, 3})
+        if (views[i].valid_looking) {
+          rows = std::max(rows, static_cast<double>(views[i].t.shape[2]));
+          entries = std::max(entries, static_cast<double>(views[i].t.shape[0]));
+        }
+      const double extent = (entries - 1) * std::max<int64_t>(opt->tree_stride, 0) +
+                            rows * std::max<int64_t>(opt->tree_row_bytes, 1);
+      const double room = kArenaFloats * 4.0 - extent;
+      if (in.Bool() && room >= 0)
+        opt->tree =
+            reinterpret_cast<const uint8_t*>(arena) + in.Range(0, static_cast<int64_t>(room));
+    }
   }
   const bool null_opt = in.Range(0, 15) == 0;
 

@@ -4,7 +4,8 @@
 // (AUTO too), backend, target, thread count, score modifier and the dtypes of q, k, v
 // and o (the 16-bit patterns of NaN and the infinities then), and quantized caches (any
 // bytes in the row, NaN, Inf and zero scales of its own); the lse and weights rows too
-// when the input requests them.
+// when the input requests them. A tree of draft tokens (options.tree, any bits) may
+// stand for the mask tensor: its bits of key p's column flip with the edit.
 #include "fuzz_support.h"
 
 using namespace fuzz;
@@ -21,6 +22,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (quant.type != OCTATTN_DTYPE_F32) p.types.kv = OCTATTN_DTYPE_F32;  // q and o as drawn
   Tensors base(p, p.layout);
   FillInputs(in, base);
+  // A tree over the last q_len keys: random bits, rows of row_bytes, entries stride apart
+  // (0: one tree for both).
+  std::vector<uint8_t> tree;
+  if (!p.opt.mask && in.Range(0, 3) == 3) {  // (past the input's end: no tree)
+    const int64_t row_bytes = (p.q_len + 7) / 8 + in.Range(0, 1);
+    const int64_t stride = in.Bool() ? 0 : p.q_len * row_bytes;
+    tree.resize(static_cast<size_t>((p.batch - 1) * stride + p.q_len * row_bytes));
+    for (uint8_t& x : tree) x = in.Byte();
+    p.opt.tree = tree.data();
+    p.opt.tree_row_bytes = row_bytes;
+    p.opt.tree_stride = stride;
+  }
 
   Context ctx(p, p.threads);
   // The call on f32 or 16-bit k and v, or on the quantized cache.
@@ -69,6 +82,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     opt.mask = &mask->t;
   }
+  std::vector<uint8_t> edited_tree = tree;
+  const int64_t col = pos - (p.kv_len - p.q_len);  // key pos's tree column
+  if (!tree.empty() && col >= 0) {
+    opt.tree = edited_tree.data();
+    for (int64_t b = 0; b < (p.opt.tree_stride ? p.batch : 1); ++b)
+      for (int64_t i = 0; i < p.q_len; ++i)
+        edited_tree[static_cast<size_t>(b * p.opt.tree_stride + i * p.opt.tree_row_bytes +
+                                        col / 8)] ^= static_cast<uint8_t>(1u << (col % 8));
+  }
   FUZZ_CHECK(attend(opt, edited, edited_quant) == OCTATTN_OK);
   if (!p.opt.causal) return 0;  // full attention: every row may read position pos
   // A sink makes no row read a key; chunks only narrow what rows read.
@@ -77,7 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int64_t i = 0; i < p.q_len; ++i)
         // The tensors' edits reach every batch that shares them: rows at pos or later
         // in other batches may change then.
-        if (q_start + i < pos || (b != edit_batch && !m.bias && !m.mask))
+        if (q_start + i < pos || (b != edit_batch && !m.bias && !m.mask && tree.empty()))
           FUZZ_CHECK(OutputRowsEqual(edited, base, b, h, i));
   return 0;
 }
