@@ -16,7 +16,7 @@ from . import _octattn
 __all__ = [
     "Context", "Error", "attention", "workspace_size", "scores", "scale", "mask",
     "modify_scores", "softmax", "weighted_sum", "split_heads", "merge_heads", "split_qkv",
-    "merge", "attention_backward", "kv_store", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
+    "merge", "attention_backward", "kv_store", "pack_tree", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
     "version", "STATUS",
 ]
 
@@ -148,12 +148,26 @@ attention = _octattn.attention
 kv_store = _octattn.kv_store
 
 
+def pack_tree(kept):
+    """The packed bits of a tree mask for attention(..., tree=): kept, a bool array [..., n,
+    n] (numpy or torch; kept[i, c]: row i reads tree column c, its ancestors and itself),
+    to uint8 [..., n, ceil(n / 8)], bit c of row i at bit c % 8 of byte c // 8."""
+    import numpy as np
+    if _is_torch(kept):
+        import torch
+        return torch.from_numpy(pack_tree(kept.detach().cpu().numpy()))
+    kept = np.asarray(kept)
+    if kept.dtype != np.bool_ or kept.ndim < 2 or kept.shape[-1] != kept.shape[-2]:
+        raise ValueError("pack_tree takes a bool array [..., n, n]")
+    return np.ascontiguousarray(np.packbits(kept, axis=-1, bitorder="little"))
+
+
 
 def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=0, stride=0, scale=None,
                        q_start=None, k_start=0, chunk=0, softcap=0.0, alibi_slopes=None,
                        sinks=None, bias=None, mask=None, return_dsinks=False,
                        return_dbias=False, algorithm="auto", layout="bhtd", context=None,
-                       q_starts=None, kv_starts=None, kv_lens=None):
+                       q_starts=None, kv_starts=None, kv_lens=None, tree=None):
     """The gradients of octattn.attention (octattn_attention_backward, include/octattn.h).
 
     q, k, v and the options as the forward call had them; o and lse ([B, Hq, Tq]) as it
@@ -161,7 +175,8 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     (return_dsinks, with sinks) and dbias [B, Hq, Tq, Tk] (return_dbias: the gradient of
     the scores, that is of a bias tensor before any broadcast) as asked. The gradients
     are new arrays of q's kind in q's layout. algorithm: "auto"/"fused" or "reference".
-    q_starts, kv_starts, kv_lens: a padded batch's sequences, as the forward call had them.
+    q_starts, kv_starts, kv_lens: a padded batch's sequences, and tree (octattn.pack_tree),
+    as the forward call had them.
     """
     ctx = _ctx_for(q, context)
     bthd = layout == "bthd"
@@ -179,7 +194,7 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     ctx.backward(q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, bthd, bool(causal), window,
                  stride, q_start, k_start, scale, chunk, float(softcap),
                  _per_head(alibi_slopes, q), _per_head(sinks, q), bias, mask,
-                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens)
+                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens, tree)
     out = (dq, dk, dv)
     if return_dsinks:
         out += (dsinks,)

@@ -280,8 +280,14 @@ struct Batch {
   const octattn_tensor *k_scale = nullptr, *v_scale = nullptr;
   int64_t k_scale_rows = 0, v_scale_rows = 0;
   octattn_qk_precision qk = OCTATTN_QK_EXACT;
+  // A tree of draft tokens (null: none): packed bits, rows tree_row_bytes apart.
+  const uint8_t* tree = nullptr;
+  int64_t tree_row_bytes = 0, tree_stride = 0;
   void Apply(octattn_attention_options* o) const {
     o->qk_precision = qk;
+    o->tree = tree;
+    o->tree_row_bytes = tree_row_bytes;
+    o->tree_stride = tree_stride;
     o->k_scale = k_scale;
     o->v_scale = v_scale;
     o->k_scale_rows = k_scale_rows;
@@ -297,40 +303,71 @@ struct Batch {
   }
 };
 
+// An integer array's data, sizes and strides (in elements; at most 3 dimensions kept),
+// torch or numpy on the CPU; ok: its dtype is T (torch: `torch_dtype`).
+struct IntArray {
+  bool ok = false;
+  size_t ndim = 0;
+  int64_t shape[3] = {0, 0, 0}, stride[3] = {0, 0, 0};
+  void* data = nullptr;
+};
+template <class T>
+IntArray IntArrayOf(nb::handle a, const char* name, const char* torch_dtype) {
+  IntArray r;
+  nb::ndarray<nb::device::cpu> arr;
+  if (IsTorch(a)) {
+    if (!nb::cast<bool>(a.attr("is_cpu"))) Bad(name, "a CPU tensor", true);
+    r.ok = a.attr("dtype").is(nb::module_::import_("torch").attr(torch_dtype));
+    nb::tuple sh = nb::borrow<nb::tuple>(a.attr("shape"));
+    nb::tuple st = nb::borrow<nb::tuple>(a.attr("stride")());
+    r.ndim = nb::len(sh);
+    for (size_t i = 0; i < r.ndim && i < 3; ++i) {
+      r.shape[i] = nb::cast<int64_t>(sh[i]);
+      r.stride[i] = nb::cast<int64_t>(st[i]);
+    }
+    r.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(a.attr("data_ptr")()));
+  } else if (nb::try_cast(a, arr, false)) {
+    r.ok = arr.dtype() == nb::dtype<T>();
+    r.ndim = arr.ndim();
+    for (size_t i = 0; i < r.ndim && i < 3; ++i) {
+      r.shape[i] = static_cast<int64_t>(arr.shape(i));
+      r.stride[i] = arr.stride(i);
+    }
+    r.data = arr.data();
+  }
+  return r;
+}
+
 // A block table: a C-contiguous 2-D int32 array [sequences, cols].
 const int32_t* BlockTable(nb::handle a, int64_t* rows, int64_t* cols) {
   const char* name = "block_table";
-  nb::ndarray<nb::device::cpu> arr;
-  bool ok = false;
-  int64_t shape[2] = {0, 0}, stride[2] = {0, 0};
-  void* data = nullptr;
-  size_t ndim = 0;
-  if (IsTorch(a)) {
-    if (!nb::cast<bool>(a.attr("is_cpu"))) Bad(name, "a CPU tensor", true);
-    ok = a.attr("dtype").is(nb::module_::import_("torch").attr("int32"));
-    nb::tuple sh = nb::borrow<nb::tuple>(a.attr("shape"));
-    nb::tuple st = nb::borrow<nb::tuple>(a.attr("stride")());
-    ndim = nb::len(sh);
-    for (size_t i = 0; i < ndim && i < 2; ++i) {
-      shape[i] = nb::cast<int64_t>(sh[i]);
-      stride[i] = nb::cast<int64_t>(st[i]);
-    }
-    data = reinterpret_cast<void*>(nb::cast<uintptr_t>(a.attr("data_ptr")()));
-  } else if (nb::try_cast(a, arr, false)) {
-    ok = arr.dtype() == nb::dtype<int32_t>();
-    ndim = arr.ndim();
-    for (size_t i = 0; i < ndim && i < 2; ++i) {
-      shape[i] = static_cast<int64_t>(arr.shape(i));
-      stride[i] = arr.stride(i);
-    }
-    data = arr.data();
-  }
-  if (!ok || ndim != 2 || (shape[1] > 1 && stride[1] != 1) ||
-      (shape[0] > 1 && stride[0] != shape[1]))
+  const IntArray t = IntArrayOf<int32_t>(a, name, "int32");
+  if (!t.ok || t.ndim != 2 || (t.shape[1] > 1 && t.stride[1] != 1) ||
+      (t.shape[0] > 1 && t.stride[0] != t.shape[1]))
     Bad(name, "a C-contiguous 2-D int32 array [sequences, blocks]", true);
-  *rows = shape[0];
-  *cols = shape[1];
-  return static_cast<const int32_t*>(data);
+  *rows = t.shape[0];
+  *cols = t.shape[1];
+  return static_cast<const int32_t*>(t.data);
+}
+
+// A tree's packed bits (octattn.pack_tree's output): uint8 [rows, row_bytes] (one tree
+// for every batch entry, or a ragged batch's rows) or [B, rows, row_bytes], each row's
+// bytes contiguous and rows one after another; a batch entry's rows anywhere (stride 0:
+// the same tree).
+void TreeOf(nb::handle a, Batch* batch) {
+  if (a.is_none()) return;
+  const char* name = "tree";
+  const IntArray t = IntArrayOf<uint8_t>(a, name, "uint8");
+  const size_t r = t.ndim == 3 ? 1 : 0;  // the rows' dimension
+  if (!t.ok || (t.ndim != 2 && t.ndim != 3) || (t.shape[r + 1] > 1 && t.stride[r + 1] != 1) ||
+      (t.shape[r] > 1 && t.stride[r] != t.shape[r + 1]) || t.shape[r + 1] < 1)
+    Bad(name,
+        "a uint8 array [rows, bytes] or [B, rows, bytes] of packed bits (octattn.pack_tree), "
+        "each entry's rows contiguous",
+        true);
+  batch->tree = static_cast<const uint8_t*>(t.data);
+  batch->tree_row_bytes = t.shape[r + 1];
+  batch->tree_stride = t.ndim == 3 && t.shape[0] > 1 ? t.stride[0] : 0;
 }
 
 // A [T, H, D] array seen as [1, T, H, D] (ragged rows; ViewOf with swap makes it
@@ -438,7 +475,7 @@ class Context {
                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
                 std::optional<float> scale, int64_t chunk, float softcap, OptArray alibi,
                 OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm, OptArray q_starts,
-                OptArray kv_starts, OptArray kv_lens) {
+                OptArray kv_starts, OptArray kv_lens, nb::handle tree) {
     const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                          to = View(o, "o", bthd), tl = View(lse, "lse"),
                          td = View(dout, "dout", bthd);
@@ -462,6 +499,11 @@ class Context {
     opt.o.q_starts = static_cast<const int64_t*>(Ints(q_starts, 64, n, "q_starts"));
     opt.o.kv_starts = static_cast<const int64_t*>(Ints(kv_starts, 64, n, "kv_starts"));
     opt.o.kv_lens = static_cast<const int64_t*>(Ints(kv_lens, 64, n, "kv_lens"));
+    Batch trees;
+    TreeOf(tree, &trees);
+    opt.o.tree = trees.tree;
+    opt.o.tree_row_bytes = trees.tree_row_bytes;
+    opt.o.tree_stride = trees.tree_stride;
     octattn_status s;
     {
       nb::gil_scoped_release release;
@@ -613,7 +655,8 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           nb::handle q_starts, nb::handle kv_starts, nb::handle kv_lens,
                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle block_table,
                           nb::handle k_scale, nb::handle v_scale, int64_t k_scale_rows,
-                          int64_t v_scale_rows, nb::handle kv_format, nb::handle qk) {
+                          int64_t v_scale_rows, nb::handle kv_format, nb::handle qk,
+                          nb::handle tree) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -700,6 +743,7 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   batch.v_scale_rows = v_scale_rows;
   if (!Is(qk, "exact") && !Is(qk, "int8")) throw nb::value_error("qk is 'exact' or 'int8'");
   batch.qk = Is(qk, "int8") ? OCTATTN_QK_INT8 : OCTATTN_QK_EXACT;
+  TreeOf(tree, &batch);
   ctx->Attention(ViewOf(rq, "q", q_bthd), ViewOf(rk, "k", kv_bthd), ViewOf(rv, "v", kv_bthd), &to,
                  return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
                  q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
@@ -777,7 +821,8 @@ NB_MODULE(_octattn, m) {
            nb::arg("k_start"), nb::arg("scale").none(), nb::arg("chunk"), nb::arg("softcap"),
            nb::arg("alibi").none(), nb::arg("sinks").none(), nb::arg("bias").none(),
            nb::arg("mask").none(), nb::arg("algorithm"), nb::arg("q_starts").none(),
-           nb::arg("kv_starts").none(), nb::arg("kv_lens").none())
+           nb::arg("kv_starts").none(), nb::arg("kv_lens").none(),
+           nb::arg("tree").none() = nb::none())
       .def("scores", &Context::Scores)
       .def("scale", &Context::Scale)
       .def("mask", &Context::Mask, nb::arg("scores"), nb::arg("causal"), nb::arg("window"),
@@ -811,6 +856,7 @@ NB_MODULE(_octattn, m) {
         nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
         nb::arg("k_scale_rows") = 0, nb::arg("v_scale_rows") = 0,
         nb::arg("kv_format").none() = nb::none(), nb::arg("qk") = "exact",
+        nb::arg("tree").none() = nb::none(),
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -834,7 +880,11 @@ with k_scale and v_scale ([B, Hkv, R, D / G] in k's layout, sizes of 1 broadcast
 k_scale_rows: rows per scale row), torch.float8_e4m3fn / float8_e5m2 (optional scales),
 or uint8 arrays with kv_format "q8_0" / "q4_0" (ggml's blocks: the last dimension the
 row's bytes) or "fp8_e4m3" / "fp8_e5m2" (codes). qk="int8" (int8, q8_0 and q4_0 keys):
-q . k as int8 dot products, q rounded to int8 in blocks (OCTATTN_QK_INT8).)doc");
+q . k as int8 dot products, q rounded to int8 in blocks (OCTATTN_QK_INT8).
+tree: a tree of draft tokens (speculative decoding's verification; include/octattn.h,
+Trees): uint8 [rows, bytes] (every batch entry's, or a ragged batch's rows) or [B, rows,
+bytes] from octattn.pack_tree; row i reads every key before the sequence's last Tq (its
+tree) and the tree columns its bits keep. Not with mask.)doc");
   m.def("kv_store", &KvStoreEntry, nb::arg("src"), nb::arg("dst"),
         nb::arg("scale").none() = nb::none(), nb::kw_only(), nb::arg("scale_rows") = 0,
         nb::arg("slots").none() = nb::none(), nb::arg("layout") = "bhtd",
