@@ -35,6 +35,9 @@ struct Case {
   float softcap = 0;
   bool alibi = false, sinks = false, mask_tensor = false, bias_tensor = false;
   int64_t chunk = 0;
+  // --tree: the q_len query rows are a tree of draft tokens over the cache's last q_len
+  // rows (TreeBits), passed as options.tree (or in the mask tensor with --mask-tensor).
+  bool tree = false;
   octattn_algorithm algo = OCTATTN_ALGORITHM_AUTO;
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
@@ -194,6 +197,9 @@ const char* kHelp =
     "  --softcap X --alibi --sinks --chunk N   score modifiers\n"
     "  --mask-tensor (a broadcast bool mask equal to the mask of the other flags, passed\n"
     "                 instead of them) --bias-tensor (a broadcast f32 bias)\n"
+    "  --tree N  N draft tokens (--q-len N) verified as a tree over the last N of --kv-len\n"
+    "            keys: a seeded random tree (each node's parent one of the 8 nodes before\n"
+    "            it), the same for every batch entry, as options.tree\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
     "  --target LIST (auto,amx_bf16,avx512_bf16,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,\n"
     "                 sve_256,scalar)\n"
@@ -329,7 +335,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->base.chunk = i64(next());
     else if (f == "--mask-tensor")
       a->base.mask_tensor = true;
-    else if (f == "--bias-tensor")
+    else if (f == "--tree") {
+      a->base.tree = true;
+      a->q_lens = {i64(next())};
+    } else if (f == "--bias-tensor")
       a->base.bias_tensor = true;
     else if (f == "--threads")
       a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
@@ -533,6 +542,25 @@ RowRange RowOf(const Case& c, int64_t i) {
   if (c.causal && c.window > 0) lo = std::min(std::max(lo, qpos - c.window + 1), hi);
   return {lo, hi, sb};
 }
+// The tree of --tree: q_len rows of (q_len + 7) / 8 bytes, row i's bits node i and its
+// ancestors; node i's parent is one of the 8 nodes before it (seeded), node 0 a root.
+std::vector<uint8_t> TreeBits(const Case& c) {
+  const int64_t n = c.q_len, row = (n + 7) / 8;
+  std::vector<uint8_t> bits(static_cast<size_t>(n * row), 0);
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) {
+      const int64_t parent = i - 1 - static_cast<int64_t>(rng() % std::min<int64_t>(i, 8));
+      std::copy_n(bits.begin() + parent * row, row, bits.begin() + i * row);
+    }
+    bits[static_cast<size_t>(i * row + i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  return bits;
+}
+bool InTree(const Case& c, const std::vector<uint8_t>& bits, int64_t i, int64_t j) {
+  const int64_t col = j - (c.kv_len - c.q_len), row = (c.q_len + 7) / 8;
+  return col < 0 || ((bits[static_cast<size_t>(i * row + col / 8)] >> (col % 8)) & 1u);
+}
 bool PairAllowed(const Case& c, int64_t i, int64_t j) {
   const RowRange r = RowOf(c, i);
   if (j >= r.lo && j < r.hi) return true;
@@ -542,6 +570,12 @@ bool PairAllowed(const Case& c, int64_t i, int64_t j) {
 // Allowed (query, key) pairs of one head: the useful work.
 double AllowedPairs(const Case& c) {
   double n = 0;
+  if (c.tree) {  // the analytic mask's pairs less the tree columns a row's bits drop
+    const std::vector<uint8_t> bits = TreeBits(c);
+    for (int64_t i = 0; i < c.q_len; ++i)
+      for (int64_t j = std::max<int64_t>(0, c.kv_len - c.q_len); j < c.kv_len; ++j)
+        n -= PairAllowed(c, i, j) && !InTree(c, bits, i, j);
+  }
   for (int64_t i = 0; i < c.q_len; ++i) {
     const RowRange r = RowOf(c, i);
     n += static_cast<double>(r.hi - r.lo);
@@ -562,7 +596,7 @@ struct Buffers {
   std::vector<float> lse, dout, dq, dk, dv;
   octattn_tensor tlse{}, tdout{}, tdq{}, tdk{}, tdv{};
   std::vector<float> slopes, sinks, bias;
-  std::vector<uint8_t> mask;
+  std::vector<uint8_t> mask, tree;
   octattn_tensor tbias{}, tmask{};
   explicit Buffers(const Case& c) {
     const int64_t qs[4] = {c.batch, c.q_heads, c.q_len, c.head_dim};
@@ -614,10 +648,12 @@ struct Buffers {
       for (float& x : bias) x = dist(rng);
       octattn_tensor_init(&tbias, bias.data(), ms, OCTATTN_LAYOUT_BHTD);
     }
+    if (c.tree) tree = TreeBits(c);
     if (c.mask_tensor) {
       mask.resize(static_cast<size_t>(c.q_len * c.kv_len));
       for (int64_t i = 0; i < c.q_len; ++i)
-        for (int64_t j = 0; j < c.kv_len; ++j) mask[i * c.kv_len + j] = PairAllowed(c, i, j);
+        for (int64_t j = 0; j < c.kv_len; ++j)
+          mask[i * c.kv_len + j] = PairAllowed(c, i, j) && (!c.tree || InTree(c, tree, i, j));
       octattn_tensor_init(&tmask, mask.data(), ms, OCTATTN_LAYOUT_BHTD);
       tmask.dtype = OCTATTN_DTYPE_BOOL;
     }
@@ -721,10 +757,14 @@ octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
   if (c.alibi) o.alibi_slopes = b.slopes.data();
   if (c.sinks) o.sinks = b.sinks.data();
   if (c.bias_tensor) o.bias = &b.tbias;
-  if (c.mask_tensor) {  // the tensor holds the mask: the call's own mask is full
+  if (c.mask_tensor) {  // the tensor holds the mask (and the tree): the call's own is full
     o.mask = &b.tmask;
     o.causal = 0;
     o.window = o.stride = o.chunk = 0;
+  } else if (c.tree) {
+    o.tree = b.tree.data();
+    o.tree_row_bytes = (c.q_len + 7) / 8;
+    o.tree_stride = 0;  // one tree for every batch entry
   }
   return o;
 }
@@ -737,6 +777,7 @@ std::string ModsOf(const Case& c) {
   if (c.alibi) add("alibi");
   if (c.sinks) add("sinks");
   if (c.chunk > 0) add("chunk=" + std::to_string(c.chunk));
+  if (c.tree) add("tree");
   if (c.mask_tensor) add("mask_tensor");
   if (c.bias_tensor) add("bias_tensor");
   return s.empty() ? "none" : s;
