@@ -299,6 +299,11 @@ type Options struct {
 	// QkInt8: q . k over an INT8, Q8_0 or Q4_0 key cache as int8 dot products, q rounded
 	// to int8 in blocks (SEMANTICS: Quantized caches, OCTATTN_QK_INT8); false: exact.
 	QkInt8 bool
+	// A tree of draft tokens per batch entry (SEMANTICS: Trees): packed bits,
+	// TreeRowBytes from one query row's bits to the next, TreeStride bytes from one batch
+	// entry's rows to the next (0: every entry reads the same tree).
+	Tree                     []byte
+	TreeRowBytes, TreeStride int
 }
 
 // Context holds a thread cap, a backend and target, and scratch memory reused across
@@ -432,7 +437,7 @@ func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 	return t, nil
 }
 
-func (c *call) options(o *Options, batch, qHeads int) (*C.octattn_attention_options, error) {
+func (c *call) options(o *Options, batch, qHeads, qRows int) (*C.octattn_attention_options, error) {
 	opts := &C.octattn_attention_options{}
 	// The sized init writes this package's struct, whatever library is loaded.
 	C.octattn_attention_options_init_size(opts, C.size_t(unsafe.Sizeof(*opts)))
@@ -512,6 +517,17 @@ func (c *call) options(o *Options, batch, qHeads int) (*C.octattn_attention_opti
 	opts.v_scale_rows = C.int64_t(o.VScaleRows)
 	if o.QkInt8 {
 		opts.qk_precision = C.OCTATTN_QK_INT8
+	}
+	if o.Tree != nil {
+		// The bytes the library reads: every entry's qRows rows.
+		need := (max(batch, 1)-1)*o.TreeStride + qRows*o.TreeRowBytes
+		if o.TreeRowBytes < 0 || o.TreeStride < 0 || len(o.Tree) < need || len(o.Tree) == 0 {
+			return nil, &Error{InvalidOption, fmt.Sprintf("Tree: %d bytes, the rows need %d", len(o.Tree), need)}
+		}
+		c.pin.Pin(&o.Tree[0])
+		opts.tree = (*C.uint8_t)(unsafe.Pointer(&o.Tree[0]))
+		opts.tree_row_bytes = C.int64_t(o.TreeRowBytes)
+		opts.tree_stride = C.int64_t(o.TreeStride)
 	}
 	if err := c.sequences(o, opts, batch); err != nil {
 		return nil, err
@@ -595,7 +611,7 @@ func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) err
 		}
 		tl = &t
 	}
-	options, err := c.options(opts, q.Shape[0], q.Shape[1])
+	options, err := c.options(opts, q.Shape[0], q.Shape[1], q.Shape[2])
 	if err != nil {
 		return err
 	}
@@ -710,7 +726,7 @@ func (ctx *Context) AttentionBackward(opts *Options, q, k, v, o, lse, dout Tenso
 		c.pin.Pin(&g.DSinks[0])
 		ds = (*C.float)(unsafe.Pointer(&g.DSinks[0]))
 	}
-	options, err := c.options(opts, q.Shape[0], q.Shape[1])
+	options, err := c.options(opts, q.Shape[0], q.Shape[1], q.Shape[2])
 	if err != nil {
 		return err
 	}

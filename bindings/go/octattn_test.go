@@ -181,6 +181,59 @@ func TestThreadsTargetsAndABroadcastMask(t *testing.T) {
 	}
 }
 
+func TestATreeGivesTheBytesOfItsMaskTensor(t *testing.T) {
+	// 2 entries, 6 draft tokens over 5 prefix keys: entry 0 a binary tree (node c's
+	// parent (c+1)/2-1), entry 1 a chain.
+	b, h, n, p, d := 2, 2, 6, 5, 8
+	q, k := data(b*h*n*d, 3), data(b*h*(p+n)*d, 4)
+	bits := make([]byte, b*n)
+	allow := make([]bool, b*n*(p+n))
+	for e := 0; e < b; e++ {
+		for i := 0; i < n; i++ {
+			for c := i; c >= 0; {
+				bits[e*n+i] |= 1 << c
+				if e == 0 {
+					c = (c+1)/2 - 1
+				} else {
+					c--
+				}
+			}
+			for j := 0; j < p+n; j++ {
+				allow[(e*n+i)*(p+n)+j] = j < p || bits[e*n+i]>>(j-p)&1 == 1
+			}
+		}
+	}
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	run := func(opts *Options) ([]float32, error) {
+		o := make([]float32, len(q))
+		tq, _ := BHTD(q, b, h, n, d)
+		tk, _ := BHTD(k, b, h, p+n, d)
+		to, _ := BHTD(o, b, h, n, d)
+		return o, ctx.Attention(opts, tq, tk, tk, to, nil)
+	}
+	withTree, err := run(&Options{Tree: bits, TreeRowBytes: 1, TreeStride: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := &Mask{Data: allow, Shape: [4]int{b, 1, n, p + n}, Strides: [4]int{n * (p + n), 0, p + n, 1}}
+	withMask, err := run(&Options{Mask: mask})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range withTree {
+		if math.Float32bits(withTree[i]) != math.Float32bits(withMask[i]) {
+			t.Fatalf("element %d: %v vs %v", i, withTree[i], withMask[i])
+		}
+	}
+	if _, err := run(&Options{Tree: bits[:b*n-1], TreeRowBytes: 1, TreeStride: n}); !IsStatus(err, InvalidOption) {
+		t.Fatal(err)
+	}
+}
+
 func TestBackwardMatchesTheReferenceAlgorithm(t *testing.T) {
 	b, hq, hkv, n, d := 1, 4, 2, 70, 16
 	q, k, v, dout := data(b*hq*n*d, 11), data(b*hkv*n*d, 12), data(b*hkv*n*d, 13), data(b*hq*n*d, 14)

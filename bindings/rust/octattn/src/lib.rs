@@ -406,6 +406,10 @@ pub struct Options<'a> {
     /// q . k over an INT8, Q8_0 or Q4_0 key cache as int8 dot products, q rounded to int8
     /// in blocks (SEMANTICS: Quantized caches, OCTATTN_QK_INT8); false: exact.
     pub qk_int8: bool,
+    /// A tree of draft tokens per batch entry (SEMANTICS: Trees): packed bits,
+    /// `row_bytes` from one query row's bits to the next, `stride` bytes from one batch
+    /// entry's rows to the next (0: every entry reads the same tree).
+    pub tree: Option<(&'a [u8], usize, usize)>,
 }
 
 impl Default for Options<'_> {
@@ -434,6 +438,7 @@ impl Default for Options<'_> {
             k_scale_rows: 0,
             v_scale_rows: 0,
             qk_int8: false,
+            tree: None,
         }
     }
 }
@@ -445,6 +450,7 @@ impl Options<'_> {
         &self,
         batch: i64,
         q_heads: i64,
+        q_rows: i64,
         held: &mut [sys::octattn_tensor; 4],
     ) -> Result<sys::octattn_attention_options> {
         let mut o = std::mem::MaybeUninit::<sys::octattn_attention_options>::uninit();
@@ -550,6 +556,19 @@ impl Options<'_> {
             }
             o.block_table = table.as_ptr();
             o.block_table_cols = cols as i64;
+        }
+        if let Some((bits, row_bytes, stride)) = self.tree {
+            // The bytes the library reads: every entry's q_rows rows.
+            let need = (batch.max(1) as u128 - 1) * stride as u128 + q_rows as u128 * row_bytes as u128;
+            if (bits.len() as u128) < need {
+                return Err(invalid(
+                    sys::OCTATTN_ERROR_INVALID_OPTION,
+                    format!("tree: {} bytes, the rows need {need}", bits.len()),
+                ));
+            }
+            o.tree = bits.as_ptr();
+            o.tree_row_bytes = row_bytes as i64;
+            o.tree_stride = stride as i64;
         }
         Ok(o)
     }
@@ -686,7 +705,7 @@ impl Context {
         lse: Option<&mut TensorMut>,
     ) -> Result<()> {
         let mut held = [q.raw; 4];
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut held)?;
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
         self.check(unsafe {
             sys::octattn_attention(
@@ -727,7 +746,7 @@ impl Context {
         dbias: Option<&mut TensorMut>,
     ) -> Result<()> {
         let mut held = [q.raw; 4];
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut held)?;
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let dsinks_ptr = match dsinks {
             Some(s) if s.len() as i64 != q.raw.shape[1] => {
                 return Err(invalid(
@@ -776,7 +795,7 @@ impl Context {
         o: &TensorMut,
     ) -> Result<usize> {
         let mut held = [q.raw; 4];
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], &mut held)?;
+        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let mut bytes = 0usize;
         self.check(unsafe {
             sys::octattn_attention_workspace_size(
@@ -1037,6 +1056,60 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.status, sys::OCTATTN_ERROR_UNSUPPORTED);
         assert!(o16.iter().all(|x| *x == 7));
+    }
+
+    #[test]
+    fn a_tree_gives_the_bytes_of_its_mask_tensor() {
+        // 2 entries, 6 draft tokens over 5 prefix keys; node c's parent is c / 2 - 1
+        // (a binary tree), entry 1's tree a chain.
+        let (b, h, n, p, d) = (2, 2, 6, 5, 8);
+        let (q, k) = (data(b * h * n * d, 3), data(b * h * (p + n) * d, 4));
+        let mut bits = vec![0u8; b * n];
+        let mut allow = vec![true; b * n * (p + n)];
+        for e in 0..b {
+            for i in 0..n {
+                let mut c = i as i64;
+                while c >= 0 {
+                    bits[e * n + i] |= 1 << c;
+                    c = if e == 0 { (c + 1) / 2 - 1 } else { c - 1 };
+                }
+                for c in 0..n {
+                    allow[(e * n + i) * (p + n) + p + c] = bits[e * n + i] >> c & 1 == 1;
+                }
+            }
+        }
+        let mut ctx = Context::new().unwrap();
+        let mut run = |opts: &Options| {
+            let mut o = vec![0.0f32; q.len()];
+            ctx.attention(
+                opts,
+                &Tensor::bhtd(&q, [b, h, n, d]).unwrap(),
+                &Tensor::bhtd(&k, [b, h, p + n, d]).unwrap(),
+                &Tensor::bhtd(&k, [b, h, p + n, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut o, [b, h, n, d]).unwrap(),
+                None,
+            )
+            .map(|()| o)
+        };
+        let mask = MaskTensor::new(&allow, [b, 1, n, p + n], [n * (p + n), 0, p + n, 1]).unwrap();
+        let with_tree = run(&Options {
+            tree: Some((&bits, 1, n)),
+            ..Options::default()
+        })
+        .unwrap();
+        let with_mask = run(&Options {
+            mask: Some(mask),
+            ..Options::default()
+        })
+        .unwrap();
+        assert!(with_tree.iter().zip(&with_mask).all(|(x, y)| x.to_bits() == y.to_bits()));
+        // Fewer bytes than the rows need: refused before the call.
+        let err = run(&Options {
+            tree: Some((&bits[..b * n - 1], 1, n)),
+            ..Options::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_INVALID_OPTION);
     }
 
     #[test]
