@@ -180,7 +180,7 @@ class _Plan:
 
     def __init__(self, group, seq_len, split, opts, rows, error, timeout):
         self.group, self.ranks, self.rank = _group_info(group)
-        self.split, self.opts, self.timeout = split, opts, timeout
+        self.split, self.opts = split, opts
         mine = torch.tensor(list(rows) + [error is not None], dtype=torch.int64)
         everyone = [torch.empty_like(mine) for _ in range(self.ranks)]
         _wait([dist.all_gather(everyone, mine, group=self.group, async_op=True)], timeout,
