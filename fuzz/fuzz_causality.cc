@@ -22,18 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (quant.type != OCTATTN_DTYPE_F32) p.types.kv = OCTATTN_DTYPE_F32;  // q and o as drawn
   Tensors base(p, p.layout);
   FillInputs(in, base);
-  // A tree over the last q_len keys: random bits, rows of row_bytes, entries stride apart
-  // (0: one tree for both).
   std::vector<uint8_t> tree;
-  if (!p.opt.mask && in.Range(0, 3) == 3) {  // (past the input's end: no tree)
-    const int64_t row_bytes = (p.q_len + 7) / 8 + in.Range(0, 1);
-    const int64_t stride = in.Bool() ? 0 : p.q_len * row_bytes;
-    tree.resize(static_cast<size_t>((p.batch - 1) * stride + p.q_len * row_bytes));
-    for (uint8_t& x : tree) x = in.Byte();
-    p.opt.tree = tree.data();
-    p.opt.tree_row_bytes = row_bytes;
-    p.opt.tree_stride = stride;
-  }
+  p.ReadTree(in, &tree);
 
   Context ctx(p, p.threads);
   // The call on f32 or 16-bit k and v, or on the quantized cache.

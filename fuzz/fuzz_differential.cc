@@ -48,6 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int other_layout = static_cast<int>(in.Range(0, 3));
   Tensors t(p, p.layout);
   FillInputs(in, t);
+  std::vector<uint8_t> tree;
+  p.ReadTree(in, &tree);
 
   Context one(p, 1), two(p, 2);
   FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);
@@ -95,6 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       mask.shape[0] = 1;
       opt.mask = &mask;
     }
+    if (opt.tree) opt.tree += opt.tree_stride;
     FUZZ_CHECK(Run(p.types, one, &opt, &q, &k, &v, &o, nullptr, shard.has_w ? &w : nullptr) ==
                OCTATTN_OK);
     for (int64_t h = 0; h < p.q_heads; ++h)

@@ -175,6 +175,20 @@ struct Problem {
       opt.mask = &mods->mask->t;
     }
   }
+  // A tree of draft tokens over the last q_len keys for a problem without a mask
+  // tensor, drawn in a quarter of the inputs (none past the input's end): random bits,
+  // rows of row_bytes, batch entries stride apart (0: one tree for both), into *bits,
+  // which opt points at.
+  void ReadTree(Input& in, std::vector<uint8_t>* bits) {
+    if (opt.mask || in.Range(0, 3) != 3) return;
+    const int64_t row_bytes = (q_len + 7) / 8 + in.Range(0, 1);
+    const int64_t stride = in.Bool() ? 0 : q_len * row_bytes;
+    bits->resize(static_cast<size_t>((batch - 1) * stride + q_len * row_bytes));
+    for (uint8_t& x : *bits) x = in.Byte();
+    opt.tree = bits->data();
+    opt.tree_row_bytes = row_bytes;
+    opt.tree_stride = stride;
+  }
   // An upper bound of |s| after the modifiers, from the largest |scaled score|.
   double ModifiedScoreBound(double s) const {
     if (opt.softcap > 0) s = std::fmin(s, opt.softcap);

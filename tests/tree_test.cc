@@ -128,6 +128,36 @@ TEST_CASE("a tree's bits give the bytes of the mask tensor of the same pairs", "
       }
 }
 
+// A tree call's bytes do not depend on the thread count or the tensors' layout: the
+// fused path's decode-shaped plans split keys over threads as its prefill plans do not.
+TEST_CASE("trees: thread count and layouts change no byte", "[tree][invariants]") {
+  uint32_t seed = 500;
+  for (const Case& c : kCases) {
+    ++seed;
+    const TreeCall tc(c, seed, 1, 0);
+    octattn_attention_options opt = CaseOptions(c, OCTATTN_ALGORITHM_FUSED);
+    tc.trees.Into(&opt);
+    Context one(1);
+    Tensor o = tc.p.Out(), lse = tc.p.Lse();
+    Attend(one, opt, tc.p.q, tc.p.k, tc.p.v, o, &lse);
+    for (int threads : {2, 3})
+      for (Layout layout : {Layout::kBHTD, Layout::kBTHD, Layout::kPadded}) {
+        INFO(Name(c) << " threads " << threads << " layout " << layout);
+        Problem other(c.batch, c.hq, c.hkv, c.n, c.prefix + c.n, c.d, c.d, 1, 1.0f, layout);
+        other.q.CopyValuesFrom(tc.p.q);
+        other.k.CopyValuesFrom(tc.p.k);
+        other.v.CopyValuesFrom(tc.p.v);
+        Context ctx(threads);
+        Tensor oo = other.Out(layout), olse = other.Lse();
+        Attend(ctx, opt, other.q, other.k, other.v, oo, &olse);
+        Tensor back = tc.p.Out();
+        back.CopyValuesFrom(oo);
+        REQUIRE(BytesEqual(o, back));
+        REQUIRE(BytesEqual(lse, olse));
+      }
+  }
+}
+
 TEST_CASE("a tree_stride of 0: every batch entry reads the same tree", "[tree]") {
   const Case c{3, 4, 2, 21, 45, 32, 1, 0, 0.0f};
   std::mt19937 rng(8);
@@ -290,7 +320,7 @@ TEST_CASE("a batch of trees gives each sequence the bytes of its own call", "[tr
   // Padded: every entry's tree over its last q_len valid keys (kv_lens), the padding after.
   const int64_t B = 3, tq = 6, tk = 50;
   Problem p(B, hq, hkv, tq, tk, d, d, 77);
-  std::vector<int64_t> lens = {50, 6, 31};
+  std::vector<int64_t> lens = {50, 3, 31};  // entry 1: fewer keys than tree columns
   Trees trees(B, tq, 1, tq + 2);
   std::vector<std::vector<std::vector<uint8_t>>> kept;
   for (int64_t b = 0; b < B; ++b) {
