@@ -126,7 +126,12 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
       any ? base::Classify(sp.mask, qmin, qmax + 1, tile.t0, tile.t1, sp.kv_len) : base::kTileEmpty;
   if (kind == base::kTileEmpty) return false;
   bk->full = kind == base::kTileFull && tile.t1 - tile.t0 == tile.tpad;
-  bk->modded = t.op.mods.Scores();
+  // A tile of a tree's prefix (every real key below its first column) runs as one with
+  // no modifier when the tree is the only one.
+  const Mods& mods = t.op.mods;
+  const bool prefix = mods.keep_bits && mods.softcap == 0.0f && !mods.slopes && !mods.bias &&
+                      sp.first + (tile.t1 - 1) * sp.step < mods.keep_from;
+  bk->modded = mods.Scores() && !prefix;
   bk->block_a = tile.tpad;
   bk->block_b = 0;
   for (int r = 0; r < R; ++r) {
