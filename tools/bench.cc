@@ -412,6 +412,12 @@ bool Parse(int argc, char** argv, Args* a) {
                  "--block-size (and neither --padded nor --separate)\n");
     std::exit(2);
   }
+  if (a->base.tree && (!a->seq_kv_lens.empty() || a->store)) {
+    std::fprintf(stderr,
+                 "--tree times one call of --batch entries: not with --seq-kv-lens "
+                 "or --store\n");
+    std::exit(2);
+  }
   return true;
 }
 
