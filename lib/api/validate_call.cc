@@ -129,7 +129,6 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   plan::CallShape& sh = c->shape;
   const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
   OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask));
-  c->tree = opt.tree != nullptr;
   OCTATTN_CHECK(api::ValidateScales(opt.k_scale, opt.k_scale_rows, c->k, "k", paged, &c->k_scale));
   OCTATTN_CHECK(api::ValidateScales(opt.v_scale, opt.v_scale_rows, c->v, "v", paged, &c->v_scale));
   const struct {
@@ -143,7 +142,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
              {&c->k, "k", true},
              {&c->v, "v", true},
              {&c->bias, "options.bias", c->bias.hi != 0},
-             {&c->mask, c->tree ? "options.tree" : "options.mask", c->mask.hi != 0},
+             {&c->mask, c->shape.mods.keep_bits ? "options.tree" : "options.mask", c->mask.hi != 0},
              {&c->k_scale.t, "options.k_scale", c->k_scale.t.hi != 0},
              {&c->v_scale.t, "options.v_scale", c->v_scale.t.hi != 0}};
   for (const auto& out : outs) {
@@ -229,7 +228,7 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run:
                          "lse",
                          "weights",
                          "options.bias",
-                         c.tree ? "options.tree" : "options.mask",
+                         c.shape.mods.keep_bits ? "options.tree" : "options.mask",
                          "options.k_scale",
                          "options.v_scale"};
   for (int i = 0; i < 10; ++i)
@@ -303,7 +302,7 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
              {&c->dout, "dout"},
              {&c->dlse, "dlse"},
              {&c->fwd.bias, "options.bias"},
-             {&c->fwd.mask, c->fwd.tree ? "options.tree" : "options.mask"},
+             {&c->fwd.mask, c->fwd.shape.mods.keep_bits ? "options.tree" : "options.mask"},
              {&c->sinks, "options.sinks"},
              {&c->slopes, "options.alibi_slopes"}};
   for (const auto& out : outs) {
@@ -335,7 +334,7 @@ api::Check CheckBackwardWorkspaceDisjoint(const void* workspace, size_t size,
                          "dout",
                          "dlse",
                          "options.bias",
-                         c.fwd.tree ? "options.tree" : "options.mask",
+                         c.fwd.shape.mods.keep_bits ? "options.tree" : "options.mask",
                          "dq",
                          "dk",
                          "dv",

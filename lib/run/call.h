@@ -43,8 +43,8 @@ struct ScaleInfo {
 struct Call {
   TensorInfo q, k, v, o, lse, weights;
   ScaleInfo k_scale, v_scale;
-  TensorInfo bias, mask;  // of the modifiers (hi == 0: absent); mask: or the tree's bits
-  bool tree = false;      // the modifiers' keep entries are options.tree's bits
+  // Of the modifiers (hi == 0: absent); mask: or the tree's bits (shape.mods.keep_bits).
+  TensorInfo bias, mask;
   bool has_lse = false, has_weights = false;
   plan::CallShape shape{};
   float scale = 0;
