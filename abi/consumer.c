@@ -55,12 +55,13 @@ PIN(options_reserved3, offsetof(octattn_attention_options, reserved3) == 204);
 PIN(options_tree, offsetof(octattn_attention_options, tree) == 208);
 PIN(options_tree_row_bytes, offsetof(octattn_attention_options, tree_row_bytes) == 216);
 PIN(options_tree_stride, offsetof(octattn_attention_options, tree_stride) == 224);
-PIN(run_info_size, sizeof(octattn_run_info) == 24);
+PIN(run_info_size, sizeof(octattn_run_info) == 32);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);
 PIN(run_info_backend, offsetof(octattn_run_info, backend) == 12);
 PIN(run_info_target, offsetof(octattn_run_info, target) == 16);
 PIN(run_info_threads, offsetof(octattn_run_info, threads) == 20);
+PIN(run_info_shared_kv_rows, offsetof(octattn_run_info, shared_kv_rows) == 24);
 
 static int failures = 0;
 

@@ -114,6 +114,20 @@
  * The naive algorithm, the backward and the stages do not take a paged cache
  * (UNSUPPORTED): it runs fused (AUTO) or reference.
  *
+ * Shared prefixes (cascade decode, since 0.11). The fused path reads a sequence's keys in
+ * spans of 1024 (key rows 1024 c .. 1024 c + 1023 from its first valid row). Where two or
+ * more decode-shaped sequences of one call (query heads per kv head times q_len at most
+ * 16) have the same q_len and their leading spans are the same key and value rows (the
+ * same blocks of a paged cache; in a padded batch, k and v, and their scales, with batch
+ * stride 0), the call reads each such span once for up to 16 of them, their rows stacked
+ * as one task's, instead of once per sequence. Nothing marks them: the call compares the
+ * block ids (or row offsets). A sequence shares the spans it has in common with the first
+ * sequence of its group (the first with its key row 0 and q_len; at most 64 groups per
+ * call) that every one of its rows reads whole; softcap and sinks may be present, ALiBi,
+ * bias, a mask tensor, a tree and strided columns turn sharing off. The bytes are those
+ * of the same call over copies of the rows (no byte depends on what is shared);
+ * octattn_run_info.shared_kv_rows counts the rows read once for several sequences.
+ *
  * Quantized caches (since 0.11). k and v (each on its own; never q or o) may hold a
  * quantized cache. Each element's value, on which every algorithm computes exactly as on
  * an f32 cache holding these values (a call's bytes are those of the f32 call on the
@@ -482,6 +496,11 @@ typedef struct octattn_run_info {
   octattn_backend backend;     /* the backend that ran (never AUTO); 0 for reference */
   octattn_target target;       /* the target that ran; SCALAR for reference */
   int32_t threads;             /* the thread cap the call ran under */
+  /* Cascade decode (SEMANTICS, Shared prefixes; since 0.11): K/V rows of one kv head that
+   * octattn_attention read once for several sequences rather than once for each (a span
+   * of n key rows read for m sequences counts n * (m - 1) per kv head); 0 for the other
+   * calls. */
+  int64_t shared_kv_rows;
 } octattn_run_info;
 
 /* Reports what the context's last successful kernel call ran: octattn_attention and the

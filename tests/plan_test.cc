@@ -256,3 +256,48 @@ TEST_CASE("chunks: key ranges, classification and bounds agree with the formula"
   CHECK(empty > 1000);
   CHECK(full > 20);
 }
+
+TEST_CASE("cascade: the leading spans a decode-shaped sequence reads whole", "[plan][cascade]") {
+  const int64_t span = kernels::kSpanKeys;
+  const auto fused = plan::Algorithm::kFused;
+  // Brute force: the leading spans every row of the shape reads whole (every pair allowed).
+  auto whole = [&](const plan::CallShape& c) {
+    int64_t n = 0;
+    for (; (n + 1) * span <= c.kv_len; ++n) {
+      bool any = false, all = false;
+      Pairs(c.mask, c.mask.q_start, c.mask.q_start + c.q_len, n * span, (n + 1) * span, &any, &all);
+      if (!all) break;
+    }
+    return n;
+  };
+  for (int64_t kv : {span + 1, 2 * span, 3 * span + 7, int64_t{5000}})
+    for (int64_t q_len : {int64_t{1}, int64_t{2}, int64_t{4}})
+      for (int64_t window : {int64_t{0}, int64_t{1500}, int64_t{4000}}) {
+        const base::Mask m = base::Mask{1, window, 0, kv - q_len, 0};
+        const plan::CallShape c = Shape(1, 8, 2, q_len, kv, 64, m);
+        INFO("kv " << kv << " q_len " << q_len << " window " << window);
+        REQUIRE(plan::WholeSpans(c, fused) == whole(c));
+      }
+  const base::Mask causal = base::Mask{1, 0, 0, 2999, 0};
+  plan::CallShape c = Shape(1, 8, 2, 1, 3000, 64, causal);
+  REQUIRE(plan::WholeSpans(c, fused) == 2);
+  REQUIRE(plan::WholeSpans(c, plan::Algorithm::kNaive) == 0);
+  c.mods.softcap = 30.0f;  // softcap and sinks: the same rows' operations
+  REQUIRE(plan::WholeSpans(c, fused) == 2);
+  const float slopes[8] = {};
+  c.mods.slopes = slopes;  // ALiBi: scores that depend on the row's position
+  REQUIRE(plan::WholeSpans(c, fused) == 0);
+  c.mods = kernels::Mods{};
+  c.q_len = 4;  // 4 heads x 4 rows per kv head: still decode-shaped
+  c.mask = base::Mask{1, 0, 0, 2996, 0};
+  REQUIRE(plan::WholeSpans(c, fused) == 2);
+  c.q_len = 5;  // 20 rows: prefill-shaped
+  c.mask = base::Mask{1, 0, 0, 2995, 0};
+  REQUIRE(plan::WholeSpans(c, fused) == 0);
+  c.q_len = 1;
+  c.mask = base::Mask{1, 3000, 64, 2999, 0};  // strided columns
+  REQUIRE(plan::WholeSpans(c, fused) == 0);
+  c.kv_len = span;  // one span: not decode-shaped
+  c.mask = base::Mask{1, 0, 0, span - 1, 0};
+  REQUIRE(plan::WholeSpans(c, fused) == 0);
+}

@@ -77,6 +77,8 @@ func checkLayouts() {
 		{"run_info.backend", unsafe.Offsetof(r.backend), 12},
 		{"run_info.target", unsafe.Offsetof(r.target), 16},
 		{"run_info.threads", unsafe.Offsetof(r.threads), 20},
+		{"run_info.shared_kv_rows", unsafe.Offsetof(r.shared_kv_rows), 24},
+		{"sizeof(octattn_run_info)", unsafe.Sizeof(r), 32},
 	}
 	for _, p := range pins {
 		if p.got != p.want {

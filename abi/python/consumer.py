@@ -37,7 +37,8 @@ class Options(ctypes.Structure):
 
 class RunInfo(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("algorithm", ctypes.c_int32),
-                ("backend", ctypes.c_int32), ("target", ctypes.c_int32), ("threads", ctypes.c_int32)]
+                ("backend", ctypes.c_int32), ("target", ctypes.c_int32), ("threads", ctypes.c_int32),
+                ("shared_kv_rows", ctypes.c_int64)]
 
 
 # The layouts, pinned as in abi/consumer.c: (struct, size, field offsets). Fields are
@@ -55,7 +56,8 @@ PINNED = [
                     "v_scale": 176, "k_scale_rows": 184, "v_scale_rows": 192,
                     "qk_precision": 200, "reserved3": 204, "tree": 208,
                     "tree_row_bytes": 216, "tree_stride": 224}),
-    (RunInfo, 24, {"struct_size": 0, "algorithm": 8, "backend": 12, "target": 16, "threads": 20}),
+    (RunInfo, 32, {"struct_size": 0, "algorithm": 8, "backend": 12, "target": 16, "threads": 20,
+                   "shared_kv_rows": 24}),
 ]
 
 

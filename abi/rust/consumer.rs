@@ -76,6 +76,7 @@ struct RunInfo {
     backend: i32,
     target: i32,
     threads: i32,
+    shared_kv_rows: i64,
 }
 
 // The layouts, pinned as in abi/consumer.c (0.2 appended k_start to the options, 0.3
@@ -104,7 +105,7 @@ const _: () = {
     assert!(offset_of!(Options, algorithm) == 12 && offset_of!(Options, window) == 16);
     assert!(offset_of!(Options, stride) == 24 && offset_of!(Options, q_start) == 32);
     assert!(offset_of!(Options, scale) == 40 && offset_of!(Options, reserved) == 44);
-    assert!(size_of::<RunInfo>() == 24);
+    assert!(size_of::<RunInfo>() == 32 && offset_of!(RunInfo, shared_kv_rows) == 24);
     assert!(offset_of!(RunInfo, struct_size) == 0 && offset_of!(RunInfo, algorithm) == 8);
     assert!(offset_of!(RunInfo, backend) == 12 && offset_of!(RunInfo, target) == 16);
     assert!(offset_of!(RunInfo, threads) == 20);
@@ -145,10 +146,11 @@ fn main() {
             assert!((bufs[3][i * d + c] as f64 - want).abs() < 1e-5, "row {} dim {}", i, c);
         }
     }
-    let mut info = RunInfo { struct_size: std::mem::size_of::<RunInfo>(), algorithm: 0, backend: 0, target: 0, threads: 0 };
+    let mut info = RunInfo { struct_size: std::mem::size_of::<RunInfo>(), algorithm: 0, backend: 0, target: 0, threads: 0, shared_kv_rows: -1 };
     assert_eq!(unsafe { octattn_context_last_run(ctx, &mut info) }, 0);
     assert_eq!(info.algorithm, 3, "auto runs fused without weights");
     assert!(info.threads >= 1);
+    assert_eq!(info.shared_kv_rows, 0, "a dense call shares no rows");
     // A bad option is a status and a message.
     opts.window = -1;
     let st = unsafe {

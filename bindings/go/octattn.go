@@ -133,6 +133,7 @@ func checkLayouts() error {
 		{"octattn_attention_options", "tree_stride", unsafe.Offsetof(o.tree_stride)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
+		{"octattn_run_info", "shared_kv_rows", unsafe.Offsetof(r.shared_kv_rows)},
 	}
 	for _, e := range entries {
 		typ := C.CString(e.typ)
@@ -375,6 +376,8 @@ func (ctx *Context) SetTarget(b Backend, t Target) error {
 type RunInfo struct {
 	Algorithm, Backend, Target string
 	Threads                    int
+	// K/V rows of one kv head read once for several sequences (cascade decode).
+	SharedKVRows int64
 }
 
 // LastRun is what the last call on this context ran.
@@ -389,7 +392,8 @@ func (ctx *Context) LastRun() (RunInfo, error) {
 		backend = "reference"
 	}
 	return RunInfo{C.GoString(C.octattn_algorithm_name(info.algorithm)), backend,
-		C.GoString(C.octattn_target_name(info.target)), int(info.threads)}, nil
+		C.GoString(C.octattn_target_name(info.target)), int(info.threads),
+		int64(info.shared_kv_rows)}, nil
 }
 
 // A call's C structs, pointing at pinned Go memory.

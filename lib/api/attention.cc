@@ -45,7 +45,7 @@ octattn_status octattn_attention(octattn_context* ctx, const octattn_attention_o
     OCTATTN_CHECK(api::AcquireScratch(ctx, run::ForwardWorkspaceBytes(c, ctx->pool->threads()),
                                       workspace, workspace_size, &scratch));
     run::Forward(*ctx->pool, &c, scratch);
-    api::RecordRun(ctx, c.algorithm, c.table);
+    api::RecordRun(ctx, c.algorithm, c.table, c.shared_kv_rows);
     return api::Check();
   });
 }

@@ -69,7 +69,8 @@ Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t
   return Check();
 }
 
-void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::Table* table) {
+void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::Table* table,
+               int64_t shared_kv_rows) {
   ctx->last_run.struct_size = sizeof(octattn_run_info);
   ctx->last_run.algorithm = algorithm == plan::Algorithm::kReference ? OCTATTN_ALGORITHM_REFERENCE
                             : algorithm == plan::Algorithm::kNaive   ? OCTATTN_ALGORITHM_NAIVE
@@ -77,6 +78,7 @@ void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::T
   ctx->last_run.backend = static_cast<octattn_backend>(table->backend);
   ctx->last_run.target = static_cast<octattn_target>(table->target);
   ctx->last_run.threads = ctx->pool->threads();
+  ctx->last_run.shared_kv_rows = shared_kv_rows;
 }
 
 }  // namespace api

@@ -49,7 +49,8 @@ Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t
                      void** out);
 
 // Notes what a call ran (octattn_context_last_run).
-void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::Table* table);
+void RecordRun(octattn_context* ctx, plan::Algorithm algorithm, const kernels::Table* table,
+               int64_t shared_kv_rows = 0);
 
 // Runs body() and maps a Check or an exception to the status it returns, recording the
 // message in the context. Every extern "C" function with a context goes through it.

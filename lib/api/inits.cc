@@ -79,8 +79,8 @@ constexpr FieldOffset kOptionsFields[] = {
     OCTATTN_FIELD(octattn_attention_options, tree_stride)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
-    OCTATTN_FIELD(octattn_run_info, backend), OCTATTN_FIELD(octattn_run_info, target),
-    OCTATTN_FIELD(octattn_run_info, threads)};
+    OCTATTN_FIELD(octattn_run_info, backend),     OCTATTN_FIELD(octattn_run_info, target),
+    OCTATTN_FIELD(octattn_run_info, threads),     OCTATTN_FIELD(octattn_run_info, shared_kv_rows)};
 #undef OCTATTN_FIELD
 template <size_t N>
 constexpr StructLayout Layout(const char* name, size_t size, const FieldOffset (&fields)[N]) {

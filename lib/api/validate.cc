@@ -474,6 +474,9 @@ static_assert(sizeof(octattn_attention_options) >= kOptionsSize_0_1 &&
 static_assert(sizeof(octattn_run_info) >= kRunInfoSize_0_1 &&
                   offsetof(octattn_run_info, threads) + sizeof(int32_t) == kRunInfoSize_0_1,
               "octattn_run_info grows only by appending");
+static_assert(sizeof(octattn_run_info) == kRunInfoSize_0_11 &&
+                  offsetof(octattn_run_info, shared_kv_rows) + 8 == kRunInfoSize_0_11,
+              "a field appended to octattn_run_info needs its version's size here");
 
 Check ValidateScales(const octattn_tensor* scale, int64_t rows, const TensorInfo& cache,
                      const char* name, bool paged, run::ScaleInfo* out) {

@@ -96,6 +96,7 @@ constexpr size_t kOptionsSize_0_3 = 104;   // chunk and the score modifiers appe
 constexpr size_t kOptionsSize_0_6 = 168;   // sequences: padded, ragged and paged batches
 constexpr size_t kOptionsSize_0_11 = 232;  // quantized caches' scales, qk_precision; trees
 constexpr size_t kRunInfoSize_0_1 = 24;
+constexpr size_t kRunInfoSize_0_11 = 32;  // shared_kv_rows appended
 
 // STRUCT_SIZE if `given` is below `first` (the first published size), or if bytes of
 // `base` past `known` (this library's size) up to `given` are not zero (libbpf's rule).

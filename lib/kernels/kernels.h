@@ -235,6 +235,12 @@ struct FlashTask {
   int64_t ks_kv = 0, vs_kv = 0;  // quantized caches: their scales' (Operands::k_scales)
   size_t partial_kv = 0;
   Tuning tuning;
+  // Cascade decode: the task runs span span_begin for `n_members` tasks (members[x], at
+  // most kMaxTaskKvHeads; op and rows those of members[0]) whose keys of that span are
+  // the same rows and which every row of each reads whole: their rows stacked as one
+  // task's, each tile read once for all; each member's partial is its own task's bytes.
+  const FlashTask* members = nullptr;
+  int64_t n_members = 0;
 };
 constexpr int64_t kMaxTaskKvHeads = 16;
 

@@ -169,8 +169,41 @@ SequenceTables TablesAfter(size_t used, int64_t count, bool plans) {
   SequenceTables t;
   t.offset = AlignBytes(used);
   t.plans = AlignBytes(SatAdd(t.offset, SatMul(Count(count), sizeof(Sequence))));
-  t.end = plans ? AlignBytes(SatAdd(t.plans, SatMul(Count(count), sizeof(SequencePlan)))) : t.plans;
+  if (!plans) {
+    t.groups = t.end = t.plans;
+    return t;
+  }
+  t.groups = AlignBytes(SatAdd(t.plans, SatMul(Count(count), sizeof(SequencePlan))));
+  t.end = AlignBytes(SatAdd(t.groups, kCascadeGroups * sizeof(CascadeGroup)));
   return t;
+}
+
+int64_t WholeSpans(const CallShape& c, Algorithm algorithm) {
+  if (algorithm != Algorithm::kFused || c.q_len == 0) return 0;
+  const int64_t group = c.q_heads / c.kv_heads;
+  const Mask& m = c.mask;
+  if (group * c.q_len > kDecodeRows || (m.causal && m.window > 0 && m.stride > 0)) return 0;
+  if (c.mods.slopes || c.mods.bias || c.mods.keep) return 0;
+  const int64_t end = CallKeyEnd(c);
+  if ((end + kernels::kSpanKeys - 1) / kernels::kSpanKeys <= 1) return 0;  // not decode-shaped
+  int64_t n = 0;
+  for (; (n + 1) * kernels::kSpanKeys <= end; ++n)
+    if (Classify(m, m.q_start, m.q_start + c.q_len, n * kernels::kSpanKeys,
+                 (n + 1) * kernels::kSpanKeys, c.kv_len) != kTileFull)
+      break;
+  return n;
+}
+
+int64_t SpanMembers(const CascadeGroup& g, const Sequence* seqs, int64_t c) {
+  int64_t n = 0;
+  for (int64_t s = g.lead; s >= 0; s = seqs[s].next_member) n += seqs[s].shared > c ? 1 : 0;
+  return n;
+}
+
+size_t CascadeSlotBytes(const CallShape& c, int64_t members, const kernels::Table* table) {
+  kernels::FlashTask probe = ProbeTask(c);
+  probe.heads *= members;  // (their rows stacked)
+  return FloatBytes(table->flash_scratch_floats(probe));
 }
 
 size_t WorkspaceBytes(const BatchSchedule& s, int threads, bool tables) {

@@ -77,7 +77,35 @@ struct Sequence {
   base::Mask mask;
   int64_t k_col = 0;
   kernels::Paging paging{};
+  // Cascade decode (CascadeGroup): its leading key spans below `covered` run in the
+  // group's tasks, not its own; `shared`: the spans it shares with the group's lead; its
+  // group's next sequence (-1: none).
+  int64_t covered = 0, shared = 0, next_member = -1;
 };
+
+// Cascade decode. Decode-shaped sequences of a call whose leading key spans are the same
+// key and value rows (a paged cache's shared blocks, or the same rows of a contiguous
+// cache) form a group; a task of the group runs one such span for up to kCascadeMembers
+// of them (FlashTask::members), reading it once for all, and writes each one's partial of
+// that unit, the bytes its own task writes. A call forms at most kCascadeGroups groups
+// (sequences past those run alone).
+constexpr int64_t kCascadeMembers = 16;
+constexpr int64_t kCascadeGroups = 64;
+struct CascadeGroup {
+  int64_t lead = 0;     // its first sequence; the others follow Sequence::next_member
+  int64_t members = 0;  // sequences in it
+  int64_t spans = 0;    // leading spans at least two of them share (their units run here)
+  int64_t first_task = 0, tasks = 0;  // its tasks, numbered from the call's cascade tasks
+};
+// The leading whole key spans every row of a sequence (its shape: batch 1) reads whole,
+// where its call may share them: fused and decode-shaped, no strided columns, and no
+// modifier that depends on the row's sequence or position (softcap and sinks may be
+// present); 0 otherwise.
+int64_t WholeSpans(const CallShape& c, Algorithm algorithm);
+// The sequences of a group that read span c: those whose `shared` exceeds c.
+int64_t SpanMembers(const CascadeGroup& g, const Sequence* seqs, int64_t c);
+// A cascade task's slot: the scratch of one task of `members` sequences' rows stacked (shape c).
+size_t CascadeSlotBytes(const CallShape& c, int64_t members, const kernels::Table* table);
 
 // A call of sequences: each is scheduled as a call of batch 1 with its own sizes and
 // mask, its tasks numbered after those of the sequences before it; the first phase runs
@@ -102,6 +130,14 @@ struct BatchSchedule {
   size_t slot_bytes = 0;          // the largest slot of any plan
   size_t shared_bytes = 0;        // every decode-shaped plan's partials
   int64_t tasks = 0, merges = 0;
+  // Cascade decode: its groups (null while only sizing) and their tasks, run in the first
+  // phase after the plans' tasks; K/V rows of one kv head read once for several sequences
+  // (a span of n rows read for m of them counts n * (m - 1)).
+  CascadeGroup* groups = nullptr;
+  int64_t group_count = 0, cascade_tasks = 0, shared_kv_rows = 0;
+  // A dense call whose entries all read the same rows: one group of every entry, its
+  // leading spans below this (its tasks: per span, chunks of entries, per kv head).
+  int64_t dense_spans = 0;
 };
 // Adds the next sequence of a call to b (`call`: the call's shape, its sizes those of
 // the tensors); its plan goes to b.plans[b.count] when b.plans is set.
@@ -117,7 +153,7 @@ size_t WorkspaceBytes(const BatchSchedule& s, int threads, bool tables);
 // workspace is all the memory it uses: from `offset` (past `used` bytes of slots and
 // shared bytes) its Sequence entries, then, with `plans` (the forward), the SequencePlans.
 struct SequenceTables {
-  size_t offset = 0, plans = 0, end = 0;  // byte offsets from the scratch's base
+  size_t offset = 0, plans = 0, groups = 0, end = 0;  // byte offsets from the scratch's base
 };
 SequenceTables TablesAfter(size_t used, int64_t count, bool plans);
 // The plan whose first-phase (merge: second-phase) tasks hold task i.

@@ -57,6 +57,8 @@ struct Call {
   int64_t sequences = 0;
   SequenceSource source;
   const plan::Sequence* seqs = nullptr;
+  // Set by the forward: K/V rows its cascade tasks read once for several sequences.
+  int64_t shared_kv_rows = 0;
 };
 
 // The gradients' tensors of a backward call beside its forward call.

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "lib/base/sizes.h"
+#include "lib/run/cascade.h"
 #include "lib/run/run.h"
 
 namespace octattn {
@@ -12,16 +13,22 @@ namespace run {
 
 namespace {
 
-// The schedule of a call: its sizes only, or with `plans` set each plan written there.
-plan::BatchSchedule ScheduleOf(const Call& c, plan::SequencePlan* plans) {
+// The schedule of a call: its sizes only, or with `plans` set each plan written there
+// (and a call of sequences' entries `seqs` and cascade groups at `groups`).
+plan::BatchSchedule ScheduleOf(const Call& c, plan::SequencePlan* plans,
+                               plan::Sequence* seqs = nullptr,
+                               plan::CascadeGroup* groups = nullptr) {
   plan::BatchSchedule b;
   b.plans = plans;
   if (c.sequences == 0) {
     plan::AddEntries(c.shape, c.algorithm, c.table, &b);
+    FormCascade(c, nullptr, &b);
     return b;
   }
   for (int64_t n = 0; n < c.sequences; ++n)
     plan::AddSequence(c.shape, SequenceAt(c, n), c.algorithm, c.table, &b);
+  b.groups = groups;
+  FormCascade(c, seqs, &b);
   return b;
 }
 
@@ -66,8 +73,10 @@ void CoverKvHeads(const Call& c, const plan::SequencePlan& p, const plan::Decode
 }
 
 // First-phase task `task` of plan p: a head (empty rows, naive, reference), a prefill
-// tile or a decode unit.
-void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* shared, void* slot) {
+// tile or a decode unit (none of a dense call's units below `dense_spans`: cascade tasks
+// run those).
+void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* shared, void* slot,
+             int64_t dense_spans) {
   float* s = static_cast<float*>(slot);
   if (p.empty || p.schedule.algorithm != plan::Algorithm::kFused) {
     const plan::HeadIndex x = plan::HeadTaskAt(p.shape, task);
@@ -92,6 +101,7 @@ void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* sh
   }
   const plan::DecodeIndex x = plan::DecodeTaskAt(p.schedule, p.shape, task);
   const plan::Sequence seq = SequenceAt(c, p.first_seq + x.batch);
+  if (x.unit < seq.covered || x.unit < dense_spans) return;  // its group's tasks run it
   kernels::FlashTask t = FlashTaskOf(c, seq, x.kv_head);
   t.gathered = x.gathered;
   t.span_begin = x.gathered ? 0 : x.span;
@@ -101,12 +111,65 @@ void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* sh
   c.table->flash_task(t, s);
 }
 
+// Cascade task i: one span of a group's sequences for one kv head (plan::CascadeGroup).
+void RunCascadeTask(const Call& c, const plan::BatchSchedule& b, int64_t i, float* shared,
+                    void* slot) {
+  kernels::FlashTask members[plan::kCascadeMembers];
+  int64_t count = 0;
+  auto run = [&](int64_t span) {
+    kernels::FlashTask t0 = members[0];
+    t0.members = members;
+    t0.n_members = count;
+    t0.gathered = 0;
+    t0.span_begin = span;
+    t0.span_end = span + 1;
+    c.table->flash_task(t0, static_cast<float*>(slot));
+  };
+  if (b.dense_spans > 0) {  // a dense call: span, chunk of entries, kv head
+    const int64_t kv_heads = c.shape.kv_heads, batch = c.shape.batch;
+    const int64_t chunks = (batch + plan::kCascadeMembers - 1) / plan::kCascadeMembers;
+    const int64_t kvh = i % kv_heads, chunk = i / kv_heads % chunks, span = i / kv_heads / chunks;
+    const plan::SequencePlan& p = b.plans[0];
+    for (int64_t e = chunk * plan::kCascadeMembers; e < batch && count < plan::kCascadeMembers;
+         ++e) {
+      kernels::FlashTask& m = members[count++];
+      m = FlashTaskOf(c, SequenceAt(c, e), kvh);
+      m.partial =
+          shared + p.partials + plan::PartialOffset(p.schedule, p.shape, e * kv_heads + kvh, span);
+    }
+    return run(span);
+  }
+  int64_t g = 0;
+  while (g + 1 < b.group_count && b.groups[g + 1].first_task <= i) ++g;
+  const plan::CascadeGroup& gr = b.groups[g];
+  const int64_t kv_heads = c.shape.kv_heads;
+  int64_t t = i - gr.first_task, span = 0;
+  for (;; ++span) {
+    const int64_t m = plan::SpanMembers(gr, c.seqs, span);
+    const int64_t n = (m + plan::kCascadeMembers - 1) / plan::kCascadeMembers * kv_heads;
+    if (t < n) break;
+    t -= n;
+  }
+  const int64_t kvh = t % kv_heads, skip = t / kv_heads * plan::kCascadeMembers;
+  int64_t seen = 0;
+  for (int64_t n = gr.lead; n >= 0 && count < plan::kCascadeMembers; n = c.seqs[n].next_member) {
+    const plan::Sequence& seq = c.seqs[n];
+    if (seq.shared <= span || seen++ < skip) continue;
+    const plan::SequencePlan& p = b.plans[n];  // (one plan per sequence)
+    kernels::FlashTask& m = members[count++];
+    m = FlashTaskOf(c, seq, kvh);
+    m.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, kvh, span);
+  }
+  run(span);
+}
+
 void Run(parallel::Pool& pool, const Call& c, const plan::BatchSchedule& b, void* scratch) {
   float* shared = reinterpret_cast<float*>(static_cast<char*>(scratch) +
                                            b.slot_bytes * static_cast<size_t>(pool.threads()));
-  RunTasks(pool, b.tasks, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+  RunTasks(pool, b.tasks + b.cascade_tasks, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+    if (i >= b.tasks) return RunCascadeTask(c, b, i - b.tasks, shared, s);
     const plan::SequencePlan& p = b.plans[plan::PlanOfTask(b, i)];
-    RunTask(c, p, i - p.first_task, shared, s);
+    RunTask(c, p, i - p.first_task, shared, s, b.dense_spans);
   });
   if (b.merges == 0) return;
   RunTasks(pool, b.merges, scratch, b.slot_bytes, [&](int64_t i, void* s) {
@@ -133,7 +196,9 @@ size_t ForwardWorkspaceBytes(const Call& c, int threads) {
 void Forward(parallel::Pool& pool, Call* c, void* scratch) {
   if (c->sequences == 0) {
     plan::SequencePlan entries;
-    Run(pool, *c, ScheduleOf(*c, &entries), scratch);
+    const plan::BatchSchedule b = ScheduleOf(*c, &entries);
+    c->shared_kv_rows = b.shared_kv_rows;
+    Run(pool, *c, b, scratch);
     return;
   }
   // Sized first; then the sequences and their plans are laid out in the scratch.
@@ -143,8 +208,11 @@ void Forward(parallel::Pool& pool, Call* c, void* scratch) {
   plan::Sequence* seqs = reinterpret_cast<plan::Sequence*>(base + tables.offset);
   for (int64_t n = 0; n < c->sequences; ++n) new (&seqs[n]) plan::Sequence(SequenceAt(*c, n));
   c->seqs = seqs;
-  Run(pool, *c, ScheduleOf(*c, reinterpret_cast<plan::SequencePlan*>(base + tables.plans)),
-      scratch);
+  const plan::BatchSchedule b =
+      ScheduleOf(*c, reinterpret_cast<plan::SequencePlan*>(base + tables.plans), seqs,
+                 reinterpret_cast<plan::CascadeGroup*>(base + tables.groups));
+  c->shared_kv_rows = b.shared_kv_rows;
+  Run(pool, *c, b, scratch);
 }
 
 }  // namespace run

@@ -435,6 +435,7 @@ class Context {
                        : octattn_backend_name(info.backend);
     d["target"] = octattn_target_name(info.target);
     d["threads"] = info.threads;
+    d["shared_kv_rows"] = info.shared_kv_rows;
     return d;
   }
 

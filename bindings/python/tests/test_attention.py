@@ -357,6 +357,29 @@ def test_padded_ragged_and_paged_batches_equal_calls_of_their_own():
         assert torch.equal(o[s:s + 1], own)
 
 
+def test_shared_blocks_are_read_once_with_the_bytes_of_copies():
+    """Cascade decode: sequences whose block tables start with the same blocks (a shared
+    prompt) read those keys once; the output is that of the same blocks copied."""
+    g = torch.Generator().manual_seed(5)
+    Hq, Hkv, D, bs, n = 8, 2, 32, 16, 5
+    shared = 2048 // bs  # two spans of 1024 keys
+    cols = shared + 20
+    kp, vp = (torch.randn(shared + n * cols, bs, Hkv, D, generator=g) for _ in range(2))
+    own = torch.arange(shared, shared + n * cols, dtype=torch.int32).reshape(n, cols)
+    table = own.clone()
+    table[:, :shared] = torch.arange(shared, dtype=torch.int32)  # the shared blocks
+    for s in range(n):  # the copies: each sequence's own blocks hold the shared rows
+        kp[own[s, :shared].long()] = kp[:shared].clone()
+        vp[own[s, :shared].long()] = vp[:shared].clone()
+    lens = torch.tensor([2048 + 5 * s + 1 for s in range(n)])
+    q = torch.randn(n, 1, Hq, D, generator=g)
+    o = octattn.attention(q, kp, vp, block_table=table, kv_lens=lens, layout="bthd")
+    assert octattn.last_run()["shared_kv_rows"] == 2 * (n - 1) * 1024 * Hkv
+    copied = octattn.attention(q, kp, vp, block_table=own, kv_lens=lens, layout="bthd")
+    assert octattn.last_run()["shared_kv_rows"] == 0
+    assert torch.equal(o, copied)
+
+
 def test_batch_arguments_are_checked():
     q = torch.randn(3, 2, 4, 8)
     with pytest.raises(ValueError, match="3 entries"):

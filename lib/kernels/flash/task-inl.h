@@ -100,6 +100,11 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     }
 }
 
+// The task whose row r is (a stacked task's: its member's; else t).
+static inline const FlashTask& StackedMember(const FlashTask& t, int64_t r) {
+  return t.members ? t.members[r / (FlashRows(t) / t.n_members)] : t;
+}
+
 // The keys of one unit (the gathered columns, or key span `span` >= 0): its space, its
 // keys [begin, end) (space key g is key first + g * step of the operands), the keys
 // below `load` that no row reads but the strided columns `below`, and with a mask
@@ -141,7 +146,7 @@ static UnitKeys UnitKeysOf(const FlashTask* ts, const FlashScratch* fs, int64_t 
     int64_t floor = f.rows[0].floor;
     for (int64_t x = 0; x < nh; ++x)
       for (int64_t r = 0; r < rows; ++r) {
-        fs[x].rows[r].qpos = t.op.mask.q_start + t.row_begin + r % nq;
+        fs[x].rows[r].qpos = StackedMember(t, r).op.mask.q_start + t.row_begin + r % nq;
         floor = base::MinI(floor, fs[x].rows[r].floor);
       }
     u.begin = base::MaxI(span * kSpanKeys, floor);
@@ -312,6 +317,14 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   }
 }
 
+// Where row r of a task keeps its q in scratch (qw: the scratch's first): int8 records,
+// bf16 pairs or widened f32 rows, one size per row.
+static inline float* QScratchRow(const FlashTask& t, float* qw, int64_t r) {
+  const int64_t hd = t.op.head_dim;
+  if (t.op.qk_block) return qw + r * QRecordFloats(hd, t.op.qk_block);
+  return FlashPairs(t.op) ? ElemAt(qw, r * hd, kBf16) : qw + r * hd;
+}
+
 // The task's rows (q widened if 16-bit) into f.rows; returns the task as the units read
 // it (a widened q: f32 rows of head_dim floats).
 static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
@@ -321,7 +334,7 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
   // pairs, copied as they are (q_type stays bf16: the units' sign of pairs).
   const bool pairs = FlashPairs(task.op);
   const bool wide_q = task.op.q_type != kF32;
-  const int64_t qk = task.op.qk_block, rec = qk ? QRecordFloats(hd, qk) : 0;
+  const int64_t qk = task.op.qk_block;
   FlashTask t = task;
   if (wide_q || qk) t.op.q_dim = 1, t.op.q_type = pairs ? kBf16 : kF32;
   const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
@@ -329,16 +342,16 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
     row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
+    float* qr = QScratchRow(task, f.qw, r);
     if (qk) {  // rounded to int8 (QRecord): the rows' integers, scales and sums
-      QuantizeQRow(row.q, task.op.q_dim, task.op.q_type, hd, qk, f.qw + r * rec);
-      row.q = f.qw + r * rec;
+      QuantizeQRow(row.q, task.op.q_dim, task.op.q_type, hd, qk, qr);
+      row.q = qr;
     } else if (pairs) {
-      float* qr = ElemAt(f.qw, r * hd, kBf16);
       CopyElems(row.q, task.op.q_dim, hd, qr);
       row.q = qr;
     } else if (wide_q) {
-      WidenRowV(row.q, task.op.q_dim, task.op.q_type, hd, f.qw + r * hd);
-      row.q = f.qw + r * hd;
+      WidenRowV(row.q, task.op.q_dim, task.op.q_type, hd, qr);
+      row.q = qr;
     }
     const int64_t qpos = t.op.mask.q_start + i;
     const base::RowKeys k = base::KeysOf(t.op.mask, qpos, t.op.kv_len);
@@ -390,7 +403,50 @@ static void FinishRows(const FlashTask& t, const FlashScratch& f) {
   }
 }
 
+// Cascade decode (FlashTask::members): one span of every member, their rows stacked as
+// one task's rows (member x's from x * FlashRows(member) on), so that each tile of the
+// shared keys is read, and packed, once for all of them. A row's operations are those
+// of its own task: they do not depend on the other rows of its tile or block (prefill's
+// rows and decode's go through the same ones).
+static void FlashStackedRun(const FlashTask& task, float* scratch) {
+  const int64_t nh = base::MinI(base::MaxI(task.n_members, 1), kMaxTaskKvHeads);
+  const int64_t per = FlashRows(task.members[0]);
+  const size_t stride = FlashStateFloats(task.op.value_dim);
+  FlashTask all = task.members[0];
+  all.heads *= nh;
+  all.members = task.members;
+  all.n_members = nh;
+  all.kv_heads = 1;
+  all.gathered = 0;
+  all.span_begin = task.span_begin;
+  all.span_end = task.span_end;
+  const FlashScratch f = Carve(all, scratch);
+  FlashTask ts[kMaxTaskKvHeads];
+  for (int64_t x = 0; x < nh; ++x) {
+    FlashTask tx = task.members[x];
+    tx.kv_heads = 1;
+    tx.members = nullptr;
+    tx.n_members = 0;
+    FlashScratch fx = f;
+    fx.rows = f.rows + x * per;
+    fx.qw = QScratchRow(tx, f.qw, x * per);
+    ts[x] = PrepareRows(tx, fx);
+  }
+  const FlashTask prepared = ts[0];
+  all.op = prepared.op;  // (the rows' q as prepared: their element type)
+  float* sts[1] = {f.run};
+  AmxTiles amx;
+  FlashUnit(&all, &f, 1, task.span_begin, -1, sts, &amx);
+  amx.Release();
+  for (int64_t x = 0; x < nh; ++x) {
+    FlashScratch fx = f;
+    fx.run = f.run + static_cast<size_t>(x * per) * stride;
+    FinishRows(ts[x], fx);
+  }
+}
+
 static void FlashTaskRun(const FlashTask& task, float* scratch) {
+  if (task.members) return FlashStackedRun(task, scratch);
   const int64_t nh = base::MinI(base::MaxI(task.kv_heads, 1), kMaxTaskKvHeads);
   const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);
   const size_t stride = FlashStateFloats(task.op.value_dim);

@@ -124,6 +124,7 @@ pub struct octattn_run_info {
     pub backend: octattn_backend,
     pub target: octattn_target,
     pub threads: i32,
+    pub shared_kv_rows: i64,
 }
 
 /// Opaque context.
@@ -144,7 +145,8 @@ const _: () = {
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
     assert!(offset_of!(octattn_attention_options, mask) == 96);
     assert!(offset_of!(octattn_attention_options, block_table_cols) == 160);
-    assert!(size_of::<octattn_run_info>() == 24);
+    assert!(size_of::<octattn_run_info>() == 32);
+    assert!(offset_of!(octattn_run_info, shared_kv_rows) == 24);
 };
 
 extern "C" {
@@ -530,6 +532,11 @@ pub fn check_layouts() -> Result<(), String> {
         ("octattn_run_info", Some("backend"), offset_of!(R, backend)),
         ("octattn_run_info", Some("target"), offset_of!(R, target)),
         ("octattn_run_info", Some("threads"), offset_of!(R, threads)),
+        (
+            "octattn_run_info",
+            Some("shared_kv_rows"),
+            offset_of!(R, shared_kv_rows),
+        ),
     ];
     for &(ty, field, want) in expected {
         let ty_c = std::ffi::CString::new(ty).unwrap();

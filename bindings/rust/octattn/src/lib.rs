@@ -116,6 +116,8 @@ pub struct RunInfo {
     pub backend: String,
     pub target: String,
     pub threads: i32,
+    /// K/V rows of one kv head read once for several sequences (cascade decode).
+    pub shared_kv_rows: i64,
 }
 
 /// The 16-bit element types q, k, v and o may have (since library 0.7), as `u16` bit
@@ -656,6 +658,7 @@ impl Context {
             backend,
             target: text(unsafe { sys::octattn_target_name(info.target) }),
             threads: info.threads,
+            shared_kv_rows: info.shared_kv_rows,
         })
     }
 
