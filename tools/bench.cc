@@ -176,14 +176,15 @@ struct Args {
   // passed: one ragged call, one padded call, or one call per sequence.
   std::vector<int64_t> seq_kv_lens;
   std::string seq_mode = "ragged";
-  std::string seq_layout;   // bhtd or bthd (default: bhtd padded, else bthd)
-  bool prefill = false;     // each sequence's queries are all its keys (a prompt)
-  int64_t block_size = 0;   // > 0: the ragged batch's keys in a paged cache
-  std::string against;      // another build of the library, timed call by call with this one
-  bool vs_read = false;     // each call paired with a read of its K and V bytes
-  bool contiguous = false;  // each paged batch paired with the batch in a contiguous cache
-  bool store = false;       // time octattn_kv_store of q_len new rows instead of attention
-  bool append = false;      // with store: each store at the cache's next rows
+  std::string seq_layout;     // bhtd or bthd (default: bhtd padded, else bthd)
+  bool prefill = false;       // each sequence's queries are all its keys (a prompt)
+  int64_t block_size = 0;     // > 0: the ragged batch's keys in a paged cache
+  int64_t shared_prefix = 0;  // paged: the first N keys of every sequence in shared blocks
+  std::string against;        // another build of the library, timed call by call with this one
+  bool vs_read = false;       // each call paired with a read of its K and V bytes
+  bool contiguous = false;    // each paged batch paired with the batch in a contiguous cache
+  bool store = false;         // time octattn_kv_store of q_len new rows instead of attention
+  bool append = false;        // with store: each store at the cache's next rows
 };
 
 const char* kHelp =
@@ -226,7 +227,11 @@ const char* kHelp =
     "               --prefill: each sequence's queries are its keys (a prompt; padded:\n"
     "               left padding, as tokenizers pad; q_len is reported as -1).\n"
     "               --block-size N: the keys in a paged cache of N-row blocks, their\n"
-    "               order shuffled (with the ragged call)\n"
+    "               order shuffled (with the ragged call); --shared-prefix N: the first\n"
+    "               N keys (whole blocks) the same for every sequence, in the same\n"
+    "               blocks (a shared prompt; cascade decode reads them once). The line\n"
+    "               adds shared_kv_rows (octattn_run_info); kv_gbps counts every\n"
+    "               sequence's keys\n"
     "  --against LIB  also time the same calls through LIB, another build of the library\n"
     "               (a liboctattn.so; its own context, the same options), alternating\n"
     "               with this one call by call: the host's drifts then fall on both.\n"
@@ -381,6 +386,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->prefill = true;
     else if (f == "--block-size")
       a->block_size = i64(next());
+    else if (f == "--shared-prefix")
+      a->shared_prefix = i64(next());
     else if (f == "--huge-pages")
       g_huge_pages = true;
     else if (f == "--no-rss")
@@ -411,6 +418,18 @@ bool Parse(int argc, char** argv, Args* a) {
                  "--contiguous compares a paged batch: it needs --seq-kv-lens and "
                  "--block-size (and neither --padded nor --separate)\n");
     std::exit(2);
+  }
+  if (a->shared_prefix != 0) {
+    int64_t shortest = INT64_MAX;
+    for (int64_t kv : a->seq_kv_lens) shortest = std::min(shortest, kv);
+    if (a->block_size <= 0 || a->seq_mode != "ragged" || a->shared_prefix < 0 ||
+        a->shared_prefix % a->block_size != 0 || a->shared_prefix > shortest) {
+      std::fprintf(stderr,
+                   "--shared-prefix N shares whole blocks of a paged batch: it needs "
+                   "--seq-kv-lens and --block-size (a multiple of which N is, at most the "
+                   "shortest sequence)\n");
+      std::exit(2);
+    }
   }
   if (a->base.tree && (!a->seq_kv_lens.empty() || a->store)) {
     std::fprintf(stderr,
@@ -963,13 +982,30 @@ struct SequenceBatch {
   Floats kp, vp;
   octattn_tensor tkp{}, tvp{};
   QuantData kq, vq, kpq, vpq;  // a quantized cache: contiguous and paged
-  void Page(const Case& c, int64_t bs) {
+  // The first `rows` keys and values of every sequence made those of sequence 0 (a
+  // shared prompt), in the ragged tensors (before Page and Retype).
+  void SharePrefix(const Case& c, int64_t rows) {
+    for (int64_t s = 1; s < n; ++s)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < c.kv_heads; ++h)
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            const int64_t at = h * tk.stride[1] + d * tk.stride[3];
+            const int64_t dst = at + (cu_k[static_cast<size_t>(s)] + r) * tk.stride[2];
+            k[static_cast<size_t>(dst)] = k[static_cast<size_t>(at + r * tk.stride[2])];
+            v[static_cast<size_t>(dst)] = v[static_cast<size_t>(at + r * tk.stride[2])];
+          }
+  }
+  // With shared > 0, every sequence's first shared / bs table entries are sequence 0's.
+  void Page(const Case& c, int64_t bs, int64_t shared = 0) {
     cols = (max_k + bs - 1) / bs;
     const int64_t blocks = n * cols;
     std::vector<int32_t> ids(static_cast<size_t>(blocks));
     for (int64_t i = 0; i < blocks; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
     table = ids;
+    for (int64_t s = 1; s < n; ++s)
+      for (int64_t b = 0; b < shared / bs; ++b)
+        table[static_cast<size_t>(s * cols + b)] = table[static_cast<size_t>(b)];
     const int64_t ps[4] = {blocks, c.kv_heads, bs, c.head_dim};
     kp.assign(static_cast<size_t>(blocks * c.kv_heads * bs * c.head_dim), 0.0f);
     vp.assign(kp.size(), 0.0f);
@@ -1103,7 +1139,8 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     opt.cu_seqlens_q = sb.cu_q.data();
     opt.cu_seqlens_k = sb.cu_k.data();
     if (a.block_size > 0) {
-      sb.Page(c, a.block_size);
+      sb.SharePrefix(c, a.shared_prefix);
+      sb.Page(c, a.block_size, a.shared_prefix);
       opt.cu_seqlens_k = nullptr;
       opt.kv_lens = sb.kv_lens.data();
       opt.block_table = sb.table.data();
@@ -1202,24 +1239,29 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"seq_kv_lens\":[%s],"
         "\"head_dim\":%lld,\"dtype\":\"%s\",\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,"
         "\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
-        "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g%s}\n",
+        "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g,"
+        "\"shared_prefix\":%lld,\"shared_kv_rows\":%lld%s}\n",
         mode.c_str(), (long long)(paged ? a.block_size : 0), layout_name,
         octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
         octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
         (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
         (long long)c.head_dim, DtypeName(c.dtype), c.KvName().c_str(), median, times.front(),
-        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps, paired.c_str());
+        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps,
+        (long long)a.shared_prefix, (long long)info.shared_kv_rows, paired.c_str());
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
-        "%lld) D%lld %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv%s\n",
+        "%lld) D%lld %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv%s%s\n",
         mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
         (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
         (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), c.KvName().c_str(),
-        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps, paired.c_str());
+        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps,
+        info.shared_kv_rows > 0 ? ("  shared rows " + std::to_string(info.shared_kv_rows)).c_str()
+                                : "",
+        paired.c_str());
   }
   std::fflush(stdout);
 }
