@@ -84,8 +84,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr int64_t kPrefillRows = 20;
   if (!long_seq)
     FUZZ_CHECK(run(p.opt, &full.q.t, &full.k.t, &full.v.t, &full.o.t, n) == OCTATTN_OK);
+  std::vector<int64_t> probed;  // the rows of the prefill's o that a probe computed
   for (int probe = 0; probe < 3; ++probe) {
     const int64_t i = in.Range(0, n - 1);
+    probed.push_back(i);
     const int64_t rows = in.Range(1, std::min<int64_t>(i + 1, 4));
     octattn_tensor q = full.q.t, k = full.k.t, v = full.v.t;
     k.shape[2] = v.shape[2] = i + 1;
@@ -129,5 +131,42 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_CHECK(std::memcmp(&x, &y, sizeof(float)) == 0);
           }
   }
+  // Cascade: decode steps of prefill rows (the probes' and the sequence's last rows) as
+  // one padded batch over batch entry 0's keys (k and v with batch stride 0: the entries'
+  // leading key spans are the same rows, which a long sequence's entries read once for
+  // all), each entry's row the prefill's. Not over a quantized cache (its views take the
+  // scales' rows) nor with modifier tensors (their rows are per entry).
+  if (quantized || p.opt.bias || p.opt.mask) return 0;
+  if (long_seq) {  // rows [n - kPrefillRows, n) of the prefill into full.o's rows
+    const int64_t first = std::max<int64_t>(0, n - kPrefillRows);
+    octattn_tensor qp = full.q.t, op = full.o.t;
+    qp.data = static_cast<float*>(qp.data) + first * qp.stride[2];
+    op.data = static_cast<float*>(op.data) + first * op.stride[2];
+    qp.shape[2] = op.shape[2] = n - first;
+    FUZZ_CHECK(run(p.opt, &qp, &full.k.t, &full.v.t, &op, n) == OCTATTN_OK);
+  }
+  std::vector<int64_t> lens;  // each entry's keys: its row's position + 1
+  for (int64_t i : probed) lens.push_back(i + 1);
+  for (int64_t back : {int64_t{0}, int64_t{1}, int64_t{6}, kPrefillRows - 1})
+    lens.push_back(std::max<int64_t>(0, n - 1 - back) + 1);
+  const int64_t e = static_cast<int64_t>(lens.size());
+  Tensor qe(e, p.q_heads, 1, p.head_dim, kBHTD), oe(e, p.q_heads, 1, p.value_dim, kBHTD);
+  for (int64_t x = 0; x < e; ++x)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t d = 0; d < p.head_dim; ++d)
+        qe.at(x, h, 0, d) = full.q.at(0, h, lens[static_cast<size_t>(x)] - 1, d);
+  octattn_tensor k = full.k.t, v = full.v.t;
+  k.shape[0] = v.shape[0] = e;
+  k.stride[0] = v.stride[0] = 0;
+  octattn_attention_options opt = p.opt;
+  opt.kv_lens = lens.data();
+  FUZZ_CHECK(Run(p.types, ctx, &opt, &qe.t, &k, &v, &oe.t, nullptr, nullptr) == OCTATTN_OK);
+  for (int64_t x = 0; x < e; ++x)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t d = 0; d < p.value_dim; ++d) {
+        const float a = oe.at(x, h, 0, d);
+        const float b = full.o.at(0, h, lens[static_cast<size_t>(x)] - 1, d);
+        FUZZ_CHECK(std::memcmp(&a, &b, sizeof(float)) == 0);
+      }
   return 0;
 }
