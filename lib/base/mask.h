@@ -120,9 +120,11 @@ inline int64_t AllowedCount(const RowKeys& r) {
 }
 
 // Rows [qpos0, qpos1) against keys [j0, j1) (all < kv_len), in O(1). Conservative:
-// Full and Empty are exact claims; Partial means "check each pair".
-inline TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1, int64_t j0, int64_t j1,
-                         int64_t kv_len) {
+// Full and Empty are exact claims; Partial means "check each pair". Always inlined: an
+// outlined copy in an SVE unit would be SVE code outside its target's namespace, which
+// tests/check_isa.py cannot tell from code a NEON-only CPU may run.
+inline __attribute__((always_inline)) TileKind Classify(const Mask& m, int64_t qpos0, int64_t qpos1,
+                                                        int64_t j0, int64_t j1, int64_t kv_len) {
   if (!m.causal && m.chunk <= 0) return kTileFull;
   const RowKeys first = KeysOf(m, qpos0, kv_len);
   const RowKeys last = KeysOf(m, qpos1 - 1, kv_len);

@@ -90,6 +90,7 @@ struct Sequence {
 // that unit, the bytes its own task writes. A call forms at most kCascadeGroups groups
 // (sequences past those run alone).
 constexpr int64_t kCascadeMembers = 16;
+static_assert(kCascadeMembers <= kernels::kMaxTaskKvHeads, "a stacked task's members");
 constexpr int64_t kCascadeGroups = 64;
 struct CascadeGroup {
   int64_t lead = 0;     // its first sequence; the others follow Sequence::next_member
