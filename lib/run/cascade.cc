@@ -54,17 +54,6 @@ int64_t SameSpans(const plan::Sequence& a, const plan::Sequence& b, int64_t limi
   return n;
 }
 
-// The tasks of a group for spans [0, spans): per span, its members in chunks of
-// kCascadeMembers, each chunk once per kv head.
-int64_t GroupTasks(const plan::CascadeGroup& g, const plan::Sequence* seqs, int64_t kv_heads) {
-  int64_t tasks = 0;
-  for (int64_t c = 0; c < g.spans; ++c) {
-    const int64_t m = plan::SpanMembers(g, seqs, c);
-    tasks += (m + plan::kCascadeMembers - 1) / plan::kCascadeMembers * kv_heads;
-  }
-  return tasks;
-}
-
 }  // namespace
 
 void FormCascade(const Call& c, plan::Sequence* seqs, plan::BatchSchedule* b) {
@@ -146,14 +135,16 @@ void FormCascade(const Call& c, plan::Sequence* seqs, plan::BatchSchedule* b) {
     if (!seqs) continue;  // sizing: the slot is all it needs
     for (int64_t s = gr.lead; s >= 0; s = seqs[s].next_member)
       seqs[s].covered = std::min(seqs[s].shared, gr.spans);
+    // Its tasks: per span, its members in chunks of kCascadeMembers, each chunk once per
+    // kv head; each chunk reads the span once for its members.
     gr.first_task = b->cascade_tasks;
-    gr.tasks = GroupTasks(gr, seqs, c.shape.kv_heads);
-    b->cascade_tasks += gr.tasks;
     for (int64_t sp = 0; sp < gr.spans; ++sp) {
       const int64_t m = plan::SpanMembers(gr, seqs, sp);
       const int64_t chunks = (m + plan::kCascadeMembers - 1) / plan::kCascadeMembers;
+      gr.tasks += chunks * c.shape.kv_heads;
       b->shared_kv_rows += (m - chunks) * kernels::kSpanKeys * c.shape.kv_heads;
     }
+    b->cascade_tasks += gr.tasks;
     groups[kept - 1] = gr;
   }
   b->group_count = kept;
