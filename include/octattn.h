@@ -118,8 +118,8 @@
  * spans of 1024 (key rows 1024 c .. 1024 c + 1023 from its first valid row). Where two or
  * more decode-shaped sequences of one call (query heads per kv head times q_len at most
  * 16) have the same q_len and their leading spans are the same key and value rows (the
- * same blocks of a paged cache; in a padded batch, k and v, and their scales, with batch
- * stride 0), the call reads each such span once for up to 16 of them, their rows stacked
+ * same blocks of a paged cache; in a padded or dense batch, k and v, and their scales,
+ * with batch stride 0), the call reads each such span once for up to 16 of them, their rows stacked
  * as one task's, instead of once per sequence. Nothing marks them: the call compares the
  * block ids (or row offsets). A sequence shares the spans it has in common with the first
  * sequence of its group (the first with its key row 0 and q_len; at most 64 groups per
