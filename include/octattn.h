@@ -197,6 +197,26 @@
  * every sequence's q_len_s (INVALID_OPTION). A call takes a tree or a mask tensor, not
  * both.
  *
+ * Block masks (since 0.11). PyTorch flex_attention's BlockMask: per (batch entry, query
+ * head, query block) the key blocks a block of rows reads, some of them full. Query row i
+ * of a sequence is in query block i / block_q, its key row j in key block j / block_kv
+ * (row and key indices count from the sequence's first query row and first valid key,
+ * as flex's q_idx and kv_idx; a ragged or paged call's entries are its sequences). The
+ * lists of entry e, head h, query block b are the first c = block_counts[e, h, b, 0]
+ * values of block_indices[e, h, b, :] (partial blocks) and, with full_block_counts, the
+ * first of full_block_indices (full blocks): each list strictly ascending, within
+ * [0, ceil(kv_len / block_kv)) (kv_len the call's key rows), no block on both lists, and
+ * q_blocks at least ceil(q_len_s / block_q) for every sequence (all checked before
+ * anything is read: INVALID_OPTION, INVALID_SHAPE). The pair (i, j) is masked when j's
+ * block is on neither list of i's block; in a full block it is left to the analytic
+ * mask, the modifiers and -inf biases alone (the mask tensor and the tree are not read
+ * there); in a partial block the mask tensor or tree decides as well (neither: the pair
+ * is allowed). The key rows of blocks a query block does not list are never read, and
+ * the fused algorithm and the backward skip them, so a call's cost follows the listed
+ * blocks. Every algorithm, the backward and octattn_mask take block masks; a call's
+ * bytes do not depend on how the pairs it reads are split between full and partial
+ * blocks.
+ *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
  * lse = sinks[h] with sinks.
@@ -345,6 +365,8 @@ typedef int32_t octattn_dtype;
 #define OCTATTN_DTYPE_FP8_E5M2 7 /* OCP float8 e5m2 (torch.float8_e5m2), times a scale */
 #define OCTATTN_DTYPE_Q8_0 8     /* ggml's block_q8_0: 34-byte blocks of 32 values */
 #define OCTATTN_DTYPE_Q4_0 9     /* ggml's block_q4_0: 18-byte blocks of 32 values */
+/* int32_t: a block mask's counts and indices only (since 0.11; see SEMANTICS, Block masks). */
+#define OCTATTN_DTYPE_INT32 10
 
 typedef int32_t octattn_algorithm;
 /* fused unless weights are requested, then naive. */
@@ -579,6 +601,15 @@ typedef struct octattn_attention_options {
   int64_t tree_row_bytes; /* bytes from a row's bits to the next row's (>= 1 with a tree) */
   int64_t tree_stride;    /* bytes from a batch entry's rows to the next (default 0: every
                              entry reads the same tree, as a tensor's stride of 0) */
+  /* Since 0.11 (struct_size 280): a block mask, flex_attention's BlockMask, see SEMANTICS
+   * (Block masks). INT32 tensors, a size of 1 (or a stride of 0) broadcasting in the batch
+   * and head dimensions. NULL block_counts (the default): none. */
+  const octattn_tensor* block_counts;       /* [batch, q_heads, q_blocks, 1]: kv_num_blocks */
+  const octattn_tensor* block_indices;      /* [batch, q_heads, q_blocks, n]: kv_indices */
+  const octattn_tensor* full_block_counts;  /* full_kv_num_blocks (NULL: no full blocks) */
+  const octattn_tensor* full_block_indices; /* full_kv_indices */
+  int64_t block_q;                          /* query rows per block (>= 1 with a block mask) */
+  int64_t block_kv;                         /* key rows per block (>= 1 with a block mask) */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header

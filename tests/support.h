@@ -124,6 +124,36 @@ inline void Attend(Context& ctx, const octattn_attention_options& opt, const Ten
   REQUIRE(st == OCTATTN_OK);
 }
 
+// o and lse of problem p's call under options a and under b equal bytes.
+template <class P>
+void RequireSameOutputs(Context& ctx, const octattn_attention_options& a,
+                        const octattn_attention_options& b, const P& p) {
+  Tensor o = p.Out(), lse = p.Lse(), mo = p.Out(), mlse = p.Lse();
+  Attend(ctx, a, p.q, p.k, p.v, o, &lse);
+  Attend(ctx, b, p.q, p.k, p.v, mo, &mlse);
+  REQUIRE(BytesEqual(o, mo));
+  REQUIRE(BytesEqual(lse, mlse));
+}
+
+// The backward's gradients (dq, dk, dv) of problem p under options a and under b equal
+// bytes, both from the forward outputs of a's call and one seeded dout.
+template <class P>
+void RequireSameGradients(Context& ctx, const octattn_attention_options& a,
+                          const octattn_attention_options& b, const P& p, uint32_t seed) {
+  Tensor o = p.Out(), lse = p.Lse(), dout = p.Out();
+  dout.Fill(seed);
+  Attend(ctx, a, p.q, p.k, p.v, o, &lse);
+  Tensor g[2][3] = {{p.q, p.k, p.v}, {p.q, p.k, p.v}};
+  for (int m = 0; m < 2; ++m) {
+    const octattn_status st = octattn_attention_backward(
+        ctx, m ? &b : &a, p.q.ptr(), p.k.ptr(), p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(), nullptr,
+        g[m][0].ptr(), g[m][1].ptr(), g[m][2].ptr(), nullptr, nullptr, nullptr, 0);
+    INFO(ctx.Error());
+    REQUIRE(st == OCTATTN_OK);
+  }
+  for (int x = 0; x < 3; ++x) REQUIRE(BytesEqual(g[0][x], g[1][x]));
+}
+
 // A full problem: q, k, v seeded; `range` scales q and k so that scores reach the
 // range where an unstable softmax overflows.
 struct Problem {
@@ -144,6 +174,31 @@ struct Problem {
   Tensor Lse() const { return Tensor(q.shape[0], q.shape[1], q.shape[2], 1); }
   Tensor Weights() const { return Tensor(q.shape[0], q.shape[1], q.shape[2], k.shape[2]); }
 };
+
+// p's call under opt keeps its bytes (o and lse) on 2 and 3 threads and in the BHTD,
+// BTHD and padded layouts, against one thread in p's own.
+template <class P>
+void RequireThreadAndLayoutInvariance(const octattn_attention_options& opt, const P& p) {
+  Context one(1);
+  Tensor o = p.Out(), lse = p.Lse();
+  Attend(one, opt, p.q, p.k, p.v, o, &lse);
+  for (int threads : {2, 3})
+    for (Layout layout : {Layout::kBHTD, Layout::kBTHD, Layout::kPadded}) {
+      INFO("threads " << threads << " layout " << layout);
+      Problem other(p.q.shape[0], p.q.shape[1], p.k.shape[1], p.q.shape[2], p.k.shape[2],
+                    p.q.shape[3], p.v.shape[3], 1, 1.0f, layout);
+      other.q.CopyValuesFrom(p.q);
+      other.k.CopyValuesFrom(p.k);
+      other.v.CopyValuesFrom(p.v);
+      Context ctx(threads);
+      Tensor oo = other.Out(layout), olse = other.Lse();
+      Attend(ctx, opt, other.q, other.k, other.v, oo, &olse);
+      Tensor back = p.Out();
+      back.CopyValuesFrom(oo);
+      REQUIRE(BytesEqual(o, back));
+      REQUIRE(BytesEqual(lse, olse));
+    }
+}
 
 // Accuracy bound against the fp64 reference, relative to max |v| (tests/README.md).
 constexpr double kTolerance = 5e-7;
@@ -179,6 +234,17 @@ inline double Bound(const Tensor& q, const Tensor& k, const Tensor& v, double sc
   if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(q.shape[3]));
   const ScoreRange r = Scores(q, k, scale);
   return v.MaxAbs() * (kTolerance * std::fmax(1.0, r.s) + kCancelTolerance * r.c);
+}
+
+// p's call under opt is within the accuracy bound of the reference's.
+template <class P>
+void RequireWithinReference(Context& ctx, const octattn_attention_options& opt, const P& p) {
+  octattn_attention_options ropt = opt;
+  ropt.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+  Tensor o = p.Out(), ro = p.Out();
+  Attend(ctx, opt, p.q, p.k, p.v, o);
+  Attend(ctx, ropt, p.q, p.k, p.v, ro);
+  REQUIRE(MaxDiff(o, ro) <= Bound(p.q, p.k, p.v));
 }
 
 }  // namespace octtest

@@ -113,18 +113,9 @@ TEST_CASE("a tree's bits give the bytes of the mask tensor of the same pairs", "
         octattn_attention_options opt = CaseOptions(c, algo), mopt = opt;
         tc.trees.Into(&opt);
         mopt.mask = &tc.mask.t;
-        Tensor o = tc.p.Out(), lse = tc.p.Lse(), mo = tc.p.Out(), mlse = tc.p.Lse();
-        Attend(ctx, opt, tc.p.q, tc.p.k, tc.p.v, o, &lse);
-        Attend(ctx, mopt, tc.p.q, tc.p.k, tc.p.v, mo, &mlse);
-        REQUIRE(BytesEqual(o, mo));
-        REQUIRE(BytesEqual(lse, mlse));
-        if (algo == OCTATTN_ALGORITHM_FUSED) {  // and within the bound of the reference
-          octattn_attention_options ropt = opt;
-          ropt.algorithm = OCTATTN_ALGORITHM_REFERENCE;
-          Tensor ro = tc.p.Out();
-          Attend(ctx, ropt, tc.p.q, tc.p.k, tc.p.v, ro);
-          REQUIRE(MaxDiff(o, ro) <= Bound(tc.p.q, tc.p.k, tc.p.v));
-        }
+        RequireSameOutputs(ctx, opt, mopt, tc.p);
+        // and within the bound of the reference
+        if (algo == OCTATTN_ALGORITHM_FUSED) RequireWithinReference(ctx, opt, tc.p);
       }
 }
 
@@ -137,24 +128,8 @@ TEST_CASE("trees: thread count and layouts change no byte", "[tree][invariants]"
     const TreeCall tc(c, seed, 1, 0);
     octattn_attention_options opt = CaseOptions(c, OCTATTN_ALGORITHM_FUSED);
     tc.trees.Into(&opt);
-    Context one(1);
-    Tensor o = tc.p.Out(), lse = tc.p.Lse();
-    Attend(one, opt, tc.p.q, tc.p.k, tc.p.v, o, &lse);
-    for (int threads : {2, 3})
-      for (Layout layout : {Layout::kBHTD, Layout::kBTHD, Layout::kPadded}) {
-        INFO(Name(c) << " threads " << threads << " layout " << layout);
-        Problem other(c.batch, c.hq, c.hkv, c.n, c.prefix + c.n, c.d, c.d, 1, 1.0f, layout);
-        other.q.CopyValuesFrom(tc.p.q);
-        other.k.CopyValuesFrom(tc.p.k);
-        other.v.CopyValuesFrom(tc.p.v);
-        Context ctx(threads);
-        Tensor oo = other.Out(layout), olse = other.Lse();
-        Attend(ctx, opt, other.q, other.k, other.v, oo, &olse);
-        Tensor back = tc.p.Out();
-        back.CopyValuesFrom(oo);
-        REQUIRE(BytesEqual(o, back));
-        REQUIRE(BytesEqual(lse, olse));
-      }
+    INFO(Name(c));
+    RequireThreadAndLayoutInvariance(opt, tc.p);
   }
 }
 
@@ -240,19 +215,7 @@ TEST_CASE("the backward over a tree: the mask tensor's gradients", "[tree][backw
       octattn_attention_options opt = CaseOptions(c, algo), mopt = opt;
       tc.trees.Into(&opt);
       mopt.mask = &tc.mask.t;
-      Tensor o = tc.p.Out(), lse = tc.p.Lse(), dout = tc.p.Out();
-      dout.Fill(seed + 7);
-      Attend(ctx, opt, tc.p.q, tc.p.k, tc.p.v, o, &lse);
-      Tensor g[2][3] = {{tc.p.q, tc.p.k, tc.p.v}, {tc.p.q, tc.p.k, tc.p.v}};
-      for (int m = 0; m < 2; ++m) {
-        const octattn_attention_options& use = m ? mopt : opt;
-        const octattn_status st = octattn_attention_backward(
-            ctx, &use, tc.p.q.ptr(), tc.p.k.ptr(), tc.p.v.ptr(), o.ptr(), lse.ptr(), dout.ptr(),
-            nullptr, g[m][0].ptr(), g[m][1].ptr(), g[m][2].ptr(), nullptr, nullptr, nullptr, 0);
-        INFO(ctx.Error());
-        REQUIRE(st == OCTATTN_OK);
-      }
-      for (int x = 0; x < 3; ++x) REQUIRE(BytesEqual(g[0][x], g[1][x]));
+      RequireSameGradients(ctx, opt, mopt, tc.p, seed + 7);
     }
   }
 }

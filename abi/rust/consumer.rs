@@ -48,6 +48,12 @@ struct Options {
     tree: *const u8,
     tree_row_bytes: i64,
     tree_stride: i64,
+    block_counts: *const Tensor,
+    block_indices: *const Tensor,
+    full_block_counts: *const Tensor,
+    full_block_indices: *const Tensor,
+    block_q: i64,
+    block_kv: i64,
 }
 
 #[link(name = "octattn")]
@@ -87,9 +93,13 @@ const _: () = {
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 232 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 280 && offset_of!(Options, k_start) == 48);
     assert!(offset_of!(Options, tree) == 208 && offset_of!(Options, tree_row_bytes) == 216);
     assert!(offset_of!(Options, tree_stride) == 224);
+    assert!(offset_of!(Options, block_counts) == 232 && offset_of!(Options, block_indices) == 240);
+    assert!(offset_of!(Options, full_block_counts) == 248);
+    assert!(offset_of!(Options, full_block_indices) == 256);
+    assert!(offset_of!(Options, block_q) == 264 && offset_of!(Options, block_kv) == 272);
     assert!(offset_of!(Options, k_scale) == 168 && offset_of!(Options, v_scale) == 176);
     assert!(offset_of!(Options, k_scale_rows) == 184 && offset_of!(Options, v_scale_rows) == 192);
     assert!(offset_of!(Options, qk_precision) == 200 && offset_of!(Options, reserved3) == 204);

@@ -76,7 +76,13 @@ constexpr FieldOffset kOptionsFields[] = {
     OCTATTN_FIELD(octattn_attention_options, reserved3),
     OCTATTN_FIELD(octattn_attention_options, tree),
     OCTATTN_FIELD(octattn_attention_options, tree_row_bytes),
-    OCTATTN_FIELD(octattn_attention_options, tree_stride)};
+    OCTATTN_FIELD(octattn_attention_options, tree_stride),
+    OCTATTN_FIELD(octattn_attention_options, block_counts),
+    OCTATTN_FIELD(octattn_attention_options, block_indices),
+    OCTATTN_FIELD(octattn_attention_options, full_block_counts),
+    OCTATTN_FIELD(octattn_attention_options, full_block_indices),
+    OCTATTN_FIELD(octattn_attention_options, block_q),
+    OCTATTN_FIELD(octattn_attention_options, block_kv)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
     OCTATTN_FIELD(octattn_run_info, backend),     OCTATTN_FIELD(octattn_run_info, target),

@@ -163,22 +163,37 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     only_mask.tree = opt.tree;
     only_mask.tree_row_bytes = opt.tree_row_bytes;
     only_mask.tree_stride = opt.tree_stride;
+    only_mask.block_counts = opt.block_counts;
+    only_mask.block_indices = opt.block_indices;
+    only_mask.full_block_counts = opt.full_block_counts;
+    only_mask.full_block_indices = opt.full_block_indices;
+    only_mask.block_q = opt.block_q;
+    only_mask.block_kv = opt.block_kv;
     kernels::Mods mods;
-    api::TensorInfo tb, tm;
-    OCTATTN_CHECK(api::ValidateMods(only_mask, ts.shape, &mods, &tb, &tm));
+    api::TensorInfo tb, tm, blocks[4];
+    OCTATTN_CHECK(api::ValidateMods(only_mask, ts.shape, &mods, &tb, &tm, blocks));
     if (mods.keep)
       OCTATTN_CHECK(
           api::CheckDisjoint(ts, "scores", tm, opt.tree ? "options.tree" : "options.mask"));
+    for (const api::TensorInfo& t : blocks)
+      if (t.hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", t, "a block mask's tensor"));
     OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
       const kernels::Matrix m = HeadOf(ts, b, h);
       table->mask_rows(m, q_len, kv_len, mask);
-      if (!mods.keep) return;
-      const uint8_t* bits = octattn::run::ModsAt(mods, tb, tm, b, h).keep;
-      for (int64_t i = 0; i < q_len; ++i)
-        for (int64_t j = 0; j < kv_len; ++j)
-          if (!base::KeepAt(bits + i * mods.keep_row, mods.keep_col, mods.keep_bits, mods.keep_from,
-                            j))
+      if (!mods.keep && mods.block_kv == 0) return;
+      kernels::Mods at = octattn::run::ModsAt(mods, tb, tm, b, h);
+      kernels::AdvanceLists(&at, b, 0);
+      for (int64_t i = 0; i < q_len; ++i) {
+        const base::RowBlocks rb = kernels::RowBlocksOf(at, 0, i);
+        for (int64_t j = 0; j < kv_len; ++j) {
+          const base::BlockKind kind = base::BlockKindOf(rb, j);
+          if (kind == base::kBlockNone ||
+              (at.keep && (rb.size == 0 || kind == base::kBlockPartial) &&
+               !base::KeepAt(at.keep + i * at.keep_row, at.keep_col, at.keep_bits, at.keep_from,
+                             j)))
             m.data[i * m.row + j * m.col] = -HUGE_VALF;
+        }
+      }
     }));
     Record(ctx, table);
     return api::Check();
@@ -199,6 +214,9 @@ octattn_status octattn_modify_scores(octattn_context* ctx, const octattn_attenti
     opt.tree = nullptr;
     opt.tree_row_bytes = 0;
     opt.tree_stride = 0;
+    opt.block_counts = opt.block_indices = nullptr;  // octattn_mask's too
+    opt.full_block_counts = opt.full_block_indices = nullptr;
+    opt.block_q = opt.block_kv = 0;
     opt.sinks = nullptr;  // octattn_softmax_sinks'
     kernels::Mods mods;
     api::TensorInfo tb, tm;

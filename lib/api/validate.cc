@@ -54,6 +54,12 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
       return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "a mask tensor's dtype must be bool"));
   } else if (t->dtype == OCTATTN_DTYPE_BOOL) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "bool data is for mask tensors only"));
+  } else if (dtype == OCTATTN_DTYPE_INT32) {
+    if (t->dtype != OCTATTN_DTYPE_INT32)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "a block mask's dtype must be int32"));
+  } else if (t->dtype == OCTATTN_DTYPE_INT32) {
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                Name(name, "int32 data is for a block mask's tensors only"));
   } else if (t->dtype >= OCTATTN_DTYPE_INT8 && t->dtype <= OCTATTN_DTYPE_Q4_0) {
     if (dtype != kCache)
       return Fail(OCTATTN_ERROR_UNSUPPORTED,
@@ -64,10 +70,12 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
   } else if (t->dtype != OCTATTN_DTYPE_F32 && dtype != kFloating && dtype != kCache) {
     return Fail(OCTATTN_ERROR_UNSUPPORTED, Name(name, "this tensor takes f32 data only"));
   }
-  const base::Dtype type =
-      dtype == OCTATTN_DTYPE_BOOL ? base::kF32 : static_cast<base::Dtype>(t->dtype);
-  const uint64_t elem =
-      dtype == OCTATTN_DTYPE_BOOL ? 1 : static_cast<uint64_t>(base::DtypeBytes(type));
+  const bool other = dtype == OCTATTN_DTYPE_BOOL || dtype == OCTATTN_DTYPE_INT32;
+  const base::Dtype type = other ? base::kF32 : static_cast<base::Dtype>(t->dtype);
+  const uint64_t elem = dtype == OCTATTN_DTYPE_BOOL ? 1
+                        : dtype == OCTATTN_DTYPE_INT32
+                            ? 4
+                            : static_cast<uint64_t>(base::DtypeBytes(type));
   if (t->reserved != 0) return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "reserved is not 0"));
   const int dims = sequence ? 3 : 4;
   if (sequence && t->shape[3] != 1)
@@ -314,6 +322,7 @@ Check ResolveSequence(const Sequences& all, int64_t s, plan::Sequence* out) {
   auto at = [s] { return "[" + std::to_string(s) + "]"; };
   plan::Sequence q;
   q.batch = ragged ? 0 : s;
+  q.entry = s;
   q.q_row = ragged ? opt.cu_seqlens_q[s] : 0;
   q.q_len = ragged ? opt.cu_seqlens_q[s + 1] - q.q_row : all.q_len;
   const int64_t rows0 = ragged && !paged ? opt.cu_seqlens_k[s] : 0;
@@ -377,13 +386,139 @@ Check ValidateModTensor(const octattn_tensor* t, const char* name, octattn_dtype
   return Check();
 }
 
+// A block mask's tensors (validated, broadcast) and every list they hold: counts within
+// [0, n], entries strictly ascending key blocks of the call, no block on both lists.
+Check ValidateBlocks(const octattn_attention_options& opt, const int64_t shape[4],
+                     kernels::Mods* mods, TensorInfo* infos) {
+  const bool partial = opt.block_counts || opt.block_indices;
+  const bool full = opt.full_block_counts || opt.full_block_indices;
+  if (!partial && !full && opt.block_q == 0 && opt.block_kv == 0) return Check();
+  if (!opt.block_counts || !opt.block_indices)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "a block mask needs options.block_counts and options.block_indices");
+  if (full && (!opt.full_block_counts || !opt.full_block_indices))
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.full_block_counts and options.full_block_indices come together");
+  if (opt.block_q < 1 || opt.block_q > kMaxSize || opt.block_kv < 1 || opt.block_kv > kMaxSize)
+    return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                "options.block_q and options.block_kv must be in [1, 2^60] with a block mask");
+  const int64_t entries = opt.sequences > 0 ? opt.sequences : shape[0];
+  const int64_t key_blocks = (shape[3] + opt.block_kv - 1) / opt.block_kv;
+  const octattn_tensor* ts[4] = {opt.block_counts, opt.block_indices, opt.full_block_counts,
+                                 opt.full_block_indices};
+  static const char* const kNames[4] = {"options.block_counts", "options.block_indices",
+                                        "options.full_block_counts", "options.full_block_indices"};
+  static const char* const kDims[4] = {"entries", "q_heads", "q_blocks", "1"};
+  for (int l = 0; l < (full ? 4 : 2); ++l) {
+    TensorInfo& in = infos[l];
+    OCTATTN_CHECK(ValidateTensor(ts[l], kNames[l], Role::kInput, false, &in, OCTATTN_DTYPE_INT32));
+    const int64_t want[4] = {entries, shape[1], ts[0]->shape[2], 1};
+    for (int d = 0; d < 4; ++d) {
+      if (d == 3 && l % 2 == 1) continue;  // a list's capacity
+      if (in.shape[d] == 1 && d < 2) {
+        in.stride[d] = 0;  // broadcast
+        continue;
+      }
+      if (in.shape[d] != want[d])
+        return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                    std::string(kNames[l]) + ": shape[" + std::to_string(d) + "] is " +
+                        std::to_string(in.shape[d]) + ", expected " + std::to_string(want[d]) +
+                        " (" + kDims[d] + ")" + (d < 2 ? " or 1" : ""));
+    }
+  }
+  if (!opt.cu_seqlens_q) OCTATTN_CHECK(CheckTreeRows(opt, shape[2]));
+  // Every list, read once here so that no kernel meets a bad entry.
+  auto at = [](int64_t e, int64_t h, int64_t b) {
+    return "[" + std::to_string(e) + ", " + std::to_string(h) + ", " + std::to_string(b) + "]";
+  };
+  struct List {
+    const int32_t* idx;
+    int64_t n, col;
+  };
+  // List l (0: partial, 2: full) of query block b of head h of entry e, checked.
+  auto list = [&](int l, int64_t e, int64_t h, int64_t b, List* out) -> Check {
+    const TensorInfo &ci = infos[l], &ii = infos[l + 1];
+    const int32_t* counts = static_cast<const int32_t*>(ts[l]->data);
+    const int32_t* index = static_cast<const int32_t*>(ts[l + 1]->data);
+    const int64_t n = ii.shape[3];
+    const int32_t c = counts[e * ci.stride[0] + h * ci.stride[1] + b * ci.stride[2]];
+    if (c < 0 || c > n)
+      return Fail(OCTATTN_ERROR_INVALID_OPTION, std::string(kNames[l]) + at(e, h, b) + " is " +
+                                                    std::to_string(c) + ", must be in [0, " +
+                                                    std::to_string(n) + "] (" + kNames[l + 1] +
+                                                    "'s shape[3])");
+    *out = List{index + e * ii.stride[0] + h * ii.stride[1] + b * ii.stride[2], c, ii.stride[3]};
+    for (int64_t x = 0; x < c; ++x) {
+      const int64_t kb = out->idx[x * out->col];
+      if (kb < 0 || kb >= key_blocks)
+        return Fail(OCTATTN_ERROR_INVALID_OPTION, std::string(kNames[l + 1]) + at(e, h, b) + "[" +
+                                                      std::to_string(x) + "] is " +
+                                                      std::to_string(kb) + ", outside the " +
+                                                      std::to_string(key_blocks) + " key blocks");
+      if (x > 0 && kb <= out->idx[(x - 1) * out->col])
+        return Fail(OCTATTN_ERROR_INVALID_OPTION, std::string(kNames[l + 1]) + at(e, h, b) +
+                                                      ": a list must be strictly ascending");
+    }
+    return Check();
+  };
+  // The distinct lists: a dimension of stride 0 in every tensor holds one (a broadcast),
+  // and no call reaches a query block past its rows' (its q_len rows, or a ragged
+  // call's packed rows, bound every sequence's).
+  auto distinct = [&](int d, int64_t limit) {
+    int64_t n = 1;
+    for (int l = 0; l < (full ? 4 : 2); ++l)
+      if (infos[l].stride[d] != 0) n = std::max(n, infos[l].shape[d]);
+    return std::min(n, limit);
+  };
+  const int64_t es = distinct(0, kMaxSize), hs = distinct(1, kMaxSize),
+                qbs = distinct(2, (shape[2] + opt.block_q - 1) / opt.block_q);
+  for (int64_t e = 0; e < es; ++e)
+    for (int64_t h = 0; h < hs; ++h)
+      for (int64_t b = 0; b < qbs; ++b) {
+        List p{}, f{};
+        OCTATTN_CHECK(list(0, e, h, b, &p));
+        if (!full) continue;
+        OCTATTN_CHECK(list(2, e, h, b, &f));
+        for (int64_t x = 0, y = 0; x < p.n && y < f.n;) {  // both ascending: a merge
+          const int32_t a = p.idx[x * p.col], c = f.idx[y * f.col];
+          if (a == c)
+            return Fail(OCTATTN_ERROR_INVALID_OPTION, "key block " + std::to_string(a) +
+                                                          " of query block " + at(e, h, b) +
+                                                          " is on both lists");
+          if (a < c)
+            ++x;
+          else
+            ++y;
+        }
+      }
+  mods->block_q = opt.block_q;
+  mods->block_kv = opt.block_kv;
+  for (int l = 0; l < (full ? 4 : 2); l += 2) {
+    kernels::Mods::Lists& dst = l == 0 ? mods->partial : mods->full;
+    const TensorInfo &ci = infos[l], &ii = infos[l + 1];
+    dst.count = static_cast<const int32_t*>(ts[l]->data);
+    dst.index = static_cast<const int32_t*>(ts[l + 1]->data);
+    dst.count_entry = ci.stride[0];
+    dst.count_head = ci.stride[1];
+    dst.count_row = ci.stride[2];
+    dst.index_entry = ii.stride[0];
+    dst.index_head = ii.stride[1];
+    dst.index_row = ii.stride[2];
+    dst.index_col = ii.stride[3];
+  }
+  return Check();
+}
+
 }  // namespace
 
 Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
-                   kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask) {
+                   kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask, TensorInfo* blocks) {
   *mods = kernels::Mods{};
   *bias = TensorInfo{};
   *mask = TensorInfo{};
+  TensorInfo own[4];
+  if (!blocks) blocks = own;
+  for (int l = 0; l < 4; ++l) blocks[l] = TensorInfo{};
   mods->softcap = opt.softcap;
   const int64_t heads = shape[1];
   if (opt.alibi_slopes) {
@@ -448,7 +583,7 @@ Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
     mods->keep_bits = true;
     mods->keep_from = shape[3] - shape[2];  // a dense call's; each sequence's its own
   }
-  return Check();
+  return ValidateBlocks(opt, shape, mods, blocks);
 }
 
 Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows) {
@@ -457,11 +592,17 @@ Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows) {
                 "options.tree_row_bytes " + std::to_string(opt.tree_row_bytes) +
                     " holds fewer bits than a sequence's " + std::to_string(rows) +
                     " query rows (its tree's columns)");
+  if (opt.block_counts && opt.block_q > 0 &&
+      (rows + opt.block_q - 1) / opt.block_q > opt.block_counts->shape[2])
+    return Fail(OCTATTN_ERROR_INVALID_SHAPE, "options.block_counts: shape[2] is " +
+                                                 std::to_string(opt.block_counts->shape[2]) +
+                                                 ", fewer query blocks than a sequence's " +
+                                                 std::to_string(rows) + " rows fill");
   return Check();
 }
 
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_11 &&
-                  offsetof(octattn_attention_options, tree_stride) + 8 == kOptionsSize_0_11 &&
+                  offsetof(octattn_attention_options, block_kv) + 8 == kOptionsSize_0_11 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&

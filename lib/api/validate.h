@@ -94,7 +94,8 @@ constexpr size_t kOptionsSize_0_1 = 48;
 constexpr size_t kOptionsSize_0_2 = 56;    // k_start appended
 constexpr size_t kOptionsSize_0_3 = 104;   // chunk and the score modifiers appended
 constexpr size_t kOptionsSize_0_6 = 168;   // sequences: padded, ragged and paged batches
-constexpr size_t kOptionsSize_0_11 = 232;  // quantized caches' scales, qk_precision; trees
+constexpr size_t kOptionsSize_0_11 = 280;  // quantized caches' scales, qk_precision; trees;
+                                           // block masks
 constexpr size_t kRunInfoSize_0_1 = 24;
 constexpr size_t kRunInfoSize_0_11 = 32;  // shared_kv_rows appended
 
@@ -111,10 +112,14 @@ Check ValidateStructSize(size_t given, size_t first, size_t known, const void* b
 // q_heads, q_len, kv_len]): arrays checked (q_heads entries), tensors validated and
 // broadcast (sizes of 1 get stride 0), `mods` pointing at batch 0, head 0. The tensors'
 // extents go to *bias and *mask (hi == 0 when absent), for the aliasing checks.
+// A block mask's four tensors' extents go to blocks[0..3] (counts, indices, full counts,
+// full indices), where given.
 Check ValidateMods(const octattn_attention_options& opt, const int64_t shape[4],
-                   kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask);
+                   kernels::Mods* mods, TensorInfo* bias, TensorInfo* mask,
+                   TensorInfo* blocks = nullptr);
 // INVALID_OPTION if a sequence of `rows` query rows has more tree columns than
-// options.tree_row_bytes holds bits (nothing without a tree).
+// options.tree_row_bytes holds bits; INVALID_SHAPE if a block mask has fewer query
+// blocks than they fill (nothing without either).
 Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows);
 // The scale tensor of cache operand `cache` ("k" or "v"; options.k_scale or v_scale and its
 // rows option): present exactly where its dtype takes one (INT8 must, FP8 may), of the

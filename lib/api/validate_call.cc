@@ -128,7 +128,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   const bool paged = opt.block_table != nullptr;
   plan::CallShape& sh = c->shape;
   const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
-  OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask));
+  OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask, c->blocks));
   OCTATTN_CHECK(api::ValidateScales(opt.k_scale, opt.k_scale_rows, c->k, "k", paged, &c->k_scale));
   OCTATTN_CHECK(api::ValidateScales(opt.v_scale, opt.v_scale_rows, c->v, "v", paged, &c->v_scale));
   const struct {
@@ -144,7 +144,11 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
              {&c->bias, "options.bias", c->bias.hi != 0},
              {&c->mask, c->shape.mods.keep_bits ? "options.tree" : "options.mask", c->mask.hi != 0},
              {&c->k_scale.t, "options.k_scale", c->k_scale.t.hi != 0},
-             {&c->v_scale.t, "options.v_scale", c->v_scale.t.hi != 0}};
+             {&c->v_scale.t, "options.v_scale", c->v_scale.t.hi != 0},
+             {&c->blocks[0], "options.block_counts", c->blocks[0].hi != 0},
+             {&c->blocks[1], "options.block_indices", c->blocks[1].hi != 0},
+             {&c->blocks[2], "options.full_block_counts", c->blocks[2].hi != 0},
+             {&c->blocks[3], "options.full_block_indices", c->blocks[3].hi != 0}};
   for (const auto& out : outs) {
     if (!out.present || o_role == Role::kInput) continue;
     for (const auto& in : ins)
@@ -180,7 +184,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   }
   c->sequences = seqs->count;
   c->source = run::SequenceSource{seqs, &ResolveChecked};
-  if (opt.tree && opt.cu_seqlens_q)
+  if ((opt.tree || opt.block_counts) && opt.cu_seqlens_q)
     for (int64_t s = 0; s < seqs->count; ++s) {
       plan::Sequence seq;
       OCTATTN_CHECK(api::ResolveSequence(*seqs, s, &seq));

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <initializer_list>
+
 namespace octattn {
 namespace base {
 
@@ -46,6 +48,22 @@ struct StridedColumns {
   int64_t stride, phase;
   int64_t begin = 0;
   bool Has(int64_t j) const { return stride > 0 && j >= begin && j % stride == phase; }
+};
+
+// One query block's list of a block mask: n strictly ascending key block indices, `col`
+// elements apart.
+struct BlockList {
+  const int32_t* idx = nullptr;
+  int64_t n = 0, col = 0;
+};
+
+enum BlockKind { kBlockNone = 0, kBlockPartial = 1, kBlockFull = 2 };
+
+// A row's key blocks under a block mask: the lists of its query block; size 0: no block
+// mask (every key's block is full).
+struct RowBlocks {
+  BlockList partial, full;
+  int64_t size = 0;  // key rows per block
 };
 
 enum TileKind { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2 };
@@ -182,6 +200,70 @@ inline bool KeepAt(const uint8_t* row, int64_t col, bool bits, int64_t from, int
   if (j < from) return true;
   const int64_t c = j - from;
   return ((row[c >> 3] >> (c & 7)) & 1u) != 0;
+}
+
+// The entries of a list below block kb (binary search: lists hold up to thousands).
+inline int64_t BlocksBelow(const BlockList& l, int64_t kb) {
+  int64_t lo = 0, hi = l.n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (l.idx[mid * l.col] < kb)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+inline bool BlockListed(const BlockList& l, int64_t kb) {
+  const int64_t p = BlocksBelow(l, kb);
+  return p < l.n && l.idx[p * l.col] == kb;
+}
+
+// The kind of the block of key j.
+inline BlockKind BlockKindOf(const RowBlocks& b, int64_t j) {
+  if (b.size == 0) return kBlockFull;
+  const int64_t kb = j / b.size;
+  if (BlockListed(b.full, kb)) return kBlockFull;
+  return BlockListed(b.partial, kb) ? kBlockPartial : kBlockNone;
+}
+
+// Whether a listed block holds a key of [j0, j1) (j0 < j1).
+inline bool BlocksAny(const RowBlocks& b, int64_t j0, int64_t j1) {
+  if (b.size == 0) return true;
+  const int64_t kb0 = j0 / b.size, kb1 = (j1 - 1) / b.size + 1;
+  for (const BlockList* l : {&b.partial, &b.full}) {
+    const int64_t p = BlocksBelow(*l, kb0);
+    if (p < l->n && l->idx[p * l->col] < kb1) return true;
+  }
+  return false;
+}
+
+// The kinds of the blocks holding keys of [j0, j1) (j0 < j1): bit 1 << kind each.
+inline unsigned BlockKinds(const RowBlocks& b, int64_t j0, int64_t j1) {
+  if (b.size == 0) return 1u << kBlockFull;
+  unsigned kinds = 0;
+  for (int64_t kb = j0 / b.size; kb <= (j1 - 1) / b.size && kinds != 7u; ++kb)
+    kinds |= 1u << BlockKindOf(b, kb * b.size);
+  return kinds;
+}
+
+// [*lo, *hi) narrowed to the keys from the first listed block's to the last's (empty:
+// *hi = *lo).
+inline void BlockEnvelope(const RowBlocks& b, int64_t* lo, int64_t* hi) {
+  if (b.size == 0 || *lo >= *hi) return;
+  int64_t first = -1, last = -1;
+  for (const BlockList* l : {&b.partial, &b.full}) {
+    const int64_t p = BlocksBelow(*l, *lo / b.size);
+    if (p < l->n && (first < 0 || l->idx[p * l->col] < first)) first = l->idx[p * l->col];
+    const int64_t q = BlocksBelow(*l, (*hi - 1) / b.size + 1);
+    if (q > 0 && l->idx[(q - 1) * l->col] > last) last = l->idx[(q - 1) * l->col];
+  }
+  if (first < 0 || last < first) {
+    *hi = *lo;
+    return;
+  }
+  *lo = MaxI(*lo, first * b.size);
+  *hi = MaxI(*lo, MinI(*hi, (last + 1) * b.size));
 }
 
 }  // namespace

@@ -61,8 +61,20 @@ struct Mods {
   // keep_from + c; keys below keep_from (the cached prefix) are kept unread.
   bool keep_bits = false;
   int64_t keep_from = 0;
+  // A block mask (block_kv > 0): each list's counts (one per query block, count_row
+  // apart) and entries (index_row from a query block's to the next, index_col between
+  // entries), at this head's; *_entry: to the next batch entry (sequence). Null
+  // full.count: no full blocks.
+  struct Lists {
+    const int32_t* count = nullptr;
+    const int32_t* index = nullptr;
+    int64_t count_entry = 0, count_head = 0, count_row = 0;
+    int64_t index_entry = 0, index_head = 0, index_row = 0, index_col = 0;
+  };
+  Lists partial, full;
+  int64_t block_q = 0, block_kv = 0;
   // Whether any score modifier or tensor is present (else the kernels' plain path runs).
-  bool Scores() const { return softcap > 0.0f || slopes || bias || keep; }
+  bool Scores() const { return softcap > 0.0f || slopes || bias || keep || block_kv > 0; }
 };
 
 // Paged keys and values (vLLM's PagedAttention): key j of an op is row first + j of its
@@ -122,6 +134,32 @@ struct Operands {
 };
 
 namespace {  // internal linkage: included by per-arch units (base/mask.h says why)
+
+// A block mask's lists moved to those of `entries` entries and `heads` heads further.
+inline void AdvanceLists(Mods* m, int64_t entries, int64_t heads) {
+  for (Mods::Lists* l : {&m->partial, &m->full}) {
+    if (!l->count) continue;
+    l->count += entries * l->count_entry + heads * l->count_head;
+    l->index += entries * l->index_entry + heads * l->index_head;
+  }
+}
+
+// The block lists of row `row` of query head `head` (both counted from the Mods').
+inline RowBlocks RowBlocksOf(const Mods& m, int64_t head, int64_t row) {
+  RowBlocks r;
+  if (m.block_kv <= 0) return r;
+  r.size = m.block_kv;
+  const int64_t qb = row / m.block_q;
+  for (int l = 0; l < 2; ++l) {
+    const Mods::Lists& src = l == 0 ? m.partial : m.full;
+    BlockList& dst = l == 0 ? r.partial : r.full;
+    if (!src.count) continue;
+    dst.n = src.count[head * src.count_head + qb * src.count_row];
+    dst.idx = src.index + head * src.index_head + qb * src.index_row;
+    dst.col = src.index_col;
+  }
+  return r;
+}
 
 // Key (value) row j of an op, contiguous or paged.
 inline const float* PagedRow(const float* base, int64_t row, int64_t block, const Paging& p,

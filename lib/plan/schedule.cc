@@ -183,7 +183,7 @@ int64_t WholeSpans(const CallShape& c, Algorithm algorithm) {
   const int64_t group = c.q_heads / c.kv_heads;
   const Mask& m = c.mask;
   if (group * c.q_len > kDecodeRows || (m.causal && m.window > 0 && m.stride > 0)) return 0;
-  if (c.mods.slopes || c.mods.bias || c.mods.keep) return 0;
+  if (c.mods.slopes || c.mods.bias || c.mods.keep || c.mods.block_kv > 0) return 0;
   const int64_t end = CallKeyEnd(c);
   if ((end + kernels::kSpanKeys - 1) / kernels::kSpanKeys <= 1) return 0;  // not decode-shaped
   int64_t n = 0;

@@ -76,6 +76,7 @@ struct Sequence {
   int64_t seg_row, seg_len;
   base::Mask mask;
   int64_t k_col = 0;
+  int64_t entry = 0;  // its index among the call's sequences (a block mask's batch entry)
   kernels::Paging paging{};
   // Cascade decode (CascadeGroup): its leading key spans below `covered` run in the
   // group's tasks, not its own; `shared`: the spans it shares with the group's lead; its

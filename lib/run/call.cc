@@ -11,6 +11,7 @@ kernels::Mods ModsAt(const kernels::Mods& m, const TensorInfo& bias, const Tenso
   if (r.sinks) r.sinks += h;
   if (r.bias) r.bias += b * bias.stride[0] + h * bias.stride[1];
   if (r.keep) r.keep += b * mask.stride[0] + h * mask.stride[1];
+  kernels::AdvanceLists(&r, 0, h);  // a block mask's entries are sequences: OperandsOf's
   return r;
 }
 
@@ -23,6 +24,7 @@ plan::Sequence SequenceAt(const Call& c, int64_t n) {
   }
   const plan::CallShape& sh = c.shape;
   seq.batch = n;
+  seq.entry = n;
   seq.q_len = sh.q_len;
   seq.kv_len = sh.kv_len;
   seq.seg_len = sh.kv_len;
@@ -102,6 +104,7 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
   t.qk_block = sh.qk_block;
   t.mask = seq.mask;
   t.mods = ModsAt(sh.mods, c.bias, c.mask, b, h);
+  kernels::AdvanceLists(&t.mods, seq.entry, 0);
   if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
   if (t.mods.keep) t.mods.keep += seq.q_row * t.mods.keep_row;
   // A tree's columns are the sequence's last q_len key rows; a mask tensor's, the call's.

@@ -45,6 +45,7 @@ struct Call {
   ScaleInfo k_scale, v_scale;
   // Of the modifiers (hi == 0: absent); mask: or the tree's bits (shape.mods.keep_bits).
   TensorInfo bias, mask;
+  TensorInfo blocks[4];  // a block mask's tensors (hi 0: absent), for the aliasing checks
   bool has_lse = false, has_weights = false;
   plan::CallShape shape{};
   float scale = 0;

@@ -299,6 +299,79 @@ struct BoolTensor {
   }
 };
 
+// A block mask (options.block_counts ...) built from each query block's kinds of key
+// blocks (0 unlisted, 1 partial, 2 full) over [entries, heads, q_blocks, key_blocks]:
+// the lists ascending, `spare` unused entries after each list (filled with -1, never
+// read).
+struct BlockMask {
+  int64_t e = 0, h = 0, qb = 0, kb = 0, n = 0, block_q = 1, block_kv = 1;
+  std::vector<uint8_t> kinds;
+  std::vector<int32_t> counts[2], indices[2];
+  octattn_tensor t[4]{};
+  BlockMask() = default;
+  BlockMask(int64_t entries, int64_t heads, int64_t q_blocks, int64_t key_blocks, int64_t bq,
+            int64_t bkv)
+      : e(entries), h(heads), qb(q_blocks), kb(key_blocks), block_q(bq), block_kv(bkv) {
+    kinds.assign(static_cast<size_t>(e * h * qb * kb), 0);
+  }
+  HARNESS_PLUMBING uint8_t& at(int64_t a, int64_t b, int64_t c, int64_t d) {
+    return kinds[static_cast<size_t>(((a * h + b) * qb + c) * kb + d)];
+  }
+  HARNESS_PLUMBING uint8_t kind(int64_t a, int64_t b, int64_t c, int64_t d) const {
+    return kinds[static_cast<size_t>((((a % e) * h + b % h) * qb + c) * kb + d)];
+  }
+  // The tensors, from the kinds (call after the last change); as_partial: the full
+  // blocks listed as partial (the same pairs where no mask tensor applies), no full list.
+  void Build(int64_t spare = 1, bool as_partial = false) {
+    auto list_of = [&](uint8_t k) -> int { return k == 0 ? -1 : (as_partial ? 0 : k - 1); };
+    n = 1;
+    for (int64_t x = 0; x < e * h * qb; ++x)
+      for (int l = 0; l < 2; ++l) {
+        int64_t c = 0;
+        for (int64_t d = 0; d < kb; ++d) c += list_of(kinds[static_cast<size_t>(x * kb + d)]) == l;
+        n = c + spare > n ? c + spare : n;
+      }
+    for (int l = 0; l < 2; ++l) {
+      counts[l].assign(static_cast<size_t>(e * h * qb), 0);
+      indices[l].assign(static_cast<size_t>(e * h * qb * n), -1);
+      for (int64_t x = 0; x < e * h * qb; ++x) {
+        int32_t c = 0;
+        for (int64_t d = 0; d < kb; ++d)
+          if (list_of(kinds[static_cast<size_t>(x * kb + d)]) == l)
+            indices[l][static_cast<size_t>(x * n + c++)] = static_cast<int32_t>(d);
+        counts[l][static_cast<size_t>(x)] = c;
+      }
+      const int64_t cs[4] = {e, h, qb, 1}, is[4] = {e, h, qb, n};
+      for (int w = 0; w < 2; ++w) {
+        octattn_tensor& v = t[2 * l + w];
+        v = octattn_tensor{};
+        v.dtype = OCTATTN_DTYPE_INT32;
+        v.data = w ? static_cast<void*>(indices[l].data()) : static_cast<void*>(counts[l].data());
+        int64_t stride = 1;
+        for (int d = 3; d >= 0; --d) {
+          v.shape[d] = w ? is[d] : cs[d];
+          v.stride[d] = stride;
+          stride *= v.shape[d];
+        }
+      }
+    }
+  }
+  // Into a call's options (with_full false: no full list).
+  void Into(octattn_attention_options* opt, bool with_full = true) const {
+    opt->block_counts = &t[0];
+    opt->block_indices = &t[1];
+    opt->full_block_counts = with_full ? &t[2] : nullptr;
+    opt->full_block_indices = with_full ? &t[3] : nullptr;
+    opt->block_q = block_q;
+    opt->block_kv = block_kv;
+  }
+  // Whether row i reads key j by the lists alone (partial: `partial_bit` decides).
+  HARNESS_PLUMBING bool Reads(int64_t a, int64_t b, int64_t i, int64_t j, bool partial_bit) const {
+    const uint8_t k = kind(a, b, i / block_q, j / block_kv);
+    return k == 2 || (k == 1 && partial_bit);
+  }
+};
+
 // The element types a call passes q, k and v (and o) in. The tensors stay f32 buffers;
 // Run narrows copies.
 struct Dtypes {

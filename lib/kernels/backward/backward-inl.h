@@ -171,9 +171,13 @@ static inline float BwdDlse(const BackwardTask& t, int64_t h, int64_t i) {
 
 // Whether row i (at qpos) of head h reads key j: the analytic mask, the mask tensor, a
 // bias of -inf (the tensors read only where the mask before them allows the pair).
-static inline bool BwdPairRead(const base::Mask& mask, const RowMods& m, int64_t qpos, int64_t j) {
-  if (!base::Allowed(mask, qpos, j)) return false;
-  if (m.keep && !base::KeepAt(m.keep, m.keep_col, m.keep_bits, m.keep_from, j)) return false;
+// `kind`: the kind of j's block in the row's block lists.
+static inline bool BwdPairRead(const base::Mask& mask, const RowMods& m, int64_t qpos, int64_t j,
+                               base::BlockKind kind) {
+  if (!base::Allowed(mask, qpos, j) || kind == base::kBlockNone) return false;
+  if (m.keep && (m.blocks.size == 0 || kind == base::kBlockPartial) &&
+      !base::KeepAt(m.keep, m.keep_col, m.keep_bits, m.keep_from, j))
+    return false;
   if (m.bias && m.bias[j * m.bias_col] == -__builtin_inff()) return false;
   return true;
 }
@@ -262,7 +266,13 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
   }
   // Whether every pair is read (then no pair is checked).
   // (A tree's prefix, the keys below its first column, is read unchecked.)
-  const bool kept = !op.mods.keep || (op.mods.keep_bits && j0 + nk <= op.mods.keep_from);
+  bool kept = !op.mods.keep || (op.mods.keep_bits && j0 + nk <= op.mods.keep_from);
+  if (op.mods.block_kv > 0)  // every row's blocks here listed full (or partial, unread)
+    for (int64_t r = 0; r < nq && kept; ++r) {
+      const unsigned kinds = base::BlockKinds(RowBlocksOf(op.mods, h, i0 + r), j0, j0 + nk);
+      kept = kinds == 1u << base::kBlockFull ||
+             (!op.mods.keep && (kinds & (1u << base::kBlockNone)) == 0);
+    }
   bool every = kind == base::kTileFull && kept && !op.mods.bias;
   for (int64_t r = 0; r < nq && every; ++r) every = f.lse[r] != -__builtin_inff();
   if (!every) {
@@ -272,8 +282,11 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
       const RowMods m = RowModsOf(op.mods, h, i0 + r, qpos);
       const bool live = f.lse[r] != -__builtin_inff();
       uint8_t* ok = f.ok + r * kp;
+      base::BlockKind kind_j = base::kBlockFull;
       for (int64_t j = 0; j < nk; ++j) {
-        ok[j] = live && BwdPairRead(op.mask, m, qpos, j0 + j);
+        if (m.blocks.size > 0 && (j == 0 || (j0 + j) % m.blocks.size == 0))
+          kind_j = base::BlockKindOf(m.blocks, j0 + j);
+        ok[j] = live && BwdPairRead(op.mask, m, qpos, j0 + j, kind_j);
         all &= ok[j] != 0;
       }
     }
@@ -355,6 +368,13 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
         const base::TileKind kind =
             base::Classify(mask, mask.q_start + i0, mask.q_start + i0 + nq, j0, j0 + nk, op.kv_len);
         if (kind == base::kTileEmpty) continue;
+        if (op.mods.block_kv > 0) {  // no row's block lists hold a key here: not read
+          bool listed = false;       // (a query block's rows share its lists)
+          for (int64_t i = i0; i < i0 + nq && !listed;
+               i = (i / op.mods.block_q + 1) * op.mods.block_q)
+            listed = base::BlocksAny(RowBlocksOf(op.mods, h, i), j0, j0 + nk);
+          if (!listed) continue;
+        }
         if (!packed) {  // the tile's keys, transposed and as rows; zeros past nk
           for (int64_t j = 0; j < kp; ++j) {
             const bool real = j < nk;

@@ -129,19 +129,43 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
   // A tile of a tree's prefix (every real key below its first column) runs as one with
   // no modifier when the tree is the only one.
   const Mods& mods = t.op.mods;
-  const bool prefix = mods.keep_bits && mods.softcap == 0.0f && !mods.slopes && !mods.bias &&
+  const bool prefix = mods.keep_bits && mods.block_kv == 0 && mods.softcap == 0.0f &&
+                      !mods.slopes && !mods.bias &&
                       sp.first + (tile.t1 - 1) * sp.step < mods.keep_from;
   bk->modded = mods.Scores() && !prefix;
+  // Block lists alone (real keys): a tile each of whose rows' blocks are all listed (full,
+  // or partial with no entries to read) or all unlisted needs no holes; the unlisted
+  // rows read none of it.
+  const bool lists = mods.block_kv > 0 && sp.first == 0 && sp.step == 1;
+  bool unlisted[R] = {};
+  if (lists && bk->modded && mods.softcap == 0.0f && !mods.slopes && !mods.bias) {
+    bool holes = false;
+    for (int r = 0; r < R && !holes; ++r) {
+      if (!active[r]) continue;
+      const unsigned kinds = base::BlockKinds(rows[r].mod.blocks, tile.t0, tile.t1);
+      const unsigned none = 1u << base::kBlockNone;
+      holes =
+          (kinds & none && kinds != none) || (mods.keep && (kinds & (1u << base::kBlockPartial)));
+      unlisted[r] = kinds == none;
+    }
+    if (!holes) {
+      bk->modded = false;
+      for (int r = 0; r < R; ++r) bk->full &= !unlisted[r];
+    } else {
+      for (int r = 0; r < R; ++r) unlisted[r] = false;
+    }
+  }
   bk->block_a = tile.tpad;
   bk->block_b = 0;
   for (int r = 0; r < R; ++r) {
     bk->keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
     bk->a[r] = bk->b[r] = 0;
     bk->holey[r] = false;
-    if (!active[r]) continue;  // below the row's floor: another unit holds these keys
+    if (!active[r]) continue;   // below the row's floor: another unit holds these keys
+    if (unlisted[r]) continue;  // its block lists hold none of the tile
     base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, rows[r].qpos, sp.kv_len), tile.t0, tile.t1);
     const RowMods& mod = rows[r].mod;
-    if (sp.floors && mod.keep) {  // the dense run within the row's mask envelope
+    if (sp.floors && mod.Keeps()) {  // the dense run within the row's mask envelope
       k.lo = base::MinI(base::MaxI(k.lo, rows[r].env_lo), k.hi);
       k.hi = base::MaxI(base::MinI(k.hi, rows[r].env_hi), k.lo);
     }
@@ -151,7 +175,7 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
     if (je <= jb) continue;
     if (bk->modded) {
       for (int64_t w = 0; w < BlockKeys<R>::kWords; ++w) bk->holes[r][w] = 0;
-      if (mod.keep) {
+      if (mod.Keeps()) {
         const KeySpan span = ScanKeep(mod, sp.first, sp.step, tile.t0, jb, je, bk->holes[r]);
         if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
         // The keys outside the span are holes: dropped from the row's keys here.

@@ -160,7 +160,7 @@ static UnitKeys UnitKeysOf(const FlashTask* ts, const FlashScratch* fs, int64_t 
   // every row's envelope are neither packed nor read.
   u.env_lo = 0;
   u.env_hi = u.end;
-  if (span >= 0 && t.op.mods.keep &&
+  if (span >= 0 && (t.op.mods.keep || t.op.mods.block_kv > 0) &&
       !(t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0)) {
     u.env_lo = u.end;
     u.env_hi = 0;
@@ -215,13 +215,29 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   const base::StridedColumns below = u.below;
   // Rows are in order of position, so the first and last rows bound what the task reads.
   const int64_t qfirst = f.rows[0].qpos, qlast = f.rows[nq - 1].qpos;
+  // Whether a row's block lists (a block mask) hold a key of [t0, t1).
+  const bool lists = span >= 0 && t.op.mods.block_kv > 0;
+  auto listed = [&](int64_t t0, int64_t t1) {
+    const base::RowBlocks* last = nullptr;
+    for (int64_t x = 0; x < nh; ++x)
+      for (int64_t r = 0; r < rows; ++r) {
+        const base::RowBlocks& b = fs[x].rows[r].mod.blocks;
+        if (last && b.partial.idx == last->partial.idx && b.full.idx == last->full.idx &&
+            b.partial.n == last->partial.n && b.full.n == last->full.n)
+          continue;  // the rows of a query block share its lists
+        if (base::BlocksAny(b, t0, t1)) return true;
+        last = &b;
+      }
+    return false;
+  };
   // The first tile a row reads at or after t0, or end.
   auto next_tile = [&](int64_t t0) {
     for (; t0 < end; t0 = (t0 / kTileKeys + 1) * kTileKeys) {
       const int64_t t1 = base::MinI((t0 / kTileKeys + 1) * kTileKeys, end);
       if (span < 0 ||
           (t1 > u.env_lo && t0 < u.env_hi &&
-           base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty))
+           base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) != base::kTileEmpty &&
+           (!lists || listed(t0, t1))))
         break;  // else no row reads this tile: not even packed
     }
     return t0;
@@ -376,7 +392,7 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
       if (end > 0) __builtin_prefetch(m + (end - 1) * t.op.mods.keep_col, 0, 0);
       if (end > 64) __builtin_prefetch(m + (end - 65) * t.op.mods.keep_col, 0, 0);
     }
-    if (row.mod.keep) {
+    if (row.mod.Keeps()) {
       const KeySpan env = KeepEnvelope(row.mod, k.lo, k.hi);
       row.env_lo = env.begin;
       row.env_hi = env.end;

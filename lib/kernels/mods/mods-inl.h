@@ -32,6 +32,9 @@ struct RowMods {
   int64_t keep_col = 0;
   bool keep_bits = false;
   int64_t keep_from = 0;
+  base::RowBlocks blocks;  // a block mask's lists of the row's query block (size 0: none)
+  // Whether keys are masked by the row's own entries (mask tensor, tree, block lists).
+  bool Keeps() const { return keep || blocks.size > 0; }
 };
 
 // Row `row` of query head `head` (counted from the Operands' head) at position qpos.
@@ -56,6 +59,7 @@ static inline RowMods RowModsOf(const Mods& m, int64_t head, int64_t row, int64_
     r.keep_bits = m.keep_bits;
     r.keep_from = m.keep_from;
   }
+  r.blocks = RowBlocksOf(m, head, row);
   return r;
 }
 
@@ -155,8 +159,8 @@ static inline KeySpan MaskEnvelope(const uint8_t* mask, int64_t col, int64_t lo,
 // ScanMaskRow for a row's keep entries, bytes or a tree's bits: the keys below the
 // tree's first column are allowed without a read (one run, no holes), its columns read
 // a bit each (a tree is a few hundred keys at most).
-static inline KeySpan ScanKeep(const RowMods& m, int64_t first, int64_t step, int64_t key_base,
-                               int64_t jb, int64_t je, uint64_t* holes) {
+static inline KeySpan ScanKeepEntries(const RowMods& m, int64_t first, int64_t step,
+                                      int64_t key_base, int64_t jb, int64_t je, uint64_t* holes) {
   if (!m.keep_bits) return ScanMaskRow(m.keep, m.keep_col, first, step, key_base, jb, je, holes);
   // The first space key whose real key (first + g * step) is a tree column.
   int64_t gf = jb;
@@ -175,8 +179,41 @@ static inline KeySpan ScanKeep(const RowMods& m, int64_t first, int64_t step, in
   return lo == je ? KeySpan{je, je} : KeySpan{lo, hi};
 }
 
-// MaskEnvelope for a row's keep entries, bytes or a tree's bits (real keys [lo, hi)).
+// ScanKeepEntries under the row's block lists: the keys of blocks it does not list are
+// holes, a partial block's keys its entries' (if any) and a full block's all kept.
+static inline KeySpan ScanKeep(const RowMods& m, int64_t first, int64_t step, int64_t key_base,
+                               int64_t jb, int64_t je, uint64_t* holes) {
+  const int64_t size = m.blocks.size;
+  if (size == 0) return ScanKeepEntries(m, first, step, key_base, jb, je, holes);
+  int64_t lo = je, hi = je;
+  for (int64_t g = jb; g < je;) {
+    const int64_t j = first + g * step, kb = j / size;
+    // The space keys whose real keys lie in block kb.
+    const int64_t g_end = base::MinI(je, ((kb + 1) * size - first + step - 1) / step);
+    const base::BlockKind kind = base::BlockKindOf(m.blocks, j);
+    KeySpan run{g, g_end};
+    if (kind == base::kBlockNone) {
+      for (int64_t x = g; x < g_end; ++x) SetHole(holes, x - key_base);
+      run = KeySpan{g_end, g_end};
+    } else if (kind == base::kBlockPartial && m.keep) {
+      run = ScanKeepEntries(m, first, step, key_base, g, g_end, holes);
+    }
+    if (run.begin < run.end) {
+      if (lo == je) lo = run.begin;
+      hi = run.end;
+    }
+    g = g_end;
+  }
+  return lo == je ? KeySpan{je, je} : KeySpan{lo, hi};
+}
+
+// MaskEnvelope for a row's keep entries, bytes or a tree's bits (real keys [lo, hi));
+// under block lists, the listed blocks' keys (the entries not read).
 static inline KeySpan KeepEnvelope(const RowMods& m, int64_t lo, int64_t hi) {
+  if (m.blocks.size > 0) {
+    base::BlockEnvelope(m.blocks, &lo, &hi);
+    return KeySpan{lo, hi};
+  }
   if (!m.keep_bits) return MaskEnvelope(m.keep, m.keep_col, lo, hi);
   auto kept = [&](int64_t j) { return base::KeepAt(m.keep, 1, true, m.keep_from, j); };
   int64_t e = hi;

@@ -43,7 +43,7 @@ static void NaiveModRows(const Operands& t, float* s, int64_t kpad, int64_t kend
     const int64_t qpos = t.mask.q_start + i;
     const RowMods m = RowModsOf(t.mods, 0, i, qpos);
     const base::RowKeys k = base::KeysOf(t.mask, qpos, t.kv_len);
-    if (m.keep) {
+    if (m.Keeps()) {
       const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
       const int64_t jb = strided ? k.strided_begin : k.lo;
       const int64_t je = k.hi > k.lo ? k.hi : (strided ? k.strided_end : jb);

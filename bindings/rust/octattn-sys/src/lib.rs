@@ -35,6 +35,7 @@ pub const OCTATTN_DTYPE_FP8_E4M3: octattn_dtype = 6;
 pub const OCTATTN_DTYPE_FP8_E5M2: octattn_dtype = 7;
 pub const OCTATTN_DTYPE_Q8_0: octattn_dtype = 8;
 pub const OCTATTN_DTYPE_Q4_0: octattn_dtype = 9;
+pub const OCTATTN_DTYPE_INT32: octattn_dtype = 10;
 
 pub const OCTATTN_ALGORITHM_AUTO: octattn_algorithm = 0;
 pub const OCTATTN_ALGORITHM_REFERENCE: octattn_algorithm = 1;
@@ -114,6 +115,12 @@ pub struct octattn_attention_options {
     pub tree: *const u8,
     pub tree_row_bytes: i64,
     pub tree_stride: i64,
+    pub block_counts: *const octattn_tensor,
+    pub block_indices: *const octattn_tensor,
+    pub full_block_counts: *const octattn_tensor,
+    pub full_block_indices: *const octattn_tensor,
+    pub block_q: i64,
+    pub block_kv: i64,
 }
 
 #[repr(C)]
@@ -137,9 +144,11 @@ pub struct octattn_context {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 232);
+    assert!(size_of::<octattn_attention_options>() == 280);
     assert!(offset_of!(octattn_attention_options, tree) == 208);
     assert!(offset_of!(octattn_attention_options, tree_stride) == 224);
+    assert!(offset_of!(octattn_attention_options, block_counts) == 232);
+    assert!(offset_of!(octattn_attention_options, block_kv) == 272);
     assert!(offset_of!(octattn_attention_options, v_scale_rows) == 192);
     assert!(offset_of!(octattn_attention_options, qk_precision) == 200);
     assert!(offset_of!(octattn_attention_options, k_start) == 48);
@@ -517,6 +526,36 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("tree_stride"),
             offset_of!(O, tree_stride),
+        ),
+        (
+            "octattn_attention_options",
+            Some("block_counts"),
+            offset_of!(O, block_counts),
+        ),
+        (
+            "octattn_attention_options",
+            Some("block_indices"),
+            offset_of!(O, block_indices),
+        ),
+        (
+            "octattn_attention_options",
+            Some("full_block_counts"),
+            offset_of!(O, full_block_counts),
+        ),
+        (
+            "octattn_attention_options",
+            Some("full_block_indices"),
+            offset_of!(O, full_block_indices),
+        ),
+        (
+            "octattn_attention_options",
+            Some("block_q"),
+            offset_of!(O, block_q),
+        ),
+        (
+            "octattn_attention_options",
+            Some("block_kv"),
+            offset_of!(O, block_kv),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (
