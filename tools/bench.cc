@@ -38,6 +38,13 @@ struct Case {
   // --tree: the q_len query rows are a tree of draft tokens over the cache's last q_len
   // rows (TreeBits), passed as options.tree (or in the mask tensor with --mask-tensor).
   bool tree = false;
+  // --block-mask: "documents" (block_docs equal documents packed in the sequence, each
+  // reading its own keys) or "density" (each block listed with probability
+  // block_density, seeded), kBenchBlock rows and keys a block, every listed block full
+  // (the analytic mask applies inside); with --mask-tensor, the mask tensor of its pairs.
+  std::string block_mask;
+  int64_t block_docs = 0;
+  double block_density = 0;
   octattn_algorithm algo = OCTATTN_ALGORITHM_AUTO;
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
@@ -201,6 +208,12 @@ const char* kHelp =
     "  --tree N  N draft tokens (--q-len N) verified as a tree over the last N of --kv-len\n"
     "            keys: a seeded random tree (each node's parent one of the 8 nodes before\n"
     "            it), the same for every batch entry, as options.tree\n"
+    "  --block-mask documents:N|density:F  a block mask of 128 x 128 blocks (options.\n"
+    "            block_counts ...), every listed block full and the flags' mask inside:\n"
+    "            N equal documents packed in --q-len (= --kv-len, a multiple of 128 N),\n"
+    "            each row reading its own document's keys, or each key block listed for\n"
+    "            each query block with probability F (seeded); with --mask-tensor the\n"
+    "            mask tensor of the same pairs instead\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
     "  --target LIST (auto,amx_bf16,avx512_bf16,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,\n"
     "                 sve_256,scalar)\n"
@@ -343,6 +356,19 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (f == "--tree") {
       a->base.tree = true;
       a->q_lens = {i64(next())};
+    } else if (f == "--block-mask") {
+      const std::string m = next();
+      const size_t colon = m.find(':');
+      const std::string kind = m.substr(0, colon);
+      if (colon == std::string::npos || (kind != "documents" && kind != "density")) {
+        std::fprintf(stderr, "--block-mask takes documents:N or density:F\n");
+        std::exit(2);
+      }
+      a->base.block_mask = kind;
+      if (kind == "documents")
+        a->base.block_docs = i64(m.substr(colon + 1));
+      else
+        a->base.block_density = std::stod(m.substr(colon + 1));
     } else if (f == "--bias-tensor")
       a->base.bias_tensor = true;
     else if (f == "--threads")
@@ -430,6 +456,12 @@ bool Parse(int argc, char** argv, Args* a) {
                    "shortest sequence)\n");
       std::exit(2);
     }
+  }
+  if (!a->base.block_mask.empty() && (!a->seq_kv_lens.empty() || a->store || a->base.tree)) {
+    std::fprintf(stderr,
+                 "--block-mask times one call of --batch entries: not with --seq-kv-lens, "
+                 "--store or --tree\n");
+    std::exit(2);
   }
   if (a->base.tree && (!a->seq_kv_lens.empty() || a->store)) {
     std::fprintf(stderr,
@@ -586,6 +618,31 @@ bool InTree(const Case& c, const std::vector<uint8_t>& bits, int64_t i, int64_t 
   const int64_t col = j - (c.kv_len - c.q_len), row = (c.q_len + 7) / 8;
   return col < 0 || ((bits[static_cast<size_t>(i * row + col / 8)] >> (col % 8)) & 1u);
 }
+// The block mask of --block-mask: kinds of [q_blocks, key_blocks] (1: listed, full).
+constexpr int64_t kBenchBlock = 128;
+std::vector<uint8_t> BlockKinds(const Case& c) {
+  const int64_t qb = (c.q_len + kBenchBlock - 1) / kBenchBlock,
+                kb = (c.kv_len + kBenchBlock - 1) / kBenchBlock;
+  std::vector<uint8_t> kinds(static_cast<size_t>(qb * kb), 0);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const int64_t doc = c.block_docs > 0 ? c.kv_len / c.block_docs : 0;
+  if (c.block_mask == "documents" &&
+      (c.block_docs < 1 || c.q_len != c.kv_len || c.kv_len % (c.block_docs * kBenchBlock) != 0)) {
+    std::fprintf(stderr,
+                 "--block-mask documents:N needs --q-len = --kv-len, a multiple of %lld N\n",
+                 static_cast<long long>(kBenchBlock));
+    std::exit(2);
+  }
+  for (int64_t x = 0; x < qb; ++x)
+    for (int64_t y = 0; y < kb; ++y) {
+      if (c.block_mask == "documents")  // the query block's document's key blocks
+        kinds[x * kb + y] = y * kBenchBlock / doc == x * kBenchBlock / doc;
+      else
+        kinds[x * kb + y] = u(rng) < c.block_density;
+    }
+  return kinds;
+}
 bool PairAllowed(const Case& c, int64_t i, int64_t j) {
   const RowRange r = RowOf(c, i);
   if (j >= r.lo && j < r.hi) return true;
@@ -595,6 +652,23 @@ bool PairAllowed(const Case& c, int64_t i, int64_t j) {
 // Allowed (query, key) pairs of one head: the useful work.
 double AllowedPairs(const Case& c) {
   double n = 0;
+  if (!c.block_mask.empty()) {  // the analytic mask's pairs within the listed blocks
+    const std::vector<uint8_t> kinds = BlockKinds(c);
+    const int64_t kb = (c.kv_len + kBenchBlock - 1) / kBenchBlock;
+    for (int64_t i = 0; i < c.q_len; ++i) {
+      const RowRange r = RowOf(c, i);
+      for (int64_t y = 0; y < kb; ++y) {
+        if (!kinds[(i / kBenchBlock) * kb + y]) continue;
+        const int64_t lo = std::max(r.lo, y * kBenchBlock),
+                      hi = std::min(r.hi, (y + 1) * kBenchBlock);
+        n += static_cast<double>(std::max<int64_t>(0, hi - lo));
+        for (int64_t j = std::max(r.sb, y * kBenchBlock); j < std::min(r.lo, (y + 1) * kBenchBlock);
+             ++j)
+          n += PairAllowed(c, i, j);
+      }
+    }
+    return n;
+  }
   if (c.tree) {  // the analytic mask's pairs less the tree columns a row's bits drop
     const std::vector<uint8_t> bits = TreeBits(c);
     for (int64_t i = 0; i < c.q_len; ++i)
@@ -621,8 +695,11 @@ struct Buffers {
   std::vector<float> lse, dout, dq, dk, dv;
   octattn_tensor tlse{}, tdout{}, tdq{}, tdk{}, tdv{};
   std::vector<float> slopes, sinks, bias;
-  std::vector<uint8_t> mask, tree;
+  std::vector<uint8_t> mask, tree, kinds;
   octattn_tensor tbias{}, tmask{};
+  // --block-mask's lists (one for every batch entry and head): counts, indices.
+  std::vector<int32_t> block_counts, block_indices;
+  octattn_tensor tcounts{}, tindices{};
   explicit Buffers(const Case& c) {
     const int64_t qs[4] = {c.batch, c.q_heads, c.q_len, c.head_dim};
     const int64_t ks[4] = {c.batch, c.kv_heads, c.kv_len, c.head_dim};
@@ -674,11 +751,28 @@ struct Buffers {
       octattn_tensor_init(&tbias, bias.data(), ms, OCTATTN_LAYOUT_BHTD);
     }
     if (c.tree) tree = TreeBits(c);
+    const int64_t kb = (c.kv_len + kBenchBlock - 1) / kBenchBlock;
+    if (!c.block_mask.empty()) {
+      kinds = BlockKinds(c);
+      const int64_t qb = (c.q_len + kBenchBlock - 1) / kBenchBlock;
+      block_counts.assign(static_cast<size_t>(qb), 0);
+      block_indices.assign(static_cast<size_t>(qb * kb), 0);
+      for (int64_t x = 0; x < qb; ++x)
+        for (int64_t y = 0; y < kb; ++y)
+          if (kinds[x * kb + y])
+            block_indices[x * kb + block_counts[x]++] = static_cast<int32_t>(y);
+      const int64_t cs[4] = {1, 1, qb, 1}, is[4] = {1, 1, qb, kb};
+      octattn_tensor_init(&tcounts, block_counts.data(), cs, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tindices, block_indices.data(), is, OCTATTN_LAYOUT_BHTD);
+      tcounts.dtype = tindices.dtype = OCTATTN_DTYPE_INT32;
+    }
     if (c.mask_tensor) {
       mask.resize(static_cast<size_t>(c.q_len * c.kv_len));
       for (int64_t i = 0; i < c.q_len; ++i)
         for (int64_t j = 0; j < c.kv_len; ++j)
-          mask[i * c.kv_len + j] = PairAllowed(c, i, j) && (!c.tree || InTree(c, tree, i, j));
+          mask[i * c.kv_len + j] =
+              PairAllowed(c, i, j) && (!c.tree || InTree(c, tree, i, j)) &&
+              (kinds.empty() || kinds[(i / kBenchBlock) * kb + j / kBenchBlock]);
       octattn_tensor_init(&tmask, mask.data(), ms, OCTATTN_LAYOUT_BHTD);
       tmask.dtype = OCTATTN_DTYPE_BOOL;
     }
@@ -786,6 +880,12 @@ octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
     o.mask = &b.tmask;
     o.causal = 0;
     o.window = o.stride = o.chunk = 0;
+  } else if (!c.block_mask.empty()) {
+    // One list for every batch entry and head (sizes 1); listed as partial blocks, which
+    // without a mask tensor are full ones.
+    o.block_counts = &b.tcounts;
+    o.block_indices = &b.tindices;
+    o.block_q = o.block_kv = kBenchBlock;
   } else if (c.tree) {
     o.tree = b.tree.data();
     o.tree_row_bytes = (c.q_len + 7) / 8;
@@ -803,6 +903,8 @@ std::string ModsOf(const Case& c) {
   if (c.sinks) add("sinks");
   if (c.chunk > 0) add("chunk=" + std::to_string(c.chunk));
   if (c.tree) add("tree");
+  if (c.block_mask == "documents") add("documents=" + std::to_string(c.block_docs));
+  if (c.block_mask == "density") add("density=" + std::to_string(c.block_density).substr(0, 4));
   if (c.mask_tensor) add("mask_tensor");
   if (c.bias_tensor) add("bias_tensor");
   return s.empty() ? "none" : s;
