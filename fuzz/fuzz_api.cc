@@ -128,14 +128,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool huge = work > 1e5;
 
   // Options in a larger buffer: struct_size and the tail bytes are fuzzed.
-  unsigned char opt_buf[256] = {0};
+  unsigned char opt_buf[384] = {0};
   octattn_attention_options* opt = reinterpret_cast<octattn_attention_options*>(opt_buf);
   octattn_attention_options_init(opt);
   const uint8_t om = in.Byte();
-  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 256));
+  if (om & 1) opt->struct_size = static_cast<size_t>(in.Range(0, 384));
   if (om & 2)
     opt_buf[sizeof(octattn_attention_options) +
-            in.Range(0, 255 - sizeof(octattn_attention_options))] = in.Byte();
+            in.Range(0, 383 - sizeof(octattn_attention_options))] = in.Byte();
   if (om & 4) opt->causal = static_cast<int32_t>(in.Range(-1, 2));
   if (om & 8) opt->algorithm = static_cast<int32_t>(in.Range(-1, 4));
   if (om & 16) opt->window = in.Bool() ? in.Range(-2, 20) : static_cast<int64_t>(in.U64());
@@ -170,6 +170,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         opt->tree =
             reinterpret_cast<const uint8_t*>(arena) + in.Range(0, static_cast<int64_t>(room));
     }
+  }
+  // A block mask: the four tensors views of the call's as int32 (any bits as counts and
+  // indices, any shapes), fuzzed block sizes.
+  octattn_tensor lists[4];
+  const uint8_t om3 = in.Byte();
+  if (om3 & 1) {
+    for (int l = 0; l < 4; ++l) {
+      lists[l] = views[in.Range(0, 3)].t;
+      if (in.Range(0, 7) != 0) lists[l].dtype = OCTATTN_DTYPE_INT32;
+    }
+    opt->block_counts = (om3 & 2) ? nullptr : &lists[0];
+    opt->block_indices = (om3 & 4) ? nullptr : &lists[1];
+    if (om3 & 8) {
+      opt->full_block_counts = &lists[2];
+      opt->full_block_indices = (om3 & 16) ? nullptr : &lists[3];
+    }
+    opt->block_q = in.Bool() ? in.Range(-1, 9) : static_cast<int64_t>(in.U64());
+    opt->block_kv = in.Range(-1, 9);
   }
   const bool null_opt = in.Range(0, 15) == 0;
 

@@ -5,7 +5,8 @@
 // and o (the 16-bit patterns of NaN and the infinities then), and quantized caches (any
 // bytes in the row, NaN, Inf and zero scales of its own); the lse and weights rows too
 // when the input requests them. A tree of draft tokens (options.tree, any bits) may
-// stand for the mask tensor: its bits of key p's column flip with the edit.
+// stand for the mask tensor: its bits of key p's column flip with the edit. A block mask
+// (random lists, any block sizes) may narrow what every row reads.
 #include "fuzz_support.h"
 
 using namespace fuzz;
@@ -24,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FillInputs(in, base);
   std::vector<uint8_t> tree;
   p.ReadTree(in, &tree);
+  BlockMask block_mask;
+  p.ReadBlocks(in, &block_mask);
 
   Context ctx(p, p.threads);
   // The call on f32 or 16-bit k and v, or on the quantized cache.

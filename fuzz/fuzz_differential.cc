@@ -50,6 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FillInputs(in, t);
   std::vector<uint8_t> tree;
   p.ReadTree(in, &tree);
+  BlockMask block_mask;  // one list for every batch entry: the shard below reads the same
+  p.ReadBlocks(in, &block_mask);
 
   Context one(p, 1), two(p, 2);
   FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);

@@ -189,6 +189,21 @@ struct Problem {
     opt.tree_row_bytes = row_bytes;
     opt.tree_stride = stride;
   }
+  // A block mask in a quarter of the inputs (none past the input's end): block sizes up
+  // to past the rows and keys, one list per query head or one for all (every batch entry
+  // the same), random kinds (unlisted, partial, full), into *bm, which opt points at.
+  void ReadBlocks(Input& in, BlockMask* bm) {
+    if (in.Range(0, 3) != 3) return;
+    const int64_t bq = in.Range(1, q_len + 1),
+                  bkv = in.Range(1, std::min<int64_t>(kv_len + 1, 300));
+    const int64_t heads = in.Bool() ? q_heads : 1;
+    *bm = BlockMask(1, heads, (q_len + bq - 1) / bq, (kv_len + bkv - 1) / bkv, bq, bkv);
+    const int64_t dense = in.Range(1, 3);  // the chance of a listed block, in quarters
+    for (uint8_t& k : bm->kinds)
+      k = in.Range(0, 3) < dense ? static_cast<uint8_t>(in.Range(1, 2)) : 0;
+    bm->Build(in.Range(1, 2));
+    bm->Into(&opt, in.Bool());
+  }
   // An upper bound of |s| after the modifiers, from the largest |scaled score|.
   double ModifiedScoreBound(double s) const {
     if (opt.softcap > 0) s = std::fmin(s, opt.softcap);
