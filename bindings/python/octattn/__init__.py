@@ -16,7 +16,7 @@ from . import _octattn
 __all__ = [
     "Context", "Error", "attention", "workspace_size", "scores", "scale", "mask",
     "modify_scores", "softmax", "weighted_sum", "split_heads", "merge_heads", "split_qkv",
-    "merge", "attention_backward", "kv_store", "pack_tree", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
+    "merge", "attention_backward", "kv_store", "pack_tree", "block_mask", "set_threads", "get_threads", "set_target", "last_run", "available_targets",
     "version", "STATUS",
 ]
 
@@ -162,12 +162,46 @@ def pack_tree(kept):
     return np.ascontiguousarray(np.packbits(kept, axis=-1, bitorder="little"))
 
 
+def block_mask(bm, q_len=None, kv_len=None):
+    """A torch flex_attention BlockMask as keywords of attention() and attention_backward():
+    {"blocks": (counts, indices, full_counts, full_indices, block_q, block_kv), "mask": bits}.
+
+    Its tensors are read in place (int32, any strides). Its mask_mod is evaluated once,
+    over the partial blocks only, into a bool mask [B, H, Tq, Tk] (None without partial
+    blocks or with flex's noop_mask); the call reads those bits in the partial blocks and
+    never in the full ones. q_len and kv_len default to the BlockMask's seq_lengths. The
+    call's own mask options apply on top: pass causal=False unless they should.
+        o = octattn.attention(q, k, v, causal=False, **octattn.block_mask(bm))
+    """
+    import torch
+    from torch.nn.attention.flex_attention import noop_mask
+    bq, bkv = bm.BLOCK_SIZE
+    if q_len is None or kv_len is None:
+        q_len, kv_len = bm.seq_lengths
+    counts, indices = bm.kv_num_blocks, bm.kv_indices
+    blocks = (counts, indices, bm.full_kv_num_blocks, bm.full_kv_indices, int(bq), int(bkv))
+    mask = None
+    if bm.mask_mod is not noop_mask and bool((counts > 0).any()):
+        mask = torch.zeros(counts.shape[0], counts.shape[1], q_len, kv_len, dtype=torch.bool)
+        listed = torch.arange(indices.shape[-1]) < counts[..., None].to(torch.int64)
+        b, h, qb, x = listed.nonzero(as_tuple=True)
+        kb = indices[b, h, qb, x].to(torch.int64)
+        qi = qb[:, None] * bq + torch.arange(bq)  # [P, bq]
+        ki = kb[:, None] * bkv + torch.arange(bkv)  # [P, bkv]
+        inside = (qi[:, :, None] < q_len) & (ki[:, None, :] < kv_len)
+        qc, kc = qi.clamp(max=q_len - 1), ki.clamp(max=kv_len - 1)
+        keep = bm.mask_mod(b[:, None, None], h[:, None, None], qc[:, :, None], kc[:, None, :])
+        keep = torch.broadcast_to(keep, inside.shape) & inside
+        sel = inside.nonzero(as_tuple=True)
+        mask[b[sel[0]], h[sel[0]], qc[sel[0], sel[1]], kc[sel[0], sel[2]]] = keep[sel]
+    return {"blocks": blocks, "mask": mask}
+
 
 def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=0, stride=0, scale=None,
                        q_start=None, k_start=0, chunk=0, softcap=0.0, alibi_slopes=None,
                        sinks=None, bias=None, mask=None, return_dsinks=False,
                        return_dbias=False, algorithm="auto", layout="bhtd", context=None,
-                       q_starts=None, kv_starts=None, kv_lens=None, tree=None):
+                       q_starts=None, kv_starts=None, kv_lens=None, tree=None, blocks=None):
     """The gradients of octattn.attention (octattn_attention_backward, include/octattn.h).
 
     q, k, v and the options as the forward call had them; o and lse ([B, Hq, Tq]) as it
@@ -175,8 +209,8 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     (return_dsinks, with sinks) and dbias [B, Hq, Tq, Tk] (return_dbias: the gradient of
     the scores, that is of a bias tensor before any broadcast) as asked. The gradients
     are new arrays of q's kind in q's layout. algorithm: "auto"/"fused" or "reference".
-    q_starts, kv_starts, kv_lens: a padded batch's sequences, and tree (octattn.pack_tree),
-    as the forward call had them.
+    q_starts, kv_starts, kv_lens: a padded batch's sequences, tree (octattn.pack_tree) and
+    blocks (octattn.block_mask), as the forward call had them.
     """
     ctx = _ctx_for(q, context)
     bthd = layout == "bthd"
@@ -194,7 +228,7 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     ctx.backward(q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, bthd, bool(causal), window,
                  stride, q_start, k_start, scale, chunk, float(softcap),
                  _per_head(alibi_slopes, q), _per_head(sinks, q), bias, mask,
-                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens, tree)
+                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens, tree, blocks)
     out = (dq, dk, dv)
     if return_dsinks:
         out += (dsinks,)

@@ -283,7 +283,20 @@ struct Batch {
   // A tree of draft tokens (null: none): packed bits, rows tree_row_bytes apart.
   const uint8_t* tree = nullptr;
   int64_t tree_row_bytes = 0, tree_stride = 0;
+  // A block mask (lists 0: none; 2: partial only; 4: with the full ones).
+  octattn_tensor blocks[4]{};
+  int lists = 0;
+  int64_t block_q = 0, block_kv = 0;
+  void ApplyBlocks(octattn_attention_options* o) const {
+    o->block_counts = lists ? &blocks[0] : nullptr;
+    o->block_indices = lists ? &blocks[1] : nullptr;
+    o->full_block_counts = lists == 4 ? &blocks[2] : nullptr;
+    o->full_block_indices = lists == 4 ? &blocks[3] : nullptr;
+    o->block_q = block_q;
+    o->block_kv = block_kv;
+  }
   void Apply(octattn_attention_options* o) const {
+    ApplyBlocks(o);
     o->qk_precision = qk;
     o->tree = tree;
     o->tree_row_bytes = tree_row_bytes;
@@ -308,7 +321,7 @@ struct Batch {
 struct IntArray {
   bool ok = false;
   size_t ndim = 0;
-  int64_t shape[3] = {0, 0, 0}, stride[3] = {0, 0, 0};
+  int64_t shape[4] = {0, 0, 0, 0}, stride[4] = {0, 0, 0, 0};
   void* data = nullptr;
 };
 template <class T>
@@ -321,7 +334,7 @@ IntArray IntArrayOf(nb::handle a, const char* name, const char* torch_dtype) {
     nb::tuple sh = nb::borrow<nb::tuple>(a.attr("shape"));
     nb::tuple st = nb::borrow<nb::tuple>(a.attr("stride")());
     r.ndim = nb::len(sh);
-    for (size_t i = 0; i < r.ndim && i < 3; ++i) {
+    for (size_t i = 0; i < r.ndim && i < 4; ++i) {
       r.shape[i] = nb::cast<int64_t>(sh[i]);
       r.stride[i] = nb::cast<int64_t>(st[i]);
     }
@@ -329,7 +342,7 @@ IntArray IntArrayOf(nb::handle a, const char* name, const char* torch_dtype) {
   } else if (nb::try_cast(a, arr, false)) {
     r.ok = arr.dtype() == nb::dtype<T>();
     r.ndim = arr.ndim();
-    for (size_t i = 0; i < r.ndim && i < 3; ++i) {
+    for (size_t i = 0; i < r.ndim && i < 4; ++i) {
       r.shape[i] = static_cast<int64_t>(arr.shape(i));
       r.stride[i] = arr.stride(i);
     }
@@ -368,6 +381,37 @@ void TreeOf(nb::handle a, Batch* batch) {
   batch->tree = static_cast<const uint8_t*>(t.data);
   batch->tree_row_bytes = t.shape[r + 1];
   batch->tree_stride = t.ndim == 3 && t.shape[0] > 1 ? t.stride[0] : 0;
+}
+
+// A block mask (octattn.block_mask's `blocks`): (counts, indices, full_counts,
+// full_indices, block_q, block_kv), counts int32 [B, H, q_blocks], indices int32 [B, H,
+// q_blocks, n] (flex_attention's kv_num_blocks, kv_indices, ...), the full ones None or
+// both given; any strides, read in place.
+void BlocksOf(nb::handle a, Batch* batch) {
+  if (a.is_none()) return;
+  const char* name = "blocks";
+  if (!nb::isinstance<nb::tuple>(a) || nb::len(a) != 6)
+    Bad(name, "a tuple (counts, indices, full_counts, full_indices, block_q, block_kv)", true);
+  nb::tuple t = nb::borrow<nb::tuple>(a);
+  static const char* const kNames[4] = {"blocks: counts", "blocks: indices", "blocks: full_counts",
+                                        "blocks: full_indices"};
+  batch->lists = t[2].is_none() && t[3].is_none() ? 2 : 4;
+  for (int l = 0; l < batch->lists; ++l) {
+    const IntArray x = IntArrayOf<int32_t>(t[l], kNames[l], "int32");
+    const size_t dims = l % 2 ? 4 : 3;
+    if (!x.ok || x.ndim != dims)
+      Bad(kNames[l],
+          l % 2 ? "an int32 array [B, H, q_blocks, n]" : "an int32 array [B, H, q_blocks]", true);
+    octattn_tensor& v = batch->blocks[l];
+    v.data = x.data;
+    v.dtype = OCTATTN_DTYPE_INT32;
+    for (size_t d = 0; d < 4; ++d) {
+      v.shape[d] = d < dims ? x.shape[d] : 1;
+      v.stride[d] = d < dims ? x.stride[d] : 1;
+    }
+  }
+  batch->block_q = nb::cast<int64_t>(t[4]);
+  batch->block_kv = nb::cast<int64_t>(t[5]);
 }
 
 // A [T, H, D] array seen as [1, T, H, D] (ragged rows; ViewOf with swap makes it
@@ -476,7 +520,7 @@ class Context {
                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
                 std::optional<float> scale, int64_t chunk, float softcap, OptArray alibi,
                 OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm, OptArray q_starts,
-                OptArray kv_starts, OptArray kv_lens, nb::handle tree) {
+                OptArray kv_starts, OptArray kv_lens, nb::handle tree, nb::handle blocks) {
     const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                          to = View(o, "o", bthd), tl = View(lse, "lse"),
                          td = View(dout, "dout", bthd);
@@ -505,6 +549,8 @@ class Context {
     opt.o.tree = trees.tree;
     opt.o.tree_row_bytes = trees.tree_row_bytes;
     opt.o.tree_stride = trees.tree_stride;
+    BlocksOf(blocks, &trees);
+    trees.ApplyBlocks(&opt.o);
     octattn_status s;
     {
       nb::gil_scoped_release release;
@@ -657,7 +703,7 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle block_table,
                           nb::handle k_scale, nb::handle v_scale, int64_t k_scale_rows,
                           int64_t v_scale_rows, nb::handle kv_format, nb::handle qk,
-                          nb::handle tree) {
+                          nb::handle tree, nb::handle blocks) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -745,6 +791,7 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   if (!Is(qk, "exact") && !Is(qk, "int8")) throw nb::value_error("qk is 'exact' or 'int8'");
   batch.qk = Is(qk, "int8") ? OCTATTN_QK_INT8 : OCTATTN_QK_EXACT;
   TreeOf(tree, &batch);
+  BlocksOf(blocks, &batch);
   ctx->Attention(ViewOf(rq, "q", q_bthd), ViewOf(rk, "k", kv_bthd), ViewOf(rv, "v", kv_bthd), &to,
                  return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
                  q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
@@ -823,7 +870,7 @@ NB_MODULE(_octattn, m) {
            nb::arg("alibi").none(), nb::arg("sinks").none(), nb::arg("bias").none(),
            nb::arg("mask").none(), nb::arg("algorithm"), nb::arg("q_starts").none(),
            nb::arg("kv_starts").none(), nb::arg("kv_lens").none(),
-           nb::arg("tree").none() = nb::none())
+           nb::arg("tree").none() = nb::none(), nb::arg("blocks").none() = nb::none())
       .def("scores", &Context::Scores)
       .def("scale", &Context::Scale)
       .def("mask", &Context::Mask, nb::arg("scores"), nb::arg("causal"), nb::arg("window"),
@@ -857,7 +904,7 @@ NB_MODULE(_octattn, m) {
         nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
         nb::arg("k_scale_rows") = 0, nb::arg("v_scale_rows") = 0,
         nb::arg("kv_format").none() = nb::none(), nb::arg("qk") = "exact",
-        nb::arg("tree").none() = nb::none(),
+        nb::arg("tree").none() = nb::none(), nb::arg("blocks").none() = nb::none(),
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -885,7 +932,12 @@ q . k as int8 dot products, q rounded to int8 in blocks (OCTATTN_QK_INT8).
 tree: a tree of draft tokens (speculative decoding's verification; include/octattn.h,
 Trees): uint8 [rows, bytes] (every batch entry's, or a ragged batch's rows) or [B, rows,
 bytes] from octattn.pack_tree; row i reads every key before the sequence's last Tq (its
-tree) and the tree columns its bits keep. Not with mask.)doc");
+tree) and the tree columns its bits keep. Not with mask.
+blocks: a block mask (include/octattn.h, Block masks): (counts, indices, full_counts,
+full_indices, block_q, block_kv), flex_attention's kv_num_blocks, kv_indices,
+full_kv_num_blocks, full_kv_indices (None, None: no full blocks; int32, read in place)
+and BLOCK_SIZE; mask (if any) decides the partial blocks' pairs.
+octattn.block_mask(flex BlockMask) gives both.)doc");
   m.def("kv_store", &KvStoreEntry, nb::arg("src"), nb::arg("dst"),
         nb::arg("scale").none() = nb::none(), nb::kw_only(), nb::arg("scale_rows") = 0,
         nb::arg("slots").none() = nb::none(), nb::arg("layout") = "bhtd",
