@@ -186,38 +186,42 @@ TEST_CASE("block masks on every target: the mask tensor's bytes", "[blocks][disp
 }
 
 TEST_CASE("a key of an unlisted block never reaches a row, whatever its bits", "[blocks]") {
-  const Case c{1, 4, 2, 64, 900, 32, 16, 64, 1, 0, 0.0f, false, false};
-  const BlockCall bc(c, 31, 30);
-  for (octattn_algorithm algo : {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE}) {
-    Context ctx(2);
-    octattn_attention_options opt = CaseOptions(c, algo);
-    bc.Into(c, &opt);
-    Tensor o = bc.p.Out(), lse = bc.p.Lse();
-    Attend(ctx, opt, bc.p.q, bc.p.k, bc.p.v, o, &lse);
-    for (int64_t qb = 0; qb < bc.bm.qb; ++qb) {
-      INFO("algorithm " << algo << " query block " << qb);
-      Problem hostile = bc.p;
-      int64_t changed = 0;
-      for (int64_t j = 0; j < c.tk; ++j) {
-        if (bc.bm.kind(0, 0, qb, j / c.bkv) != 0) continue;
-        const float bad = j % 2 ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
-        for (int64_t h = 0; h < c.hkv; ++h)
-          for (int64_t x = 0; x < c.d; ++x) {
-            hostile.k.at(0, h, j, x) = bad;
-            hostile.v.at(0, h, j, x) = -bad;
-          }
-        ++changed;
-      }
-      REQUIRE(changed > 0);
-      Tensor ho = bc.p.Out(), hlse = bc.p.Lse();
-      Attend(ctx, opt, hostile.q, hostile.k, hostile.v, ho, &hlse);
-      for (int64_t h = 0; h < c.hq; ++h)
-        for (int64_t i = qb * c.bq; i < std::min(c.tq, (qb + 1) * c.bq); ++i) {
-          REQUIRE(RowBytesEqual(o, ho, 0, h, i));
-          REQUIRE(RowBytesEqual(lse, hlse, 0, h, i));
+  // Blocks of whole vectors, and blocks that end inside vectors and tiles.
+  for (const Case& c : {Case{1, 4, 2, 64, 900, 32, 16, 64, 1, 0, 0.0f, false, false},
+                        Case{1, 4, 2, 40, 700, 32, 7, 33, 1, 0, 0.0f, true, false}})
+    for (octattn_algorithm algo : {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE}) {
+      const BlockCall bc(c, 31, 30);
+      Context ctx(2);
+      octattn_attention_options opt = CaseOptions(c, algo);
+      bc.Into(c, &opt);
+      Tensor o = bc.p.Out(), lse = bc.p.Lse();
+      Attend(ctx, opt, bc.p.q, bc.p.k, bc.p.v, o, &lse);
+      for (int64_t qb = 0; qb < bc.bm.qb; ++qb) {
+        INFO(Name(c) << " algorithm " << algo << " query block " << qb);
+        Problem hostile = bc.p;
+        int64_t changed = 0;
+        for (int64_t j = 0; j < c.tk; ++j) {
+          bool read = false;  // by any head's lists
+          for (int64_t h = 0; h < bc.bm.h; ++h) read |= bc.bm.kind(0, h, qb, j / c.bkv) != 0;
+          if (read) continue;
+          const float bad = j % 2 ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
+          for (int64_t h = 0; h < c.hkv; ++h)
+            for (int64_t x = 0; x < c.d; ++x) {
+              hostile.k.at(0, h, j, x) = bad;
+              hostile.v.at(0, h, j, x) = -bad;
+            }
+          ++changed;
         }
+        REQUIRE(changed > 0);
+        Tensor ho = bc.p.Out(), hlse = bc.p.Lse();
+        Attend(ctx, opt, hostile.q, hostile.k, hostile.v, ho, &hlse);
+        for (int64_t h = 0; h < c.hq; ++h)
+          for (int64_t i = qb * c.bq; i < std::min(c.tq, (qb + 1) * c.bq); ++i) {
+            REQUIRE(RowBytesEqual(o, ho, 0, h, i));
+            REQUIRE(RowBytesEqual(lse, hlse, 0, h, i));
+          }
+      }
     }
-  }
 }
 
 // The backward's gradients over a block mask equal those over the mask tensor of its

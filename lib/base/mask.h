@@ -247,6 +247,27 @@ inline unsigned BlockKinds(const RowBlocks& b, int64_t j0, int64_t j1) {
   return kinds;
 }
 
+// The keys of [j0, j1) that listed blocks hold, as one run [*lo, *hi) (empty: none);
+// false where they are not one run, or a partial block's entries are to be read
+// (`entries`: a mask tensor or tree decides there).
+inline bool BlockRun(const RowBlocks& b, int64_t j0, int64_t j1, bool entries, int64_t* lo,
+                     int64_t* hi) {
+  *lo = *hi = j0;
+  bool started = false, ended = false;
+  for (int64_t kb = j0 / b.size; kb * b.size < j1; ++kb) {
+    const BlockKind kind = BlockKindOf(b, kb * b.size);
+    if (kind == kBlockNone) {
+      ended = started;
+      continue;
+    }
+    if (ended || (entries && kind == kBlockPartial)) return false;
+    if (!started) *lo = MaxI(j0, kb * b.size);
+    started = true;
+    *hi = MinI(j1, (kb + 1) * b.size);
+  }
+  return true;
+}
+
 // [*lo, *hi) narrowed to the keys from the first listed block's to the last's (empty:
 // *hi = *lo).
 inline void BlockEnvelope(const RowBlocks& b, int64_t* lo, int64_t* hi) {

@@ -133,26 +133,26 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
                       !mods.slopes && !mods.bias &&
                       sp.first + (tile.t1 - 1) * sp.step < mods.keep_from;
   bk->modded = mods.Scores() && !prefix;
-  // Block lists alone (real keys): a tile each of whose rows' blocks are all listed (full,
-  // or partial with no entries to read) or all unlisted needs no holes; the unlisted
-  // rows read none of it.
+  // Block lists alone (real keys): a tile in each of whose rows the listed blocks hold
+  // one run of keys (full blocks, or partial ones with no entries to read) that begins
+  // and ends on whole vectors (or the tile's end) needs no holes: each row reads its run,
+  // and the vectors it scores hold no key outside it that the analytic mask allows.
   const bool lists = mods.block_kv > 0 && sp.first == 0 && sp.step == 1;
-  bool unlisted[R] = {};
+  int64_t run_lo[R], run_hi[R];
+  bool runs = false;
   if (lists && bk->modded && mods.softcap == 0.0f && !mods.slopes && !mods.bias) {
-    bool holes = false;
-    for (int r = 0; r < R && !holes; ++r) {
+    runs = true;
+    for (int r = 0; r < R && runs; ++r) {
       if (!active[r]) continue;
-      const unsigned kinds = base::BlockKinds(rows[r].mod.blocks, tile.t0, tile.t1);
-      const unsigned none = 1u << base::kBlockNone;
-      holes =
-          (kinds & none && kinds != none) || (mods.keep && (kinds & (1u << base::kBlockPartial)));
-      unlisted[r] = kinds == none;
+      runs = base::BlockRun(rows[r].mod.blocks, tile.t0, tile.t1, mods.keep != nullptr, &run_lo[r],
+                            &run_hi[r]) &&
+             (run_lo[r] >= run_hi[r] || ((run_lo[r] - tile.t0) % L == 0 &&
+                                         ((run_hi[r] - tile.t0) % L == 0 || run_hi[r] == tile.t1)));
     }
-    if (!holes) {
+    if (runs) {
       bk->modded = false;
-      for (int r = 0; r < R; ++r) bk->full &= !unlisted[r];
-    } else {
-      for (int r = 0; r < R; ++r) unlisted[r] = false;
+      for (int r = 0; r < R; ++r)
+        bk->full &= !active[r] || (run_lo[r] == tile.t0 && run_hi[r] == tile.t1);
     }
   }
   bk->block_a = tile.tpad;
@@ -161,13 +161,19 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
     bk->keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
     bk->a[r] = bk->b[r] = 0;
     bk->holey[r] = false;
-    if (!active[r]) continue;   // below the row's floor: another unit holds these keys
-    if (unlisted[r]) continue;  // its block lists hold none of the tile
+    if (!active[r]) continue;  // below the row's floor: another unit holds these keys
     base::RowKeys k = ClipKeys(base::KeysOf(sp.mask, rows[r].qpos, sp.kv_len), tile.t0, tile.t1);
     const RowMods& mod = rows[r].mod;
     if (sp.floors && mod.Keeps()) {  // the dense run within the row's mask envelope
       k.lo = base::MinI(base::MaxI(k.lo, rows[r].env_lo), k.hi);
       k.hi = base::MaxI(base::MinI(k.hi, rows[r].env_hi), k.lo);
+    }
+    if (runs) {  // the run of its listed blocks (none: it reads nothing here)
+      if (run_lo[r] >= run_hi[r]) continue;
+      k.lo = base::MinI(base::MaxI(k.lo, run_lo[r]), run_hi[r]);
+      k.hi = base::MaxI(base::MinI(k.hi, run_hi[r]), k.lo);
+      k.strided_begin = base::MaxI(k.strided_begin, run_lo[r]);
+      k.strided_end = base::MaxI(base::MinI(k.strided_end, run_hi[r]), k.strided_begin);
     }
     const bool strided = k.stride > 0 && k.strided_end > k.strided_begin;
     int64_t jb = strided ? k.strided_begin : k.lo;
