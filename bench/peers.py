@@ -27,6 +27,12 @@ Peers, where installed:
   its own q8_0 and q4_0 caches with --kv-dtype q8_0 or q4_0 (llama.cpp's -ctk/-ctv: the
   blocks quantized by octattn.kv_store, which writes ggml's bytes).
 - torch_by_hand, numpy_by_hand: matmul, mask, softmax, matmul (not in the default list).
+- With --block-mask documents:N (N equal documents packed in the sequence, causal inside
+  each): octattn takes it as a block mask (`bench --block-mask`), octattn_dense_mask as
+  the bool mask tensor of the same pairs, torch_sdpa as that explicit mask, and
+  torch_flex runs PyTorch's flex_attention compiled by torch.compile with the BlockMask of
+  create_block_mask (128 x 128 blocks; forward only: its CPU backward is not
+  implemented).
 With --backward the timed call is the backward of the attention (octattn: `bench
 --backward`; torch_sdpa: torch.autograd.grad of SDPA's output, its graph built once and
 retained, so only the backward is timed; the other peers have no backward) and GFLOP/s
@@ -61,7 +67,7 @@ def modifier(args):
     return name, float(value) if value else 0
 
 
-def mask(q_len, kv_len, window, stride, np, chunk=0):
+def mask(q_len, kv_len, window, stride, np, chunk=0, documents=0):
     """The allowed (query, key) pairs, bottom-right aligned, as a boolean array."""
     rows = np.arange(q_len)[:, None] + (kv_len - q_len)
     cols = np.arange(kv_len)[None, :]
@@ -74,14 +80,27 @@ def mask(q_len, kv_len, window, stride, np, chunk=0):
         allowed = allowed & local
     if chunk:
         allowed = allowed & (rows // chunk == cols // chunk)
+    if documents:
+        size = kv_len // documents
+        allowed = allowed & (rows // size == cols // size)
     return allowed
+
+
+def documents(args):
+    """N of --block-mask documents:N (0 without one)."""
+    if not args.block_mask:
+        return 0
+    kind, _, n = args.block_mask.partition(":")
+    if kind != "documents" or not n.isdigit():
+        raise SystemExit("--block-mask takes documents:N here")
+    return int(n)
 
 
 def allowed_pairs(args, q_len, kv_len):
     import numpy as np
     name, value = modifier(args)
     return int(mask(q_len, kv_len, args.window, args.stride, np,
-                    int(value) if name == "chunk" else 0).sum())
+                    int(value) if name == "chunk" else 0, documents(args)).sum())
 
 
 def mod_arrays(args, q_len, kv_len, np):
@@ -142,9 +161,25 @@ def torch_call(peer, args, q_len, kv_len, dim):
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
     name, value = modifier(args)
+    docs = documents(args)
     m = torch.from_numpy(mask(q_len, kv_len, args.window, args.stride, np,
-                              int(value) if name == "chunk" else 0))
-    square = q_len == kv_len and not args.window and not name
+                              int(value) if name == "chunk" else 0, docs))
+    square = q_len == kv_len and not args.window and not name and not docs
+    if peer == "torch_flex":
+        if not docs or name or args.window or args.backward or q_len != kv_len:
+            raise SystemExit("torch_flex: --block-mask documents:N forward, q_len = kv_len only")
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        doc = torch.arange(kv_len) // (kv_len // docs)
+
+        def doc_causal(b, h, qi, ki):
+            return (doc[qi] == doc[ki]) & (qi >= ki)
+        bm = create_block_mask(doc_causal, None, None, q_len, kv_len, device="cpu")
+        flex = torch.compile(flex_attention)
+
+        def flex_call():
+            with torch.no_grad():
+                return flex(q, k, v, block_mask=bm)
+        return flex_call
     F = torch.nn.functional
     slopes, sinks, bias = (torch.from_numpy(x) for x in mod_arrays(args, q_len, kv_len, np))
     if name in ("alibi", "bias_tensor"):  # SDPA's additive float mask
@@ -362,7 +397,7 @@ def ggml_call(args, q_len, kv_len, dim):
 def run_case(peer, args, q_len, kv_len, dim):
     """One case in this (fresh) process: median, min, max seconds and the peak RSS
     growth of the first call, in MiB."""
-    if args.backward and peer != "torch_sdpa":
+    if args.backward and peer not in ("torch_sdpa", "torch_flex"):
         raise SystemExit(f"{peer} has no backward")
     if peer.startswith("torch"):
         call = torch_call(peer, args, q_len, kv_len, dim)
@@ -412,7 +447,7 @@ def check(args, shapes, peers):
                               "max_abs_diff_vs_numpy": diff}), flush=True)
 
 
-def octattn_case(args, q_len, kv_len, dim):
+def octattn_case(args, q_len, kv_len, dim, dense_mask=False):
     cmd = [args.octattn, "bench", "--json", "--algo", "fused", "--batch", str(args.batch),
            "--q-heads", str(args.q_heads), "--kv-heads", str(args.kv_heads or args.q_heads),
            "--q-len", str(q_len), "--kv-len", str(kv_len), "--head-dim", str(dim),
@@ -429,6 +464,8 @@ def octattn_case(args, q_len, kv_len, dim):
     if name:
         cmd += ["--" + name.replace("_", "-")] + ([args.mod.partition("=")[2]]
                                                   if name in ("softcap", "chunk") else [])
+    if args.block_mask:
+        cmd += ["--block-mask", args.block_mask] + (["--mask-tensor"] if dense_mask else [])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError((r.stderr.strip().splitlines() or ["octattn bench failed"])[-1])
@@ -437,8 +474,8 @@ def octattn_case(args, q_len, kv_len, dim):
 
 
 def child(peer, args, q_len, kv_len, dim):
-    if peer == "octattn":
-        return octattn_case(args, q_len, kv_len, dim)
+    if peer in ("octattn", "octattn_dense_mask"):
+        return octattn_case(args, q_len, kv_len, dim, peer == "octattn_dense_mask")
     env = dict(os.environ)
     # Old OpenBLAS settings of this environment slow current builds.
     env.pop("OPENBLAS_CORETYPE", None)
@@ -463,6 +500,9 @@ def main():
     ap.add_argument("--stride", type=int, default=0)
     ap.add_argument("--mod", default="", help="one score modifier: softcap=X, alibi, sinks, "
                     "chunk=N, mask_tensor, bias_tensor")
+    ap.add_argument("--block-mask", default="",
+                    help="documents:N: N documents packed in the sequence, causal inside each "
+                    "(octattn's block mask, its dense mask, torch_sdpa's mask, torch_flex)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16"),
                     help="q, k, v and o (octattn, torch; ggml: f16 K/V)")
@@ -494,9 +534,11 @@ def main():
     shapes = [(q, kv, d) for q in map(int, args.q_len.split(","))
               for kv in (map(int, args.kv_len.split(",")) if args.kv_len else [q])
               for d in map(int, args.head_dim.split(","))]
+    if args.block_mask and args.peers == ap.get_default("peers"):
+        args.peers = "octattn,octattn_dense_mask,torch_flex,torch_sdpa"
     peers = args.peers.split(",")
     if args.backward:
-        peers = [p for p in peers if p in ("octattn", "torch_sdpa")]
+        peers = [p for p in peers if p in ("octattn", "octattn_dense_mask", "torch_sdpa")]
     if args.check:
         check(args, shapes, peers)
         return
@@ -510,6 +552,7 @@ def main():
                         "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
                         "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
                         "window": args.window, "stride": args.stride, "mod": args.mod,
+                        "block_mask": args.block_mask,
                         "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
                         "pass": "backward" if args.backward else "forward"}
                 try:
@@ -530,6 +573,7 @@ def main():
             "threads": args.threads, "q_heads": args.q_heads,
             "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
             "head_dim": dim, "window": args.window, "stride": args.stride, "mod": args.mod,
+            "block_mask": args.block_mask,
             "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
             "best_gflops": {p: round(g, 2) for p, g in got.items()},
             "octattn_ratio": {p: round(ours / g, 2) for p, g in got.items()
