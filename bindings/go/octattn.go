@@ -311,6 +311,8 @@ type Options struct {
 	// entry's rows to the next (0: every entry reads the same tree).
 	Tree                     []byte
 	TreeRowBytes, TreeStride int
+	// A block mask (SEMANTICS: Block masks): flex_attention's BlockMask lists.
+	Blocks *BlockMask
 }
 
 // Context holds a thread cap, a backend and target, and scratch memory reused across
@@ -447,6 +449,49 @@ func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 	return t, nil
 }
 
+// BlockMask holds a block mask's lists, C-contiguous: Counts [Entries, Heads, QBlocks]
+// and Indices [Entries, Heads, QBlocks, N] (the partial blocks: flex's kv_num_blocks and
+// kv_indices), FullCounts and FullIndices the same for the full blocks (nil: none);
+// Entries and Heads of 1 broadcast.
+type BlockMask struct {
+	Counts, Indices, FullCounts, FullIndices []int32
+	Entries, Heads, QBlocks, N               int
+	BlockQ, BlockKV                          int
+}
+
+// blocks points opts at the lists of m, their lengths checked against its shape (the
+// library reads them all).
+func (c *call) blocks(m *BlockMask, opts *C.octattn_attention_options) error {
+	e, h, qb, n := m.Entries, m.Heads, m.QBlocks, m.N
+	lists := [][2][]int32{{m.Counts, m.Indices}}
+	if m.FullCounts != nil || m.FullIndices != nil {
+		lists = append(lists, [2][]int32{m.FullCounts, m.FullIndices})
+	}
+	dst := [][2]**C.octattn_tensor{{&opts.block_counts, &opts.block_indices},
+		{&opts.full_block_counts, &opts.full_block_indices}}
+	for x, l := range lists {
+		if e < 1 || h < 1 || qb < 1 || n < 1 || len(l[0]) != e*h*qb || len(l[1]) != e*h*qb*n {
+			return &Error{InvalidShape, fmt.Sprintf("Blocks: %d counts and %d indices for [%d, %d, %d, %d]", len(l[0]), len(l[1]), e, h, qb, n)}
+		}
+		for y, sizes := range [2][4]int{{e, h, qb, 1}, {e, h, qb, n}} {
+			t := &C.octattn_tensor{dtype: C.OCTATTN_DTYPE_INT32}
+			c.pin.Pin(&l[y][0])
+			t.data = unsafe.Pointer(&l[y][0])
+			stride := 1
+			for i := 3; i >= 0; i-- {
+				t.shape[i] = C.int64_t(sizes[i])
+				t.stride[i] = C.int64_t(stride)
+				stride *= sizes[i]
+			}
+			c.pin.Pin(t)
+			*dst[x][y] = t
+		}
+	}
+	opts.block_q = C.int64_t(m.BlockQ)
+	opts.block_kv = C.int64_t(m.BlockKV)
+	return nil
+}
+
 func (c *call) options(o *Options, batch, qHeads, qRows int) (*C.octattn_attention_options, error) {
 	opts := &C.octattn_attention_options{}
 	// The sized init writes this package's struct, whatever library is loaded.
@@ -538,6 +583,11 @@ func (c *call) options(o *Options, batch, qHeads, qRows int) (*C.octattn_attenti
 		opts.tree = (*C.uint8_t)(unsafe.Pointer(&o.Tree[0]))
 		opts.tree_row_bytes = C.int64_t(o.TreeRowBytes)
 		opts.tree_stride = C.int64_t(o.TreeStride)
+	}
+	if o.Blocks != nil {
+		if err := c.blocks(o.Blocks, opts); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.sequences(o, opts, batch); err != nil {
 		return nil, err

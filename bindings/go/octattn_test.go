@@ -181,6 +181,58 @@ func TestThreadsTargetsAndABroadcastMask(t *testing.T) {
 	}
 }
 
+func TestABlockMaskGivesTheBytesOfItsMaskTensor(t *testing.T) {
+	// 2 query blocks of 4 rows over 3 key blocks of 4 keys: block 0 reads key block 0
+	// (full), block 1 key blocks 0 (partial, no mask tensor: read whole) and 2 (full).
+	b, h, tq, tk, d := 1, 2, 8, 12, 8
+	q, k := data(b*h*tq*d, 5), data(b*h*tk*d, 6)
+	allow := make([]bool, tq*tk)
+	for i := 0; i < tq; i++ {
+		for j := 0; j < tk; j++ {
+			allow[i*tk+j] = j < 4 || (i >= 4 && j >= 8)
+		}
+	}
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	run := func(opts *Options) ([]float32, error) {
+		o := make([]float32, len(q))
+		tq4, _ := BHTD(q, b, h, tq, d)
+		tk4, _ := BHTD(k, b, h, tk, d)
+		to, _ := BHTD(o, b, h, tq, d)
+		return o, ctx.Attention(opts, tq4, tk4, tk4, to, nil)
+	}
+	lists := BlockMask{Counts: []int32{0, 1}, Indices: []int32{0, 0, 0, 0},
+		FullCounts: []int32{1, 1}, FullIndices: []int32{0, 0, 2, 0},
+		Entries: 1, Heads: 1, QBlocks: 2, N: 2, BlockQ: 4, BlockKV: 4}
+	withBlocks, err := run(&Options{Full: true, Blocks: &lists})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := &Mask{Data: allow, Shape: [4]int{1, 1, tq, tk}, Strides: [4]int{tq * tk, 0, tk, 1}}
+	withMask, err := run(&Options{Full: true, Mask: mask})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range withBlocks {
+		if math.Float32bits(withBlocks[i]) != math.Float32bits(withMask[i]) {
+			t.Fatalf("element %d: %v vs %v", i, withBlocks[i], withMask[i])
+		}
+	}
+	bad := lists
+	bad.FullIndices = []int32{3, 0, 2, 0} // past the key blocks
+	if _, err := run(&Options{Blocks: &bad}); !IsStatus(err, InvalidOption) {
+		t.Fatal(err)
+	}
+	short := lists
+	short.Indices = []int32{0, 0, 0}
+	if _, err := run(&Options{Blocks: &short}); !IsStatus(err, InvalidShape) {
+		t.Fatal(err)
+	}
+}
+
 func TestATreeGivesTheBytesOfItsMaskTensor(t *testing.T) {
 	// 2 entries, 6 draft tokens over 5 prefix keys: entry 0 a binary tree (node c's
 	// parent (c+1)/2-1), entry 1 a chain.

@@ -412,6 +412,25 @@ pub struct Options<'a> {
     /// `row_bytes` from one query row's bits to the next, `stride` bytes from one batch
     /// entry's rows to the next (0: every entry reads the same tree).
     pub tree: Option<(&'a [u8], usize, usize)>,
+    /// A block mask (SEMANTICS: Block masks): flex_attention's BlockMask lists.
+    pub blocks: Option<BlockMask<'a>>,
+}
+
+/// A block mask's lists, C-contiguous: `counts` [entries, heads, q_blocks] and `indices`
+/// [entries, heads, q_blocks, n] (the partial blocks: flex's kv_num_blocks, kv_indices),
+/// `full` the same for the full blocks; entries and heads of 1 broadcast.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockMask<'a> {
+    pub counts: &'a [i32],
+    pub indices: &'a [i32],
+    pub full: Option<(&'a [i32], &'a [i32])>,
+    pub entries: usize,
+    pub heads: usize,
+    pub q_blocks: usize,
+    /// Each list's capacity (the last dimension of the indices).
+    pub n: usize,
+    pub block_q: usize,
+    pub block_kv: usize,
 }
 
 impl Default for Options<'_> {
@@ -441,19 +460,21 @@ impl Default for Options<'_> {
             v_scale_rows: 0,
             qk_int8: false,
             tree: None,
+            blocks: None,
         }
     }
 }
 
 impl Options<'_> {
     // The C struct; the per-head arrays are checked against the query heads.
-    // The tensors it points at are held in `held` (bias, mask, k_scale, v_scale).
+    // The tensors it points at are held in `held` (bias, mask, k_scale, v_scale, then a
+    // block mask's four).
     fn raw(
         &self,
         batch: i64,
         q_heads: i64,
         q_rows: i64,
-        held: &mut [sys::octattn_tensor; 4],
+        held: &mut [sys::octattn_tensor; 8],
     ) -> Result<sys::octattn_attention_options> {
         let mut o = std::mem::MaybeUninit::<sys::octattn_attention_options>::uninit();
         // The sized init: it writes this crate's struct, whatever library is loaded.
@@ -487,7 +508,7 @@ impl Options<'_> {
                 *dst = a.as_ptr();
             }
         }
-        let [bias, mask, k_scale, v_scale] = held;
+        let [bias, mask, k_scale, v_scale, held_lists @ ..] = held;
         if let Some(b) = self.bias {
             *bias = b.raw;
             o.bias = bias;
@@ -561,7 +582,8 @@ impl Options<'_> {
         }
         if let Some((bits, row_bytes, stride)) = self.tree {
             // The bytes the library reads: every entry's q_rows rows.
-            let need = (batch.max(1) as u128 - 1) * stride as u128 + q_rows as u128 * row_bytes as u128;
+            let need =
+                (batch.max(1) as u128 - 1) * stride as u128 + q_rows as u128 * row_bytes as u128;
             if (bits.len() as u128) < need {
                 return Err(invalid(
                     sys::OCTATTN_ERROR_INVALID_OPTION,
@@ -571,6 +593,47 @@ impl Options<'_> {
             o.tree = bits.as_ptr();
             o.tree_row_bytes = row_bytes as i64;
             o.tree_stride = stride as i64;
+        }
+        if let Some(m) = self.blocks {
+            let lists = [Some((m.counts, m.indices)), m.full];
+            let (e, h, qb, n) = (
+                m.entries as i64,
+                m.heads as i64,
+                m.q_blocks as i64,
+                m.n as i64,
+            );
+            for (x, l) in lists.iter().enumerate() {
+                let Some((c, i)) = l else { continue };
+                // The lengths the shapes claim, checked here: the library reads them all.
+                if c.len() as i64 != e * h * qb || i.len() as i64 != e * h * qb * n || n < 1 {
+                    return Err(invalid(
+                        sys::OCTATTN_ERROR_INVALID_SHAPE,
+                        format!(
+                            "blocks: {} counts and {} indices for [{e}, {h}, {qb}, {n}]",
+                            c.len(),
+                            i.len()
+                        ),
+                    ));
+                }
+                held_lists[x * 2] = raw(
+                    c.as_ptr() as *mut _,
+                    sys::OCTATTN_DTYPE_INT32,
+                    ([e, h, qb, 1], [h * qb, qb, 1, 1]),
+                );
+                held_lists[x * 2 + 1] = raw(
+                    i.as_ptr() as *mut _,
+                    sys::OCTATTN_DTYPE_INT32,
+                    ([e, h, qb, n], [h * qb * n, qb * n, n, 1]),
+                );
+            }
+            o.block_counts = &held_lists[0];
+            o.block_indices = &held_lists[1];
+            if m.full.is_some() {
+                o.full_block_counts = &held_lists[2];
+                o.full_block_indices = &held_lists[3];
+            }
+            o.block_q = m.block_q as i64;
+            o.block_kv = m.block_kv as i64;
         }
         Ok(o)
     }
@@ -707,7 +770,7 @@ impl Context {
         o: &mut TensorMut,
         lse: Option<&mut TensorMut>,
     ) -> Result<()> {
-        let mut held = [q.raw; 4];
+        let mut held = [q.raw; 8];
         let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
         self.check(unsafe {
@@ -748,7 +811,7 @@ impl Context {
         dsinks: Option<&mut [f32]>,
         dbias: Option<&mut TensorMut>,
     ) -> Result<()> {
-        let mut held = [q.raw; 4];
+        let mut held = [q.raw; 8];
         let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let dsinks_ptr = match dsinks {
             Some(s) if s.len() as i64 != q.raw.shape[1] => {
@@ -797,7 +860,7 @@ impl Context {
         v: &Tensor,
         o: &TensorMut,
     ) -> Result<usize> {
-        let mut held = [q.raw; 4];
+        let mut held = [q.raw; 8];
         let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let mut bytes = 0usize;
         self.check(unsafe {
@@ -1105,10 +1168,84 @@ mod tests {
             ..Options::default()
         })
         .unwrap();
-        assert!(with_tree.iter().zip(&with_mask).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(with_tree
+            .iter()
+            .zip(&with_mask)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
         // Fewer bytes than the rows need: refused before the call.
         let err = run(&Options {
             tree: Some((&bits[..b * n - 1], 1, n)),
+            ..Options::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_INVALID_OPTION);
+    }
+
+    #[test]
+    fn a_block_mask_gives_the_bytes_of_its_mask_tensor() {
+        // 2 query blocks of 4 rows over 3 key blocks of 4 keys: block 0 reads key block 0
+        // (full), block 1 key blocks 0 (partial, no mask tensor: read whole) and 2 (full).
+        let (b, h, t, d) = (1, 2, 8, 8);
+        let tk = 12;
+        let (q, k) = (data(b * h * t * d, 5), data(b * h * tk * d, 6));
+        let counts = [0, 1];
+        let indices = [0, 0, 0, 0];
+        let full_counts = [1, 1];
+        let full_indices = [0, 0, 2, 0];
+        let mut allow = vec![false; t * tk];
+        for i in 0..t {
+            for j in 0..tk {
+                allow[i * tk + j] = j < 4 || (i >= 4 && j >= 8);
+            }
+        }
+        let mut ctx = Context::new().unwrap();
+        let mut run = |opts: &Options| {
+            let mut o = vec![0.0f32; q.len()];
+            ctx.attention(
+                opts,
+                &Tensor::bhtd(&q, [b, h, t, d]).unwrap(),
+                &Tensor::bhtd(&k, [b, h, tk, d]).unwrap(),
+                &Tensor::bhtd(&k, [b, h, tk, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut o, [b, h, t, d]).unwrap(),
+                None,
+            )
+            .map(|()| o)
+        };
+        let lists = BlockMask {
+            counts: &counts,
+            indices: &indices,
+            full: Some((&full_counts, &full_indices)),
+            entries: 1,
+            heads: 1,
+            q_blocks: 2,
+            n: 2,
+            block_q: 4,
+            block_kv: 4,
+        };
+        let with_blocks = run(&Options {
+            causal: false,
+            blocks: Some(lists),
+            ..Options::default()
+        })
+        .unwrap();
+        let mask = MaskTensor::new(&allow, [1, 1, t, tk], [t * tk, 0, tk, 1]).unwrap();
+        let with_mask = run(&Options {
+            causal: false,
+            mask: Some(mask),
+            ..Options::default()
+        })
+        .unwrap();
+        assert!(with_blocks
+            .iter()
+            .zip(&with_mask)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        // An index past the key blocks: the library's status.
+        let bad = [3, 0, 2, 0];
+        let err = run(&Options {
+            blocks: Some(BlockMask {
+                full: Some((&full_counts, &bad)),
+                ..lists
+            }),
             ..Options::default()
         })
         .unwrap_err();
