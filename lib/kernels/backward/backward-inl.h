@@ -276,7 +276,7 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
   bool every = kind == base::kTileFull && kept && !op.mods.bias;
   for (int64_t r = 0; r < nq && every; ++r) every = f.lse[r] != -__builtin_inff();
   if (!every) {
-    bool all = true;
+    bool all = true, any = false;
     for (int64_t r = 0; r < nq; ++r) {
       const int64_t qpos = op.mask.q_start + i0 + r;
       const RowMods m = RowModsOf(op.mods, h, i0 + r, qpos);
@@ -288,8 +288,11 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
           kind_j = base::BlockKindOf(m.blocks, j0 + j);
         ok[j] = live && BwdPairRead(op.mask, m, qpos, j0 + j, kind_j);
         all &= ok[j] != 0;
+        any |= ok[j] != 0;
       }
     }
+    // No pair read (a mask tensor's masked tile): nothing to add.
+    if (!any) return;
     every = all;
   }
 
