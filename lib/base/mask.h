@@ -202,8 +202,9 @@ inline bool KeepAt(const uint8_t* row, int64_t col, bool bits, int64_t from, int
   return ((row[c >> 3] >> (c & 7)) & 1u) != 0;
 }
 
+// Block lists. Always inlined, as Classify (above) is.
 // The entries of a list below block kb (binary search: lists hold up to thousands).
-inline int64_t BlocksBelow(const BlockList& l, int64_t kb) {
+inline __attribute__((always_inline)) int64_t BlocksBelow(const BlockList& l, int64_t kb) {
   int64_t lo = 0, hi = l.n;
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
@@ -214,13 +215,13 @@ inline int64_t BlocksBelow(const BlockList& l, int64_t kb) {
   }
   return lo;
 }
-inline bool BlockListed(const BlockList& l, int64_t kb) {
+inline __attribute__((always_inline)) bool BlockListed(const BlockList& l, int64_t kb) {
   const int64_t p = BlocksBelow(l, kb);
   return p < l.n && l.idx[p * l.col] == kb;
 }
 
 // The kind of the block of key j.
-inline BlockKind BlockKindOf(const RowBlocks& b, int64_t j) {
+inline __attribute__((always_inline)) BlockKind BlockKindOf(const RowBlocks& b, int64_t j) {
   if (b.size == 0) return kBlockFull;
   const int64_t kb = j / b.size;
   if (BlockListed(b.full, kb)) return kBlockFull;
@@ -228,7 +229,7 @@ inline BlockKind BlockKindOf(const RowBlocks& b, int64_t j) {
 }
 
 // Whether a listed block holds a key of [j0, j1) (j0 < j1).
-inline bool BlocksAny(const RowBlocks& b, int64_t j0, int64_t j1) {
+inline __attribute__((always_inline)) bool BlocksAny(const RowBlocks& b, int64_t j0, int64_t j1) {
   if (b.size == 0) return true;
   const int64_t kb0 = j0 / b.size, kb1 = (j1 - 1) / b.size + 1;
   for (const BlockList* l : {&b.partial, &b.full}) {
@@ -239,7 +240,8 @@ inline bool BlocksAny(const RowBlocks& b, int64_t j0, int64_t j1) {
 }
 
 // The kinds of the blocks holding keys of [j0, j1) (j0 < j1): bit 1 << kind each.
-inline unsigned BlockKinds(const RowBlocks& b, int64_t j0, int64_t j1) {
+inline __attribute__((always_inline)) unsigned BlockKinds(const RowBlocks& b, int64_t j0,
+                                                          int64_t j1) {
   if (b.size == 0) return 1u << kBlockFull;
   unsigned kinds = 0;
   for (int64_t kb = j0 / b.size; kb <= (j1 - 1) / b.size && kinds != 7u; ++kb)
@@ -250,8 +252,8 @@ inline unsigned BlockKinds(const RowBlocks& b, int64_t j0, int64_t j1) {
 // The keys of [j0, j1) that listed blocks hold, as one run [*lo, *hi) (empty: none);
 // false where they are not one run, or a partial block's entries are to be read
 // (`entries`: a mask tensor or tree decides there).
-inline bool BlockRun(const RowBlocks& b, int64_t j0, int64_t j1, bool entries, int64_t* lo,
-                     int64_t* hi) {
+inline __attribute__((always_inline)) bool BlockRun(const RowBlocks& b, int64_t j0, int64_t j1,
+                                                    bool entries, int64_t* lo, int64_t* hi) {
   *lo = *hi = j0;
   bool started = false, ended = false;
   for (int64_t kb = j0 / b.size; kb * b.size < j1; ++kb) {
@@ -270,7 +272,8 @@ inline bool BlockRun(const RowBlocks& b, int64_t j0, int64_t j1, bool entries, i
 
 // [*lo, *hi) narrowed to the keys from the first listed block's to the last's (empty:
 // *hi = *lo).
-inline void BlockEnvelope(const RowBlocks& b, int64_t* lo, int64_t* hi) {
+inline __attribute__((always_inline)) void BlockEnvelope(const RowBlocks& b, int64_t* lo,
+                                                         int64_t* hi) {
   if (b.size == 0 || *lo >= *hi) return;
   int64_t first = -1, last = -1;
   for (const BlockList* l : {&b.partial, &b.full}) {

@@ -136,7 +136,7 @@ struct Operands {
 namespace {  // internal linkage: included by per-arch units (base/mask.h says why)
 
 // A block mask's lists moved to those of `entries` entries and `heads` heads further.
-inline void AdvanceLists(Mods* m, int64_t entries, int64_t heads) {
+OCTATTN_INLINE void AdvanceLists(Mods* m, int64_t entries, int64_t heads) {
   for (Mods::Lists* l : {&m->partial, &m->full}) {
     if (!l->count) continue;
     l->count += entries * l->count_entry + heads * l->count_head;
@@ -145,7 +145,7 @@ inline void AdvanceLists(Mods* m, int64_t entries, int64_t heads) {
 }
 
 // The block lists of row `row` of query head `head` (both counted from the Mods').
-inline RowBlocks RowBlocksOf(const Mods& m, int64_t head, int64_t row) {
+OCTATTN_INLINE RowBlocks RowBlocksOf(const Mods& m, int64_t head, int64_t row) {
   RowBlocks r;
   if (m.block_kv <= 0) return r;
   r.size = m.block_kv;
