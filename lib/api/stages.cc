@@ -185,14 +185,11 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
       kernels::AdvanceLists(&at, b, 0);
       for (int64_t i = 0; i < q_len; ++i) {
         const base::RowBlocks rb = kernels::RowBlocksOf(at, 0, i);
-        for (int64_t j = 0; j < kv_len; ++j) {
-          const base::BlockKind kind = base::BlockKindOf(rb, j);
-          if (kind == base::kBlockNone ||
-              (at.keep && (rb.size == 0 || kind == base::kBlockPartial) &&
-               !base::KeepAt(at.keep + i * at.keep_row, at.keep_col, at.keep_bits, at.keep_from,
-                             j)))
+        const uint8_t* keep = at.keep ? at.keep + i * at.keep_row : nullptr;
+        for (int64_t j = 0; j < kv_len; ++j)
+          if (!base::RowKeeps(rb, base::BlockKindOf(rb, j), keep, at.keep_col, at.keep_bits,
+                              at.keep_from, j))
             m.data[i * m.row + j * m.col] = -HUGE_VALF;
-        }
       }
     }));
     Record(ctx, table);

@@ -255,6 +255,10 @@ inline __attribute__((always_inline)) unsigned BlockKinds(const RowBlocks& b, in
 inline __attribute__((always_inline)) bool BlockRun(const RowBlocks& b, int64_t j0, int64_t j1,
                                                     bool entries, int64_t* lo, int64_t* hi) {
   *lo = *hi = j0;
+  if (b.size == 0) {  // no lists: every key
+    *hi = j1;
+    return true;
+  }
   bool started = false, ended = false;
   for (int64_t kb = j0 / b.size; kb * b.size < j1; ++kb) {
     const BlockKind kind = BlockKindOf(b, kb * b.size);
@@ -268,6 +272,16 @@ inline __attribute__((always_inline)) bool BlockRun(const RowBlocks& b, int64_t 
     *hi = MinI(j1, (kb + 1) * b.size);
   }
   return true;
+}
+
+// Whether a row keeps key j by its own entries: j's block (of kind `kind`) listed, and
+// where there are no lists or the block is partial, the row's keep entry (a mask
+// tensor's byte or a tree's bit, KeepAt; null `row`: none) set.
+inline __attribute__((always_inline)) bool RowKeeps(const RowBlocks& b, BlockKind kind,
+                                                    const uint8_t* row, int64_t col, bool bits,
+                                                    int64_t from, int64_t j) {
+  if (kind == kBlockNone) return false;
+  return !row || (b.size > 0 && kind == kBlockFull) || KeepAt(row, col, bits, from, j);
 }
 
 // [*lo, *hi) narrowed to the keys from the first listed block's to the last's (empty:

@@ -35,12 +35,10 @@ namespace {
 bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j) {
   if (!base::Allowed(t.mask, qpos, j)) return false;
   const kernels::Mods& m = t.mods;
-  // A block mask: an unlisted block masks the pair; a full one is not masked by the keep
-  // entries.
-  const base::BlockKind kind = base::BlockKindOf(kernels::RowBlocksOf(m, 0, i), j);
-  if (kind == base::kBlockNone) return false;
-  if (m.keep && (m.block_kv == 0 || kind == base::kBlockPartial) &&
-      !base::KeepAt(m.keep + i * m.keep_row, m.keep_col, m.keep_bits, m.keep_from, j))
+  const base::RowBlocks blocks = kernels::RowBlocksOf(m, 0, i);
+  if (!base::RowKeeps(blocks, base::BlockKindOf(blocks, j),
+                      m.keep ? m.keep + i * m.keep_row : nullptr, m.keep_col, m.keep_bits,
+                      m.keep_from, j))
     return false;
   if (m.bias && m.bias[i * m.bias_row + j * m.bias_col] == -std::numeric_limits<float>::infinity())
     return false;

@@ -174,9 +174,8 @@ static inline float BwdDlse(const BackwardTask& t, int64_t h, int64_t i) {
 // `kind`: the kind of j's block in the row's block lists.
 static inline bool BwdPairRead(const base::Mask& mask, const RowMods& m, int64_t qpos, int64_t j,
                                base::BlockKind kind) {
-  if (!base::Allowed(mask, qpos, j) || kind == base::kBlockNone) return false;
-  if (m.keep && (m.blocks.size == 0 || kind == base::kBlockPartial) &&
-      !base::KeepAt(m.keep, m.keep_col, m.keep_bits, m.keep_from, j))
+  if (!base::Allowed(mask, qpos, j) ||
+      !base::RowKeeps(m.blocks, kind, m.keep, m.keep_col, m.keep_bits, m.keep_from, j))
     return false;
   if (m.bias && m.bias[j * m.bias_col] == -__builtin_inff()) return false;
   return true;
