@@ -217,6 +217,25 @@
  * bytes do not depend on how the pairs it reads are split between full and partial
  * blocks.
  *
+ * Key scores (since 0.11). With options.key_scores, octattn_attention also writes, for
+ * every key row j of every kv head g, the sum of the weights it received: over the query
+ * heads of g's group and the query rows of its sequence that read j, softmax(s)[i, j] =
+ * exp(s_ij - lse_i) (sinks in lse as above), the weights output's values. Element
+ * [e, g, j, 0] is key row j of batch entry e (ragged: of entry 0, the call's key rows;
+ * paged: logical row j of sequence e, so a ragged paged call's key_scores has one entry
+ * per sequence); every element is written, and a key that no row reads gets 0 (whatever
+ * its bits). Every algorithm computes them, the fused one without materializing the
+ * weights: each task keeps its rows' weights of the tiles it reads until their lse is
+ * known (prefill: in its thread's scratch, 4 bytes per (row, key) of a task of about 256
+ * rows, fewer where that would take more than 16 MiB; decode: 4 bytes per (query head,
+ * row, key) of the call), then adds them up. Each task's sum of a key (rows in order, in
+ * f32) is added as a fixed-point number (a unit 2^-32), so that the bytes do not depend on
+ * the thread count, layout or batch composition; they agree with the reference's sums of
+ * its weights within (1e-5 + 4e-6 S + 4e-8 C) of the sum plus q_len * 2^-31 (S and C as
+ * in Accuracy below; each task's sum is rounded once). A weight that is NaN (a row that
+ * reads a NaN or an infinite score) makes its key's score NaN; pairs a row does not read
+ * add nothing. q_len times the group size must be below 2^30 (INVALID_SHAPE).
+ *
  * Empty rows. A row with no allowed key (q_pos(i) < 0, e.g. q_len > kv_len by default),
  * or whose every allowed score is -inf, outputs zeros, weights 0 and lse = -inf, or
  * lse = sinks[h] with sinks.
@@ -610,6 +629,11 @@ typedef struct octattn_attention_options {
   const octattn_tensor* full_block_indices; /* full_kv_indices */
   int64_t block_q;                          /* query rows per block (>= 1 with a block mask) */
   int64_t block_kv;                         /* key rows per block (>= 1 with a block mask) */
+  /* Since 0.11 (struct_size 288): an output of octattn_attention, each key's attention
+   * received, for KV-cache eviction (H2O, SnapKV); see SEMANTICS (Key scores). f32
+   * [batch, kv_heads, kv_len, 1] (paged: [sequences, kv_heads, logical rows, 1]). NULL
+   * (the default): none. The backward and octattn_mask ignore it. */
+  octattn_tensor* key_scores;
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header

@@ -150,7 +150,8 @@ void OwnTensors(const Batch& bt, size_t s, octattn_attention_options* opt, octat
 bool FloatBytesEqual(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 // Runs the batch as one call and each sequence as a call of its own, and requires the
-// same bytes in o, lse and (naive, reference) weights, zeros outside each sequence.
+// same bytes in o, lse, key scores and (naive, reference) weights, zeros outside each
+// sequence.
 void CheckAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, const Target* target,
                           int threads, bool with_q_starts) {
   Context ctx(threads), own(1);
@@ -159,10 +160,13 @@ void CheckAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, const Ta
     own.Use(*target);
   }
   const bool weights = algorithm != OCTATTN_ALGORITHM_FUSED;
-  Tensor o = bt.Out(), lse = bt.Lse(), w = bt.Weights();
+  Tensor o = bt.Out(), lse = bt.Lse(), w = bt.Weights(), ks(bt.Batches(), bt.hkv, bt.tk, 1);
+  ks.Fill(5);  // every element is written
   octattn_attention_options opt = bt.Batched(algorithm, with_q_starts);
   if (bt.mods.bias) opt.bias = bt.bias.ptr();
   if (bt.mods.mask) opt.mask = &bt.mask->t;
+  opt.key_scores = ks.ptr();
+  std::vector<bool> owned(static_cast<size_t>(bt.Batches() * bt.tk), false);
   {
     const octattn_status st =
         octattn_attention(ctx, &opt, bt.q.ptr(), bt.k.ptr(), bt.v.ptr(), o.ptr(), lse.ptr(),
@@ -191,8 +195,9 @@ void CheckAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, const Ta
     const octattn_tensor kv = View(bt.k.t, b, k0, sq.kv_len);
     const octattn_tensor vv = View(bt.v.t, b, k0, sq.kv_len);
     Tensor so(1, bt.hq, sq.q_len, bt.dv), slse(1, bt.hq, sq.q_len, 1),
-        sw(1, bt.hq, sq.q_len, sq.kv_len);
+        sw(1, bt.hq, sq.q_len, sq.kv_len), sks(1, bt.hkv, sq.kv_len, 1);
     octattn_attention_options sopt = bt.Common(algorithm);
+    sopt.key_scores = sks.ptr();
     if (with_q_starts) sopt.q_start = sq.q_start;
     octattn_tensor bias_v, mask_v;
     OwnTensors(bt, s, &sopt, &bias_v, &mask_v);
@@ -200,6 +205,12 @@ void CheckAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, const Ta
                                                 weights ? sw.ptr() : nullptr, nullptr, 0);
     INFO(own.Error());
     REQUIRE(st == OCTATTN_OK);
+    for (int64_t g = 0; g < bt.hkv; ++g)
+      for (int64_t j = 0; j < sq.kv_len; ++j) {
+        INFO("key scores: kv head " << g << " key " << j);
+        REQUIRE(FloatBytesEqual(ks.at(b, g, k0 + j, 0), sks.at(0, g, j, 0)));
+        owned[static_cast<size_t>(b * bt.tk + k0 + j)] = true;
+      }
     for (int64_t h = 0; h < bt.hq; ++h)
       for (int64_t i = 0; i < sq.q_len; ++i) {
         INFO("head " << h << " row " << i);
@@ -213,6 +224,12 @@ void CheckAgainstOwnCalls(const Batch& bt, octattn_algorithm algorithm, const Ta
         }
       }
   }
+  // Keys no sequence with query rows reads: 0.
+  for (int64_t b = 0; b < bt.Batches(); ++b)
+    for (int64_t g = 0; g < bt.hkv; ++g)
+      for (int64_t j = 0; j < bt.tk; ++j)
+        if (!owned[static_cast<size_t>(b * bt.tk + j)])
+          REQUIRE(FloatBytesEqual(ks.at(b, g, j, 0), 0.0f));
 }
 
 // A random batch: `n` sequences, some empty or without valid keys, of lengths up to

@@ -54,6 +54,7 @@ struct Options {
     full_block_indices: *const Tensor,
     block_q: i64,
     block_kv: i64,
+    key_scores: *mut Tensor,
 }
 
 #[link(name = "octattn")]
@@ -93,7 +94,8 @@ const _: () = {
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 280 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 288 && offset_of!(Options, k_start) == 48);
+    assert!(offset_of!(Options, key_scores) == 280);
     assert!(offset_of!(Options, tree) == 208 && offset_of!(Options, tree_row_bytes) == 216);
     assert!(offset_of!(Options, tree_stride) == 224);
     assert!(offset_of!(Options, block_counts) == 232 && offset_of!(Options, block_indices) == 240);

@@ -137,6 +137,7 @@ func checkLayouts() error {
 		{"octattn_attention_options", "full_block_indices", unsafe.Offsetof(o.full_block_indices)},
 		{"octattn_attention_options", "block_q", unsafe.Offsetof(o.block_q)},
 		{"octattn_attention_options", "block_kv", unsafe.Offsetof(o.block_kv)},
+		{"octattn_attention_options", "key_scores", unsafe.Offsetof(o.key_scores)},
 		{"octattn_run_info", "", unsafe.Sizeof(r)},
 		{"octattn_run_info", "threads", unsafe.Offsetof(r.threads)},
 		{"octattn_run_info", "shared_kv_rows", unsafe.Offsetof(r.shared_kv_rows)},
@@ -642,6 +643,19 @@ func (c *call) sequences(o *Options, opts *C.octattn_attention_options, batch in
 // Attention writes o = softmax(scale * q k^T + M) v, and each row's log-sum-exp into
 // lse ([B, Hq, Tq, 1]) when it is not nil. On failure nothing is written.
 func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) error {
+	return ctx.attend(opts, q, k, v, o, lse, nil)
+}
+
+// AttentionKeyScores is Attention that also writes each key's attention received
+// (options.key_scores, since 0.11) into keyScores, float32 [B, Hkv, Tk, 1] (paged:
+// [sequences, Hkv, logical rows, 1]): the sum over the key's kv head's query heads and
+// the query rows of their weights, for KV-cache eviction (H2O, SnapKV). Every element is
+// written; a key no row reads gets 0.
+func (ctx *Context) AttentionKeyScores(opts *Options, q, k, v, o Tensor, lse *Tensor, keyScores Tensor) error {
+	return ctx.attend(opts, q, k, v, o, lse, &keyScores)
+}
+
+func (ctx *Context) attend(opts *Options, q, k, v, o Tensor, lse, keyScores *Tensor) error {
 	if err := ctx.live(); err != nil {
 		return err
 	}
@@ -674,6 +688,16 @@ func (ctx *Context) Attention(opts *Options, q, k, v, o Tensor, lse *Tensor) err
 	options, err := c.options(opts, q.Shape[0], q.Shape[1], q.Shape[2])
 	if err != nil {
 		return err
+	}
+	if keyScores != nil {
+		t, err := c.tensor(*keyScores, "keyScores")
+		if err != nil {
+			return err
+		}
+		ks := &C.octattn_tensor{}
+		*ks = t
+		c.pin.Pin(ks)
+		options.key_scores = ks
 	}
 	return ctx.check(C.octattn_attention(ctx.c, options, &tq, &tk, &tv, &to, tl, nil, nil, 0))
 }

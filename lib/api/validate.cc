@@ -602,7 +602,7 @@ Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows) {
 }
 
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_11 &&
-                  offsetof(octattn_attention_options, block_kv) + 8 == kOptionsSize_0_11 &&
+                  offsetof(octattn_attention_options, key_scores) + 8 == kOptionsSize_0_11 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&

@@ -100,6 +100,24 @@ static api::Check CheckShapes(const octattn_attention_options& opt, run::Call* c
     OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 2, sh.q_len, "q_len of q"));
     OCTATTN_CHECK(api::CheckSize(c->weights, "weights", 3, sh.kv_len, "kv_len of k"));
   }
+  if (c->has_key_scores) {
+    const char* name = "options.key_scores";
+    // A ragged paged call's sequences each have their own logical rows: one entry each.
+    if (paged && opt.sequences > 0)
+      OCTATTN_CHECK(api::CheckSize(c->key_scores, name, 0, opt.sequences, "options.sequences"));
+    else
+      OCTATTN_CHECK(api::CheckSize(c->key_scores, name, 0, sh.batch, "batch of q"));
+    OCTATTN_CHECK(api::CheckSize(c->key_scores, name, 1, sh.kv_heads, "kv_heads of k"));
+    OCTATTN_CHECK(
+        api::CheckSize(c->key_scores, name, 2, sh.kv_len,
+                       paged ? "a sequence's rows, block_table_cols * block_size" : "kv_len of k"));
+    OCTATTN_CHECK(api::CheckSize(c->key_scores, name, 3, 1, "one value per key"));
+    // Each key's sum stays below the fixed-point NaN mark (kernels::kKeyScoreNaN).
+    if (sh.q_len * (sh.q_heads / sh.kv_heads) >= (int64_t{1} << 30))
+      return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                       "options.key_scores sums fewer than 2^30 query rows and heads per key: "
+                       "q_len times q_heads / kv_heads is too large");
+  }
   return api::Check();
 }
 
@@ -123,8 +141,15 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   if (weights)
     OCTATTN_CHECK(api::ValidateTensor(weights, "weights", api::Role::kOutput, false, &c->weights));
 
+  // Key scores: an output of the forward only (the backward, which reads o, ignores them).
+  c->has_key_scores = opt.key_scores != nullptr && o_role == Role::kOutput;
+  if (c->has_key_scores)
+    OCTATTN_CHECK(api::ValidateTensor(opt.key_scores, "options.key_scores", api::Role::kOutput,
+                                      false, &c->key_scores));
+
   int64_t num_blocks = 0, block_size = 0;
   OCTATTN_CHECK(CheckShapes(opt, c, &num_blocks, &block_size));
+  c->shape.key_scores = c->has_key_scores;
   const bool paged = opt.block_table != nullptr;
   plan::CallShape& sh = c->shape;
   const int64_t scores[4] = {sh.batch, sh.q_heads, sh.q_len, sh.kv_len};
@@ -137,7 +162,8 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
     bool present;
   } outs[] = {{&c->o, "o", true},
               {&c->lse, "lse", c->has_lse},
-              {&c->weights, "weights", c->has_weights}},
+              {&c->weights, "weights", c->has_weights},
+              {&c->key_scores, "options.key_scores", c->has_key_scores}},
     ins[] = {{&c->q, "q", true},
              {&c->k, "k", true},
              {&c->v, "v", true},
@@ -223,8 +249,9 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run:
   ws.lo = reinterpret_cast<uintptr_t>(workspace);
   ws.hi = ws.lo + size;
   if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
-  const api::TensorInfo* all[] = {&c.q,       &c.k,    &c.v,    &c.o,         &c.lse,
-                                  &c.weights, &c.bias, &c.mask, &c.k_scale.t, &c.v_scale.t};
+  const api::TensorInfo* all[] = {&c.q,         &c.k,         &c.v,         &c.o,
+                                  &c.lse,       &c.weights,   &c.bias,      &c.mask,
+                                  &c.k_scale.t, &c.v_scale.t, &c.key_scores};
   const char* names[] = {"q",
                          "k",
                          "v",
@@ -234,8 +261,9 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run:
                          "options.bias",
                          c.shape.mods.keep_bits ? "options.tree" : "options.mask",
                          "options.k_scale",
-                         "options.v_scale"};
-  for (int i = 0; i < 10; ++i)
+                         "options.v_scale",
+                         "options.key_scores"};
+  for (int i = 0; i < 11; ++i)
     if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
   return api::Check();
 }

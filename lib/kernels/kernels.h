@@ -129,6 +129,9 @@ struct Operands {
   // OCTATTN_QK_INT8 (integer keys): q's rows rounded to int8 in blocks of qk_block
   // dimensions (base::QuantizeQBlock), q . k as integer dot products (0: exact).
   int64_t qk_block = 0;
+  // Key scores (options.key_scores): the fixed-point sums (AddKeyScore) of the op's kv head,
+  // key j of its sequence at key_acc[j]; null: not wanted.
+  int64_t* key_acc = nullptr;
   // Whether every operand is f32 (the 16-bit ones are widened as they are read).
   bool F32() const { return q_type == kF32 && k_type == kF32 && v_type == kF32 && o_type == kF32; }
 };
@@ -235,6 +238,60 @@ constexpr int64_t kBlockRows = 6;
 // used by that many rows (plan::QueryTile).
 constexpr int64_t kTaskRows = 256;
 
+// Key scores. Each key's sum of the weights it received is kept as a fixed-point integer,
+// 2^-kKeyScoreBits a unit, so that the order in which tasks add to it changes no bit; a
+// NaN sets kKeyScoreNaN (sums stay below it: validation bounds the rows and heads).
+constexpr int kKeyScoreBits = 32;
+constexpr int64_t kKeyScoreNaN = int64_t{1} << 62;
+// A fused task keeps each row's weights of every tile it reads until the row's lse is
+// known, a tile a record: the tile's kTileKeys weights exp(s - m) (0 where masked or not
+// the row's), then m, the row's running max they are relative to (-inf: the row read
+// no key of the tile), padded to whole cache lines. A row's records: its real key tiles
+// (tile j / kTileKeys), then the gathered strided columns' tiles.
+constexpr int64_t kRecordFloats = kTileKeys + 16;
+struct RecordShape {
+  int64_t tiles = 0, gathered = 0;  // tiles of real keys, of gathered columns
+  int64_t RowFloats() const { return (tiles + gathered) * kRecordFloats; }
+};
+// The records of rows up to position `qpos_end` (exclusive) of an op's mask and keys.
+inline RecordShape RecordOf(const base::Mask& m, int64_t qpos_end, int64_t kv_len) {
+  RecordShape r;
+  const int64_t end = base::KeyEnd(m, qpos_end, kv_len);
+  r.tiles = (end + kTileKeys - 1) / kTileKeys;
+  if (m.causal && m.window > 0 && m.stride > 0 && m.chunk <= 0)
+    r.gathered = (base::StridedCount(m.stride, m.phase, end) + kTileKeys - 1) / kTileKeys;
+  return r;
+}
+
+namespace {  // internal linkage, as the helpers above
+
+OCTATTN_INLINE void AddKeyScore(int64_t* acc, double w) {
+  if (w == 0.0) return;
+  if (!(w <= 1e9)) {  // NaN (or a sum no call reaches)
+    __atomic_fetch_or(acc, kKeyScoreNaN, __ATOMIC_RELAXED);
+    return;
+  }
+  const double units = w * static_cast<double>(int64_t{1} << kKeyScoreBits);
+  __atomic_fetch_add(acc, static_cast<int64_t>(__builtin_nearbyint(units)), __ATOMIC_RELAXED);
+}
+// The units of a sum w in [0, 2^19) (a task's: a few hundred rows at most), rounded half
+// to even as AddKeyScore rounds them, without a branch (w * 2^32 + 1.5 * 2^52 leaves the
+// integer in the low bits of the double), so that loops of them vectorize.
+OCTATTN_INLINE int64_t KeyScoreUnits(float w) {
+  const double x = static_cast<double>(w) * static_cast<double>(int64_t{1} << kKeyScoreBits) +
+                   6755399441055744.0;
+  int64_t bits;
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+  return bits - 0x4338000000000000;
+}
+OCTATTN_INLINE float KeyScoreOf(int64_t acc) {
+  if (acc & kKeyScoreNaN) return __builtin_nanf("");
+  return static_cast<float>(static_cast<double>(acc) /
+                            static_cast<double>(int64_t{1} << kKeyScoreBits));
+}
+
+}  // namespace
+
 // One fused-path task: query rows [row_begin, row_end) of `heads` consecutive query heads
 // sharing one kv head (op points at the first of them), against the key units below.
 // The fused kernel's choices that depend on the core rather than on the call: resolved
@@ -279,6 +336,11 @@ struct FlashTask {
   // task's, each tile read once for all; each member's partial is its own task's bytes.
   const FlashTask* members = nullptr;
   int64_t n_members = 0;
+  // Key scores of a decode task (op.key_acc set, partial set): its rows' records
+  // (RecordOf its rows), for the merge; with kv_heads > 1 the next one's rec_kv floats on.
+  // A prefill task keeps them in its scratch.
+  float* rec = nullptr;
+  size_t rec_kv = 0;
 };
 constexpr int64_t kMaxTaskKvHeads = 16;
 

@@ -12,6 +12,9 @@ using namespace base;  // NOLINT(google-build-using-namespace): sizes and masks
 namespace {
 
 size_t AlignBytes(size_t n) { return RoundUp(n, kAlign); }
+
+// The size functions only ask whether a task keeps key scores: a non-null key_acc.
+int64_t probe_acc = 0;
 size_t FloatBytes(size_t floats) { return AlignBytes(SatMul(floats, sizeof(float))); }
 
 // The fused task of a call's first (batch, kv head) with every row and every key span, for
@@ -52,6 +55,7 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
   s.algorithm = algorithm;
   kernels::FlashTask probe = ProbeTask(c);
   if (algorithm != Algorithm::kFused) {  // one task per head (the reference's table too)
+    if (c.key_scores) probe.op.key_acc = &probe_acc;
     s.tasks = c.batch * c.q_heads;
     s.slot_bytes = FloatBytes(table->naive_scratch_floats(probe.op));
     return s;
@@ -71,17 +75,37 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
     probe.kv_heads = s.kv_per_task;
     s.tasks = pairs / s.kv_per_task * s.units;
     s.state_floats = table->flash_state_floats(c.value_dim);
-    // A merge task's scratch: one state and one padded output row.
-    const size_t merge = SatAdd(s.state_floats, SatAdd(Count(c.value_dim), kAlign));
+    // A merge task's scratch: one state and one padded output row (then with key scores a
+    // float per key of its records and one per row: the kernel's RecordSumFloats).
+    size_t merge = SatAdd(s.state_floats, SatAdd(Count(c.value_dim), 2 * kAlign));
+    const int64_t task_rows = group * c.q_len;
+    const kernels::RecordShape rec = kernels::RecordOf(c.mask, c.mask.q_start + c.q_len, c.kv_len);
+    if (c.key_scores) {
+      merge = SatAdd(merge, Count((rec.tiles + rec.gathered) * kernels::kTileKeys + task_rows));
+      s.record_floats = SatMul(Count(task_rows), Count(rec.RowFloats()));
+    }
     s.slot_bytes = FloatBytes(std::max(table->flash_scratch_floats(probe), merge));
     size_t rows = SatMul(Count(pairs), Count(s.units));
-    rows = SatMul(rows, SatMul(Count(group), Count(c.q_len)));
-    s.shared_bytes = FloatBytes(SatMul(rows, s.state_floats));
+    rows = SatMul(rows, Count(task_rows));
+    s.shared_bytes =
+        FloatBytes(SatAdd(SatMul(rows, s.state_floats), SatMul(Count(pairs), s.record_floats)));
   } else {
     s.q_tile = QueryTile(group);
+    if (c.key_scores) {
+      // A task's records take 4 bytes per (row, key): fewer rows where the keys are many.
+      probe.op.key_acc = &probe_acc;
+      const size_t row_bytes =
+          SatMul(Count(kernels::RecordOf(c.mask, c.mask.q_start + c.q_len, c.kv_len).RowFloats()),
+                 sizeof(float));
+      while (s.q_tile > kernels::kBlockRows &&
+             SatMul(Count(s.q_tile * group), row_bytes) > kRecordBytes)
+        s.q_tile -= kernels::kBlockRows;
+    }
     s.q_tiles = (c.q_len + s.q_tile - 1) / s.q_tile;
     s.tasks = pairs * s.q_tiles;
-    probe.row_end = std::min(c.q_len, s.q_tile);
+    // (The last rows read the most keys: their records are the largest.)
+    probe.row_begin = c.q_len - std::min(c.q_len, s.q_tile);
+    probe.row_end = c.q_len;
     s.slot_bytes = FloatBytes(table->flash_scratch_floats(probe));
   }
   return s;
@@ -264,6 +288,10 @@ DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i) {
 size_t PartialOffset(const Schedule& s, const CallShape& c, int64_t pair, int64_t unit) {
   const size_t rows = Count((c.q_heads / c.kv_heads) * c.q_len);
   return (Count(pair) * Count(s.units) + Count(unit)) * rows * s.state_floats;
+}
+
+size_t RecordOffset(const Schedule& s, const CallShape& c, int64_t pair) {
+  return PartialOffset(s, c, c.batch * c.kv_heads, 0) + Count(pair) * s.record_floats;
 }
 
 }  // namespace plan

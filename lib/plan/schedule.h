@@ -29,7 +29,11 @@ struct CallShape {
   // OCTATTN_QK_INT8: q's rows rounded to int8 in blocks of this many dimensions (0: exact;
   // the rounded rows take scratch).
   int64_t qk_block = 0;
+  // Key scores are wanted (their records take scratch; prefill tasks take fewer rows where
+  // their records would exceed kRecordBytes).
+  bool key_scores = false;
 };
+constexpr size_t kRecordBytes = size_t{16} << 20;
 
 enum class Algorithm { kReference, kNaive, kFused };
 
@@ -53,6 +57,9 @@ struct Schedule {
   int64_t q_tiles = 0;      // prefill: query tiles per (batch, kv head)
   size_t state_floats = 0;  // decode: floats of one row's partial state
   int64_t kv_per_task = 1;  // decode: the kv heads a task covers (shared rows: all)
+  // Decode with key scores: floats of a pair's records (its rows' kernels::RecordShape),
+  // kept after every pair's partials.
+  size_t record_floats = 0;
 };
 
 // Query rows per head of a prefill task for a GQA group of `group` heads: about
@@ -140,6 +147,9 @@ struct BatchSchedule {
   // A dense call whose entries all read the same rows: one group of every entry, its
   // leading spans below this (its tasks: per span, chunks of entries, per kv head).
   int64_t dense_spans = 0;
+  // Key scores: the byte offset of the call's fixed-point sums from the shared base (the
+  // last of the shared bytes).
+  size_t key_acc = 0;
 };
 // Adds the next sequence of a call to b (`call`: the call's shape, its sizes those of
 // the tensors); its plan goes to b.plans[b.count] when b.plans is set.
@@ -207,6 +217,8 @@ DecodeIndex DecodeTaskAt(const Schedule& s, const CallShape& c, int64_t i);
 // Offset, in floats from the partials' base, of a pair's (and unit's) partial states:
 // [pair][unit][row] states of state_floats each.
 size_t PartialOffset(const Schedule& s, const CallShape& c, int64_t pair, int64_t unit);
+// Offset, in floats from the partials' base, of a pair's records (key scores).
+size_t RecordOffset(const Schedule& s, const CallShape& c, int64_t pair);
 
 }  // namespace plan
 }  // namespace octattn

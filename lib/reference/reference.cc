@@ -24,7 +24,8 @@ size_t HeadScratchDoubles(const Operands& t) {
   // A quantized key or value row dequantized (floats, two to a double); q's row rounded
   // (OCTATTN_QK_INT8: its values, then a row of floats and one of int8).
   n = base::SatAdd(n, base::Count((t.head_dim + t.value_dim + 1) / 2));
-  return t.qk_block ? base::SatAdd(n, base::Count(t.head_dim * 2)) : n;
+  if (t.qk_block) n = base::SatAdd(n, base::Count(t.head_dim * 2));
+  return t.key_acc ? base::SatAdd(n, base::Count(t.kv_len)) : n;  // key scores' sums
 }
 
 namespace {
@@ -52,7 +53,10 @@ void AttentionHead(const Operands& t, double* scratch) {
   double* acc = scratch + t.kv_len;
   float* row = reinterpret_cast<float*>(acc + t.value_dim);  // a dequantized row
   // OCTATTN_QK_INT8: the row of q rounded (u * n), from a widened row and its integers.
-  double* qr = scratch + HeadScratchDoubles(t) - (t.qk_block ? 2 * t.head_dim : 0);
+  double* sums = scratch + HeadScratchDoubles(t) - (t.key_acc ? t.kv_len : 0);
+  double* qr = sums - (t.qk_block ? 2 * t.head_dim : 0);
+  if (t.key_acc)
+    for (int64_t j = 0; j < t.kv_len; ++j) sums[j] = 0.0;
   float* qf = reinterpret_cast<float*>(qr + t.head_dim);
   int8_t* qn = reinterpret_cast<int8_t*>(qf + t.head_dim);
   const kernels::Mods& mods = t.mods;
@@ -116,6 +120,7 @@ void AttentionHead(const Operands& t, double* scratch) {
         v = row, v_dim = 1, v_type = base::kF32;
       }
       const double p = s[j] / sum;
+      if (t.key_acc) sums[j] += p;
       for (int64_t d = 0; d < t.value_dim; ++d) acc[d] += p * LoadElem(v, d * v_dim, v_type);
     }
     for (int64_t d = 0; d < t.value_dim; ++d)
@@ -125,6 +130,8 @@ void AttentionHead(const Operands& t, double* scratch) {
       for (int64_t j = 0; j < t.kv_len; ++j)
         t.weights[i * t.w_row + j * t.w_col] = static_cast<float>(s[j] / sum);
   }
+  if (t.key_acc)
+    for (int64_t j = 0; j < t.kv_len; ++j) kernels::AddKeyScore(t.key_acc + j, sums[j]);
 }
 
 size_t BackwardScratchDoubles(const kernels::BackwardTask& t) {

@@ -90,6 +90,13 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
     t.lse_row = c.lse.stride[2];
     t.lse = c.lse.data + b * c.lse.stride[0] + h * t.lse_head + seq.q_row * t.lse_row;
   }
+  if (c.key_acc) {
+    const int64_t keys = c.key_scores.shape[2];
+    // (A paged sequence's rows are its own logical rows: its entry's; a contiguous one's,
+    // its batch entry's rows.)
+    const int64_t e = seq.paging.blocks ? seq.entry : b;
+    t.key_acc = c.key_acc + (e * sh.kv_heads + kvh) * keys + seq.k_col;
+  }
   if (c.has_weights) {
     t.w_row = c.weights.stride[2];
     t.w_col = c.weights.stride[3];

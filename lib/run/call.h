@@ -42,11 +42,15 @@ struct ScaleInfo {
 
 struct Call {
   TensorInfo q, k, v, o, lse, weights;
+  TensorInfo key_scores;  // options.key_scores (has_key_scores)
   ScaleInfo k_scale, v_scale;
   // Of the modifiers (hi == 0: absent); mask: or the tree's bits (shape.mods.keep_bits).
   TensorInfo bias, mask;
   TensorInfo blocks[4];  // a block mask's tensors (hi 0: absent), for the aliasing checks
-  bool has_lse = false, has_weights = false;
+  bool has_lse = false, has_weights = false, has_key_scores = false;
+  // Key scores: the fixed-point sums ([batch][kv_heads][kv_len] of key_scores' shape) in the
+  // call's scratch, once the forward holds it.
+  int64_t* key_acc = nullptr;
   plan::CallShape shape{};
   float scale = 0;
   plan::Algorithm algorithm = plan::Algorithm::kFused;

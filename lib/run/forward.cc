@@ -23,13 +23,35 @@ plan::BatchSchedule ScheduleOf(const Call& c, plan::SequencePlan* plans,
   if (c.sequences == 0) {
     plan::AddEntries(c.shape, c.algorithm, c.table, &b);
     FormCascade(c, nullptr, &b);
-    return b;
+  } else {
+    for (int64_t n = 0; n < c.sequences; ++n)
+      plan::AddSequence(c.shape, SequenceAt(c, n), c.algorithm, c.table, &b);
+    b.groups = groups;
+    FormCascade(c, seqs, &b);
   }
-  for (int64_t n = 0; n < c.sequences; ++n)
-    plan::AddSequence(c.shape, SequenceAt(c, n), c.algorithm, c.table, &b);
-  b.groups = groups;
-  FormCascade(c, seqs, &b);
+  if (c.has_key_scores) {  // the fixed-point sums, one per element of key_scores
+    b.key_acc = base::RoundUp(b.shared_bytes, base::kAlign);
+    const TensorInfo& ks = c.key_scores;
+    const size_t n = base::SatMul(base::Count(ks.shape[0] * ks.shape[1]), base::Count(ks.shape[2]));
+    b.shared_bytes = base::SatAdd(b.key_acc, base::SatMul(n, sizeof(int64_t)));
+  }
   return b;
+}
+
+// Key scores: the (batch entry, kv head) rows of the sums zeroed, or converted into
+// key_scores, a row a task.
+void KeyScoresPhase(parallel::Pool& pool, const Call& c, bool zero, void* scratch, size_t slot) {
+  const TensorInfo& ks = c.key_scores;
+  const int64_t keys = ks.shape[2], heads = ks.shape[1];
+  RunTasks(pool, ks.shape[0] * heads, scratch, slot, [&](int64_t i, void*) {
+    int64_t* acc = c.key_acc + i * keys;
+    if (zero) {
+      for (int64_t j = 0; j < keys; ++j) acc[j] = 0;
+      return;
+    }
+    float* out = ks.data + i / heads * ks.stride[0] + i % heads * ks.stride[1];
+    for (int64_t j = 0; j < keys; ++j) out[j * ks.stride[2]] = kernels::KeyScoreOf(acc[j]);
+  });
 }
 
 // The weights of a sequence's rows (query head h) outside its valid keys: 0.
@@ -70,6 +92,7 @@ void CoverKvHeads(const Call& c, const plan::SequencePlan& p, const plan::Decode
   t->lse_kv = c.has_lse ? c.lse.stride[1] * group : 0;
   t->partial_kv = plan::PartialOffset(p.schedule, p.shape, 1, 0) -
                   plan::PartialOffset(p.schedule, p.shape, 0, 0);
+  t->rec_kv = p.schedule.record_floats;
 }
 
 // First-phase task `task` of plan p: a head (empty rows, naive, reference), a prefill
@@ -107,6 +130,7 @@ void RunTask(const Call& c, const plan::SequencePlan& p, int64_t task, float* sh
   t.span_begin = x.gathered ? 0 : x.span;
   t.span_end = x.gathered ? 0 : x.span + 1;
   t.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, x.pair, x.unit);
+  if (c.key_acc) t.rec = shared + p.partials + plan::RecordOffset(p.schedule, p.shape, x.pair);
   CoverKvHeads(c, p, x, &t);
   c.table->flash_task(t, s);
 }
@@ -136,6 +160,8 @@ void RunCascadeTask(const Call& c, const plan::BatchSchedule& b, int64_t i, floa
       m = FlashTaskOf(c, SequenceAt(c, e), kvh);
       m.partial =
           shared + p.partials + plan::PartialOffset(p.schedule, p.shape, e * kv_heads + kvh, span);
+      if (c.key_acc)
+        m.rec = shared + p.partials + plan::RecordOffset(p.schedule, p.shape, e * kv_heads + kvh);
     }
     return run(span);
   }
@@ -159,27 +185,36 @@ void RunCascadeTask(const Call& c, const plan::BatchSchedule& b, int64_t i, floa
     kernels::FlashTask& m = members[count++];
     m = FlashTaskOf(c, seq, kvh);
     m.partial = shared + p.partials + plan::PartialOffset(p.schedule, p.shape, kvh, span);
+    if (c.key_acc) m.rec = shared + p.partials + plan::RecordOffset(p.schedule, p.shape, kvh);
   }
   run(span);
 }
 
-void Run(parallel::Pool& pool, const Call& c, const plan::BatchSchedule& b, void* scratch) {
+void Run(parallel::Pool& pool, Call* call, const plan::BatchSchedule& b, void* scratch) {
   float* shared = reinterpret_cast<float*>(static_cast<char*>(scratch) +
                                            b.slot_bytes * static_cast<size_t>(pool.threads()));
+  if (call->has_key_scores) {
+    call->key_acc = reinterpret_cast<int64_t*>(reinterpret_cast<char*>(shared) + b.key_acc);
+    KeyScoresPhase(pool, *call, true, scratch, b.slot_bytes);
+  }
+  const Call& c = *call;
   RunTasks(pool, b.tasks + b.cascade_tasks, scratch, b.slot_bytes, [&](int64_t i, void* s) {
     if (i >= b.tasks) return RunCascadeTask(c, b, i - b.tasks, shared, s);
     const plan::SequencePlan& p = b.plans[plan::PlanOfTask(b, i)];
     RunTask(c, p, i - p.first_task, shared, s, b.dense_spans);
   });
-  if (b.merges == 0) return;
-  RunTasks(pool, b.merges, scratch, b.slot_bytes, [&](int64_t i, void* s) {
-    const plan::SequencePlan& p = b.plans[plan::PlanOfMerge(b, i)];
-    const int64_t pair = i - p.first_merge, kv_heads = c.shape.kv_heads;
-    const plan::Sequence seq = SequenceAt(c, p.first_seq + pair / kv_heads);
-    const kernels::FlashTask t = FlashTaskOf(c, seq, pair % kv_heads);
-    c.table->flash_merge(t, shared + p.partials + plan::PartialOffset(p.schedule, p.shape, pair, 0),
-                         p.schedule.units, static_cast<float*>(s));
-  });
+  if (b.merges > 0)
+    RunTasks(pool, b.merges, scratch, b.slot_bytes, [&](int64_t i, void* s) {
+      const plan::SequencePlan& p = b.plans[plan::PlanOfMerge(b, i)];
+      const int64_t pair = i - p.first_merge, kv_heads = c.shape.kv_heads;
+      const plan::Sequence seq = SequenceAt(c, p.first_seq + pair / kv_heads);
+      kernels::FlashTask t = FlashTaskOf(c, seq, pair % kv_heads);
+      if (c.key_acc) t.rec = shared + p.partials + plan::RecordOffset(p.schedule, p.shape, pair);
+      c.table->flash_merge(t,
+                           shared + p.partials + plan::PartialOffset(p.schedule, p.shape, pair, 0),
+                           p.schedule.units, static_cast<float*>(s));
+    });
+  if (c.has_key_scores) KeyScoresPhase(pool, c, false, scratch, b.slot_bytes);
 }
 
 // The scratch's bytes before a call of sequences' tables: the slots and the partials.
@@ -198,7 +233,7 @@ void Forward(parallel::Pool& pool, Call* c, void* scratch) {
     plan::SequencePlan entries;
     const plan::BatchSchedule b = ScheduleOf(*c, &entries);
     c->shared_kv_rows = b.shared_kv_rows;
-    Run(pool, *c, b, scratch);
+    Run(pool, c, b, scratch);
     return;
   }
   // Sized first; then the sequences and their plans are laid out in the scratch.
@@ -212,7 +247,7 @@ void Forward(parallel::Pool& pool, Call* c, void* scratch) {
       ScheduleOf(*c, reinterpret_cast<plan::SequencePlan*>(base + tables.plans), seqs,
                  reinterpret_cast<plan::CascadeGroup*>(base + tables.groups));
   c->shared_kv_rows = b.shared_kv_rows;
-  Run(pool, *c, b, scratch);
+  Run(pool, c, b, scratch);
 }
 
 }  // namespace run

@@ -319,6 +319,8 @@ static inline void FlashBlock(const FlashTask& t, const FlashSpace& sp, const Fl
     if (!SoftmaxTile(s[r], bk.a[r], bk.b[r], st[r], dvp)) {
       bk.keys[r] = base::RowKeys{tile.t0, tile.t0, 0, tile.t0, 0};
       bk.holey[r] = false;
+    } else if (rows[r].rec) {
+      RecordTile(rows[r], sp.floors, tile.t0, s[r], bk.a[r], bk.b[r], st[r][0]);
     }
   }
   if constexpr (S::kDotBf16) {

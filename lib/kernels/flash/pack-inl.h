@@ -8,7 +8,21 @@ struct FlashScratch {
   float *run, *cur, *kt, *s_buf, *vpack;
   FlashRow* rows;
   float *qw, *kw, *vw, *ksc;
+  float *rec, *sums;  // key scores: a prefill task's records and their sums (RecordSumFloats)
 };
+
+// The records of a task's rows (RecordOf its last row) and the scratch that sums them: a
+// float per key of the records, then one per row (their lse).
+static inline RecordShape TaskRecord(const FlashTask& t) {
+  return RecordOf(t.op.mask, t.op.mask.q_start + t.row_end, t.op.kv_len);
+}
+// Whether a task keeps its rows' records in its scratch: a prefill task with key scores
+// (a decode task's, which has a partial, are in the call's shared scratch).
+static inline bool KeepsRecords(const FlashTask& t) { return t.op.key_acc && !t.partial; }
+static inline size_t RecordSumFloats(const FlashTask& t) {
+  const RecordShape r = TaskRecord(t);
+  return Piece(base::Count((r.tiles + r.gathered) * kTileKeys + FlashRows(t)));
+}
 
 // q row `src` (elements of type t, `dim` apart) rounded into the record at rec.
 static inline void QuantizeQRow(const float* src, int64_t dim, Dtype t, int64_t head_dim,
@@ -51,6 +65,10 @@ static size_t FlashTaskScratchFloats(const FlashTask& t) {
     n = base::SatAdd(n, Piece2(kTileKeys, PadKeys(t.op.value_dim)));
   }
   if (t.op.qk_block) n = base::SatAdd(n, Piece2(kTileKeys, t.op.head_dim / t.op.qk_block));
+  if (KeepsRecords(t)) {
+    n = base::SatAdd(n, Piece2(FlashRows(t), TaskRecord(t).RowFloats()));
+    n = base::SatAdd(n, RecordSumFloats(t));
+  }
   return n;
 }
 
@@ -74,6 +92,8 @@ static inline FlashScratch Carve(const FlashTask& t, float* scratch) {
   f.kw = f.qw + QRowsFloats(t);
   f.vw = f.kw + (FlashWidens(t) ? Piece2(kTileKeys, t.op.head_dim) : 0);
   f.ksc = f.vw + (FlashWidens(t) ? Piece2(kTileKeys, PadKeys(t.op.value_dim)) : 0);
+  f.rec = f.ksc + (t.op.qk_block ? Piece2(kTileKeys, t.op.head_dim / t.op.qk_block) : 0);
+  f.sums = f.rec + (KeepsRecords(t) ? Piece2(FlashRows(t), TaskRecord(t).RowFloats()) : 0);
   return f;
 }
 

@@ -110,15 +110,11 @@ static inline void MergeState(float* run, const float* cur, int64_t dvp) {
     S::Store(S::MulAdd(S::Load(cur + 2 + d), vb, S::Mul(S::Load(run + 2 + d), va)), run + 2 + d);
 }
 
-// o row and lse from a final state; `sink` (-inf: none) joins the denominator last, in
-// prefill and decode alike. A 16-bit o gets the f32 row rounded to nearest even.
-static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, float* o,
-                             int64_t o_dim, Dtype o_type, float* lse, float* tmp, float sink) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+// The lse of a final state and the factor its output is scaled by (0 for an empty row);
+// `sink` (-inf: none) joins the denominator last.
+static inline float RowLse(const float* st, float sink, float* factor) {
   const bool empty = st[0] == -__builtin_inff();
-  const bool direct = o_type == kF32 && o_dim == 1 && value_dim % L == 0;
-  float* dst = direct ? o : tmp;
-  float factor = empty ? 0.0f : 1.0f / st[1];
+  *factor = empty ? 0.0f : 1.0f / st[1];
   float row_lse = empty ? -__builtin_inff() : st[0] + __builtin_logf(st[1]);
   if (sink != -__builtin_inff()) {
     if (empty) {
@@ -127,10 +123,23 @@ static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, fl
       const float m = sink > st[0] ? sink : st[0];
       const float a = ExpScalar(st[0] - m);
       const float l = st[1] * a + ExpScalar(sink - m);
-      factor = a / l;
+      *factor = a / l;
       row_lse = m + __builtin_logf(l);
     }
   }
+  return row_lse;
+}
+
+// o row and lse from a final state; `sink` (-inf: none) joins the denominator last, in
+// prefill and decode alike. A 16-bit o gets the f32 row rounded to nearest even.
+static inline void FinishRow(const float* st, int64_t dvp, int64_t value_dim, float* o,
+                             int64_t o_dim, Dtype o_type, float* lse, float* tmp, float sink) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const bool empty = st[0] == -__builtin_inff();
+  const bool direct = o_type == kF32 && o_dim == 1 && value_dim % L == 0;
+  float* dst = direct ? o : tmp;
+  float factor;
+  const float row_lse = RowLse(st, sink, &factor);
   const typename S::V inv = S::Set(factor);
   for (int64_t d = 0; d < dvp; d += L) S::Store(S::Mul(S::Load(st + 2 + d), inv), dst + d);
   if (empty)
@@ -212,7 +221,24 @@ struct FlashRow {
   // With a mask tensor: the real keys of the row's dense run from its first to its last
   // allowed entry (the others are masked by the tensor).
   int64_t env_lo, env_hi;
+  // Key scores: the row's records of real key tiles and of gathered tiles (RecordShape);
+  // null: none kept.
+  float *rec, *grec;
 };
+
+// Keeps a row's weights s[a, b) of the tile from space key t0 (b - a whole vectors; the
+// others are not the row's; `real`: real keys, else gathered columns) and the max m they are
+// relative to, in its record.
+static inline void RecordTile(const FlashRow& row, bool real, int64_t t0, const float* s, int64_t a,
+                              int64_t b, float m) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  float* dst = (real ? row.rec : row.grec) + t0 / kTileKeys * kRecordFloats;
+  int64_t j = 0;
+  for (; j < a; j += L) S::Store(S::Zero(), dst + j);
+  for (; j < b; j += L) S::Store(S::Load(s + j), dst + j);
+  for (; j < kTileKeys; j += L) S::Store(S::Zero(), dst + j);
+  dst[kTileKeys] = m;
+}
 
 // Brings the caller's K and V rows of the next tile toward the core while the current
 // one is computed, a slice of rows per row block: packing then reads from the cache, not

@@ -60,9 +60,13 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
     }
   bool read[kMaxTaskKvHeads][kPackValueRows];
   for (int64_t x = 0; x < nh; ++x)
-    for (int64_t r = 0; r < n; ++r)
-      read[x][r] = SoftmaxTile(fs[x].s_buf + r * kTileKeys, 0, t1 - t0,
-                               sts[x] + static_cast<size_t>(r) * stride, dvp);
+    for (int64_t r = 0; r < n; ++r) {
+      float* st = sts[x] + static_cast<size_t>(r) * stride;
+      read[x][r] = SoftmaxTile(fs[x].s_buf + r * kTileKeys, 0, t1 - t0, st, dvp);
+      const FlashRow& row = fs[x].rows[r];
+      if (read[x][r] && row.rec)
+        RecordTile(row, true, t0, fs[x].s_buf + r * kTileKeys, 0, t1 - t0, st[0]);
+    }
   if constexpr (T == kBf16 && S::kDotBf16) {
     if (FlashPairsV(ts[0].op))  // the weights as bf16 pairs (FlashBlock's rounding)
       for (int64_t x = 0; x < nh; ++x)
@@ -198,6 +202,23 @@ static void UnitPrefetches(const FlashTask* ts, int64_t nh, int64_t first, int64
   }
 }
 
+// Key scores: the records of the tiles of one unit (the gathered columns, or key span
+// `span`) of every row marked unread, before the unit reads any.
+static void ClearRecords(const FlashTask& t, const FlashScratch* fs, int64_t nh, int64_t span) {
+  const int64_t rows = FlashRows(t), per = kSpanKeys / kTileKeys;
+  const RecordShape rs = TaskRecord(t);
+  for (int64_t x = 0; x < nh; ++x)
+    for (int64_t r = 0; r < rows; ++r) {
+      const FlashRow& row = fs[x].rows[r];
+      // (A stacked task's rows are its members', each with its own records.)
+      const int64_t tiles = (row.grec - row.rec) / kRecordFloats;
+      float* base = span < 0 ? row.grec : row.rec;
+      const int64_t k0 = span < 0 ? 0 : span * per;
+      const int64_t k1 = span < 0 ? rs.gathered : base::MinI(k0 + per, tiles);
+      for (int64_t k = k0; k < k1; ++k) base[k * kRecordFloats + kTileKeys] = -__builtin_inff();
+    }
+}
+
 // One unit (the gathered columns, or key span s >= 0) of every row into the fresh states
 // sts[x] of each of the nh tasks ts[x] (kv heads sharing key rows: the same rows,
 // positions and keys; nh is 1 but for those). `next`: the span the tasks run after this
@@ -211,6 +232,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
   for (int64_t x = 0; x < nh; ++x) ResetState(sts[x], rows, stride, PadKeys(t.op.value_dim));
   const UnitKeys u = UnitKeysOf(ts, fs, nh, span, amx);
   const FlashSpace& sp = u.sp;
+  if (f.rows[0].rec) ClearRecords(t, fs, nh, span);
   const int64_t begin = u.begin, end = u.end, first = u.first, step = u.step, load = u.load;
   const base::StridedColumns below = u.below;
   // Rows are in order of position, so the first and last rows bound what the task reads.
@@ -354,9 +376,12 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
   FlashTask t = task;
   if (wide_q || qk) t.op.q_dim = 1, t.op.q_type = pairs ? kBf16 : kF32;
   const bool has_strided = t.op.mask.causal && t.op.mask.window > 0 && t.op.mask.stride > 0;
+  const RecordShape rs = TaskRecord(task);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = r / nq, i = t.row_begin + r % nq;
     FlashRow& row = f.rows[r];
+    row.rec = task.rec ? task.rec + r * rs.RowFloats() : nullptr;
+    row.grec = task.rec ? row.rec + rs.tiles * kRecordFloats : nullptr;
     row.q = ElemAt(task.op.q, h * task.op.q_head + i * task.op.q_row, task.op.q_type);
     float* qr = QScratchRow(task, f.qw, r);
     if (qk) {  // rounded to int8 (QRecord): the rows' integers, scales and sums
@@ -401,6 +426,51 @@ static FlashTask PrepareRows(const FlashTask& task, const FlashScratch& f) {
   return t;
 }
 
+// Key scores: adds the weights the records `rec` of a task's rows hold, exp(s - lse) for
+// each row's lse (lses[r]), to the sums of their keys (op.key_acc): each key's weights in
+// row order in f32 (`sums`: RecordSumFloats), then the sum once (`alone`: no other task
+// adds to these keys, a decode merge's, so without atomic operations). Pairs a row does
+// not read hold 0 and add nothing (also in a row whose lse is NaN).
+static void AddRecords(const FlashTask& t, const float* lses, const float* rec, float* sums,
+                       bool alone) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  const RecordShape rs = TaskRecord(t);
+  const int64_t rows = FlashRows(t), tiles = rs.tiles + rs.gathered;
+  for (int64_t j = 0; j < tiles * kTileKeys; j += L) S::Store(S::Zero(), sums + j);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (lses[r] == -__builtin_inff()) continue;  // no key read
+    const float* row = rec + r * rs.RowFloats();
+    for (int64_t k = 0; k < tiles; ++k) {
+      const float* p = row + k * kRecordFloats;
+      if (p[kTileKeys] == -__builtin_inff()) continue;  // no key of the tile read
+      const float f = ExpScalar(p[kTileKeys] - lses[r]);
+      float* c = sums + k * kTileKeys;
+      if (f - f == 0.0f) {  // finite: a weight of 0 stays 0
+        const typename S::V vf = S::Set(f);
+        for (int64_t j = 0; j < kTileKeys; j += L)
+          S::Store(S::MulAdd(S::Load(p + j), vf, S::Load(c + j)), c + j);
+        continue;
+      }
+      for (int64_t j = 0; j < kTileKeys; ++j)
+        if (p[j] != 0.0f) c[j] += p[j] * f;
+    }
+  }
+  int64_t* acc = t.op.key_acc;
+  // (The last tile's keys past kv_len are another kv head's sums: not touched.)
+  const int64_t real = base::MinI(rs.tiles * kTileKeys, t.op.kv_len);
+  bool plain = alone;  // every sum a number below 2^19 (KeyScoreUnits'), added alone
+  for (int64_t j = 0; plain && j < real; ++j) plain = sums[j] < 524288.0f || sums[j] == 0.0f;
+  if (plain) {
+    for (int64_t j = 0; j < real; ++j) acc[j] += KeyScoreUnits(sums[j]);
+  } else {
+    for (int64_t j = 0; j < real; ++j)
+      if (sums[j] != 0.0f) AddKeyScore(acc + j, sums[j]);
+  }
+  const float* g = sums + rs.tiles * kTileKeys;
+  for (int64_t c = 0; c < rs.gathered * kTileKeys; ++c)
+    if (g[c] != 0.0f) AddKeyScore(acc + t.op.mask.phase + c * t.op.mask.stride, g[c]);
+}
+
 // The final states of a task's rows: its partial, or o and lse.
 static void FinishRows(const FlashTask& t, const FlashScratch& f) {
   const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
@@ -412,10 +482,20 @@ static void FinishRows(const FlashTask& t, const FlashScratch& f) {
       continue;
     }
     const int64_t h = r / nq, i = t.row_begin + r % nq;
+    const float sink = t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff();
     FinishRow(st, dvp, t.op.value_dim,
               ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
               t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
-              f.cur, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+              f.cur, sink);
+    if (t.rec && !t.partial) {
+      float factor;
+      f.sums[(TaskRecord(t).tiles + TaskRecord(t).gathered) * kTileKeys + r] =
+          RowLse(st, sink, &factor);
+    }
+  }
+  if (t.rec && !t.partial) {
+    const RecordShape rs = TaskRecord(t);
+    AddRecords(t, f.sums + (rs.tiles + rs.gathered) * kTileKeys, t.rec, f.sums, false);
   }
 }
 
@@ -487,6 +567,8 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
     if (task.op.lse) tx.op.lse = task.op.lse + x * task.lse_kv;
     if (task.partial) tx.partial = task.partial + x * task.partial_kv;
     fs[x] = Carve(tx, scratch + static_cast<size_t>(x) * piece);
+    if (task.rec) tx.rec = task.rec + x * task.rec_kv;     // decode: the pair's, shared
+    if (tx.op.key_acc && !tx.partial) tx.rec = fs[x].rec;  // prefill: its scratch's
     ts[x] = PrepareRows(tx, fs[x]);
   }
   const bool has_strided =
@@ -513,22 +595,30 @@ static void FlashTaskRun(const FlashTask& task, float* scratch) {
   }
 }
 
-// Merges the unit partials of a task's rows in unit order and writes o and lse.
-// `scratch`: FlashStateFloats + PadKeys(value_dim) floats.
+// Merges the unit partials of a task's rows in unit order and writes o and lse (with key
+// scores, then adds the weights of the task's records, t.rec). `scratch`: FlashStateFloats
+// + Piece(PadKeys(value_dim)) floats, then with key scores RecordSumFloats.
 static void FlashMerge(const FlashTask& t, const float* partials, int64_t units, float* scratch) {
   const int64_t rows = FlashRows(t), dvp = PadKeys(t.op.value_dim), nq = t.row_end - t.row_begin;
   const size_t stride = FlashStateFloats(t.op.value_dim);
   // The first partial is copied, the next ones merged: as FlashTaskRun does in one task.
   float* run = scratch;
   float* tmp = run + stride;
+  float* sums = tmp + Piece(base::Count(dvp));  // key scores: RecordSumFloats
+  const RecordShape rs = TaskRecord(t);
+  float* lses = sums + (rs.tiles + rs.gathered) * kTileKeys;
   for (int64_t r = 0; r < rows; ++r) {
     for (size_t d = 0; d < stride; ++d) run[d] = partials[r * stride + d];
     for (int64_t c = 1; c < units; ++c)
       MergeState(run, partials + (c * rows + r) * static_cast<int64_t>(stride), dvp);
     const int64_t h = r / nq, i = t.row_begin + r % nq;
+    const float sink = t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff();
     FinishRow(run, dvp, t.op.value_dim,
               ElemAt(t.op.o, h * t.op.o_head + i * t.op.o_row, t.op.o_type), t.op.o_dim,
               t.op.o_type, t.op.lse ? t.op.lse + h * t.op.lse_head + i * t.op.lse_row : nullptr,
-              tmp, t.op.mods.sinks ? t.op.mods.sinks[h] : -__builtin_inff());
+              tmp, sink);
+    float factor;
+    if (t.rec) lses[r] = RowLse(run, sink, &factor);
   }
+  if (t.rec) AddRecords(t, lses, t.rec, sums, true);
 }

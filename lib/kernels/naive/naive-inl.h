@@ -12,7 +12,32 @@ static size_t NaiveF32ScratchFloats(const Operands& t) {
   n = base::SatAdd(n, Piece2(kRowBlock, PadKeys(t.value_dim)));
   // With modifiers: each row's hole bits (two floats per word).
   if (t.mods.Scores()) n = base::SatAdd(n, Piece2(t.q_len, 2 * HoleWords(kpad)));
+  if (t.key_acc) n = base::SatAdd(n, Piece(base::Count(kend)));  // key scores' sums
   return n;
+}
+
+// Key scores: each key's weights over the head's rows (s, kpad apart, normalized), the
+// rows in order, only the pairs a row reads (its keys, no hole: those its weighted sum
+// reads), then each key's sum once.
+template <typename KeysOf, typename HolesOf>
+static void NaiveKeyScores(const Operands& t, const float* s, int64_t kpad, int64_t kend,
+                           const float* row_any, KeysOf keys_of, HolesOf holes_of, float* sums) {
+  for (int64_t j = 0; j < kend; ++j) sums[j] = 0.0f;
+  for (int64_t i = 0; i < t.q_len; ++i) {
+    if (row_any[i] == 0.0f) continue;
+    const float* row = s + i * kpad;
+    const base::RowKeys k = keys_of(i);
+    const uint64_t* h = holes_of(i);
+    auto add = [&](int64_t j) {
+      if (!h || !HoleAt(h, j)) sums[j] += row[j];
+    };
+    if (k.stride > 0)
+      for (int64_t j = base::NextOnStride(k.strided_begin, k.stride, k.phase); j < k.strided_end;
+           j += k.stride)
+        add(j);
+    for (int64_t j = k.lo; j < k.hi; ++j) add(j);
+  }
+  for (int64_t j = 0; j < kend; ++j) AddKeyScore(t.key_acc + j, sums[j]);
 }
 
 // o row i = sum of the row's keys other than its holes, one row at a time.
@@ -106,6 +131,14 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
       for (int64_t j = 0; j < t.kv_len; ++j) w[j * t.w_col] = j < kend ? row[j] : 0.0f;
     }
   }
+
+  if (t.key_acc)
+    NaiveKeyScores(
+        t, s, kpad, kend, row_any, keys_of,
+        [&](int64_t row) {
+          return modded ? row_holes(row) : static_cast<const uint64_t*>(nullptr);
+        },
+        reinterpret_cast<float*>(holes) + (modded ? Piece2(t.q_len, 2 * hole_words) : 0));
 
   int64_t v_row = 0;
   const float* v =

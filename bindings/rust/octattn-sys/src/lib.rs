@@ -121,6 +121,7 @@ pub struct octattn_attention_options {
     pub full_block_indices: *const octattn_tensor,
     pub block_q: i64,
     pub block_kv: i64,
+    pub key_scores: *mut octattn_tensor,
 }
 
 #[repr(C)]
@@ -144,7 +145,8 @@ pub struct octattn_context {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 280);
+    assert!(size_of::<octattn_attention_options>() == 288);
+    assert!(offset_of!(octattn_attention_options, key_scores) == 280);
     assert!(offset_of!(octattn_attention_options, tree) == 208);
     assert!(offset_of!(octattn_attention_options, tree_stride) == 224);
     assert!(offset_of!(octattn_attention_options, block_counts) == 232);
@@ -556,6 +558,11 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("block_kv"),
             offset_of!(O, block_kv),
+        ),
+        (
+            "octattn_attention_options",
+            Some("key_scores"),
+            offset_of!(O, key_scores),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (
