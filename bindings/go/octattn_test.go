@@ -77,6 +77,43 @@ func TestAgainstFloat64WithGroupedQueries(t *testing.T) {
 	}
 }
 
+func TestKeyScoresSumEachKVHeadsWeights(t *testing.T) {
+	// One decode row per query head over 1500 keys: each kv head's keys receive its two
+	// query heads' weights, which sum to 2; keys no row reads (past a window) get 0.
+	hq, hkv, n, d := 4, 2, 1500, 16
+	q, k, v := data(hq*d, 4), data(hkv*n*d, 5), data(hkv*n*d, 6)
+	o, ks := make([]float32, len(q)), make([]float32, hkv*n)
+	ctx, _ := NewContext()
+	defer ctx.Close()
+	tq, _ := BHTD(q, 1, hq, 1, d)
+	tk, _ := BHTD(k, 1, hkv, n, d)
+	tv, _ := BHTD(v, 1, hkv, n, d)
+	to, _ := BHTD(o, 1, hq, 1, d)
+	tks, _ := BHTD(ks, 1, hkv, n, 1)
+	opts := &Options{Window: 1000}
+	if err := ctx.AttentionKeyScores(opts, tq, tk, tv, to, nil, tks); err != nil {
+		t.Fatal(err)
+	}
+	for h := 0; h < hkv; h++ {
+		sum := 0.0
+		for j := 0; j < n; j++ {
+			x := ks[h*n+j]
+			if (j < 500) != (x == 0) {
+				t.Fatalf("kv head %d key %d: %v", h, j, x)
+			}
+			sum += float64(x)
+		}
+		if math.Abs(sum-2) > 1e-5 {
+			t.Fatalf("kv head %d: the scores sum to %v", h, sum)
+		}
+	}
+	bad := make([]float32, hkv*n)
+	tb, _ := BHTD(bad, 1, 1, 2*n, 1)
+	if err := ctx.AttentionKeyScores(opts, tq, tk, tv, to, nil, tb); !IsStatus(err, InvalidShape) {
+		t.Fatalf("a wrong shape: %v", err)
+	}
+}
+
 func TestBTHDViewsGiveTheSameBytes(t *testing.T) {
 	b, h, n, d := 1, 2, 5, 8
 	x := data(b*n*h*d, 4) // [B, T, H, D]

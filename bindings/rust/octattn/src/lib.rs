@@ -770,8 +770,44 @@ impl Context {
         o: &mut TensorMut,
         lse: Option<&mut TensorMut>,
     ) -> Result<()> {
+        self.attend(options, q, k, v, o, lse, None)
+    }
+
+    /// `attention` that also writes each key's attention received (options.key_scores,
+    /// since 0.11): key_scores [B, Hkv, Tk, 1] (paged: [sequences, Hkv, logical rows, 1]),
+    /// the sum over the key's kv head's query heads and the query rows of their weights,
+    /// for KV-cache eviction (H2O, SnapKV). Every element is written; a key no row reads
+    /// gets 0.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_key_scores(
+        &mut self,
+        options: &Options,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &mut TensorMut,
+        lse: Option<&mut TensorMut>,
+        key_scores: &mut TensorMut,
+    ) -> Result<()> {
+        self.attend(options, q, k, v, o, lse, Some(key_scores))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        options: &Options,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &mut TensorMut,
+        lse: Option<&mut TensorMut>,
+        key_scores: Option<&mut TensorMut>,
+    ) -> Result<()> {
         let mut held = [q.raw; 8];
-        let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
+        let mut opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
+        if let Some(ks) = key_scores {
+            opts.key_scores = &mut ks.raw;
+        }
         let lse_ptr = lse.map_or(std::ptr::null_mut(), |l| &mut l.raw as *mut _);
         self.check(unsafe {
             sys::octattn_attention(
@@ -991,6 +1027,57 @@ mod tests {
         }
         assert!(lse.iter().all(|x| x.is_finite()));
         assert_eq!(ctx.last_run().unwrap().algorithm, "fused");
+    }
+
+    #[test]
+    fn key_scores_sum_each_kv_heads_weights() {
+        // One decode row per query head over 1500 keys: each kv head's keys receive its two
+        // query heads' weights, which sum to 2; keys no row reads (past a window) get 0.
+        let (hq, hkv, tk, d) = (4, 2, 1500, 16);
+        let (q, k, v) = (
+            data(hq * d, 4),
+            data(hkv * tk * d, 5),
+            data(hkv * tk * d, 6),
+        );
+        let mut o = vec![0.0f32; q.len()];
+        let mut ks = vec![-1.0f32; hkv * tk];
+        let mut ctx = Context::new().unwrap();
+        let options = Options {
+            window: 1000,
+            ..Options::default()
+        };
+        ctx.attention_key_scores(
+            &options,
+            &Tensor::bhtd(&q, [1, hq, 1, d]).unwrap(),
+            &Tensor::bhtd(&k, [1, hkv, tk, d]).unwrap(),
+            &Tensor::bhtd(&v, [1, hkv, tk, d]).unwrap(),
+            &mut TensorMut::bhtd(&mut o, [1, hq, 1, d]).unwrap(),
+            None,
+            &mut TensorMut::bhtd(&mut ks, [1, hkv, tk, 1]).unwrap(),
+        )
+        .unwrap();
+        for h in 0..hkv {
+            let row = &ks[h * tk..(h + 1) * tk];
+            assert!(row[..500].iter().all(|&x| x == 0.0));
+            assert!(row[500..].iter().all(|&x| x > 0.0));
+            let sum: f64 = row.iter().map(|&x| x as f64).sum();
+            assert!((sum - 2.0).abs() < 1e-5, "{sum}");
+        }
+        // A wrong shape: a status, nothing written.
+        let mut bad = vec![-1.0f32; hkv * tk];
+        let err = ctx
+            .attention_key_scores(
+                &options,
+                &Tensor::bhtd(&q, [1, hq, 1, d]).unwrap(),
+                &Tensor::bhtd(&k, [1, hkv, tk, d]).unwrap(),
+                &Tensor::bhtd(&v, [1, hkv, tk, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut o, [1, hq, 1, d]).unwrap(),
+                None,
+                &mut TensorMut::bhtd(&mut bad, [1, 1, tk * 2, 1]).unwrap(),
+            )
+            .unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_INVALID_SHAPE);
+        assert!(bad.iter().all(|&x| x == -1.0));
     }
 
     type Narrow = dyn Fn(&[f32]) -> Vec<u16>;
