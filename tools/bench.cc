@@ -45,6 +45,8 @@ struct Case {
   std::string block_mask;
   int64_t block_docs = 0;
   double block_density = 0;
+  // --key-scores: options.key_scores, each key's attention received.
+  bool key_scores = false;
   octattn_algorithm algo = OCTATTN_ALGORITHM_AUTO;
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
@@ -190,6 +192,7 @@ struct Args {
   std::string against;        // another build of the library, timed call by call with this one
   bool vs_read = false;       // each call paired with a read of its K and V bytes
   bool contiguous = false;    // each paged batch paired with the batch in a contiguous cache
+  bool vs_plain = false;      // each --key-scores call paired with the call without them
   bool store = false;         // time octattn_kv_store of q_len new rows instead of attention
   bool append = false;        // with store: each store at the cache's next rows
 };
@@ -258,6 +261,10 @@ const char* kHelp =
     "               of kv_gbps to the read's rate), so that the two rates come\n"
     "               from the same moments of a shared host. The reads evict the caches:\n"
     "               meant for K and V larger than the last-level cache.\n"
+    "  --key-scores  the calls also write each key's attention received (options.\n"
+    "               key_scores); --vs-plain: and each is paired with the same call\n"
+    "               without them, alternating: adds plain_seconds_median and\n"
+    "               plain_fraction (per pair: the plain call's seconds / this one's)\n"
     "  --contiguous with --block-size: also time the same batch on a contiguous\n"
     "               [total, H, D] cache (its own context), alternating call by call:\n"
     "               adds contiguous_seconds_median and paged_fraction (per pair: the\n"
@@ -327,6 +334,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->vs_read = true;
     else if (f == "--contiguous")
       a->contiguous = true;
+    else if (f == "--key-scores")
+      a->base.key_scores = true;
+    else if (f == "--vs-plain")
+      a->vs_plain = a->base.key_scores = true;
     else if (f == "--q-heads")
       a->base.q_heads = i64(next());
     else if (f == "--kv-heads")
@@ -433,10 +444,16 @@ bool Parse(int argc, char** argv, Args* a) {
       std::exit(f == "--help" || f == "-h" ? 0 : 2);
     }
   }
-  if (!a->against.empty() + a->vs_read + a->contiguous > 1) {
+  if (!a->against.empty() + a->vs_read + a->contiguous + a->vs_plain > 1) {
     std::fprintf(stderr,
-                 "--against, --vs-read and --contiguous each pair the calls with one "
-                 "other: take one\n");
+                 "--against, --vs-read, --contiguous and --vs-plain each pair the calls with "
+                 "one other: take one\n");
+    std::exit(2);
+  }
+  if (a->base.key_scores && (a->store || a->base.backward || a->seq_mode == "separate")) {
+    std::fprintf(stderr,
+                 "--key-scores times the forward of one call: not with --store, "
+                 "--backward or --separate\n");
     std::exit(2);
   }
   if (a->contiguous && (a->block_size <= 0 || a->seq_kv_lens.empty() || a->seq_mode != "ragged")) {
@@ -700,6 +717,9 @@ struct Buffers {
   // --block-mask's lists (one for every batch entry and head): counts, indices.
   std::vector<int32_t> block_counts, block_indices;
   octattn_tensor tcounts{}, tindices{};
+  // --key-scores: the output ([batch, kv_heads, kv_len, 1]; written by const calls too).
+  std::vector<float> key_scores;
+  mutable octattn_tensor tks{};
   explicit Buffers(const Case& c) {
     const int64_t qs[4] = {c.batch, c.q_heads, c.q_len, c.head_dim};
     const int64_t ks[4] = {c.batch, c.kv_heads, c.kv_len, c.head_dim};
@@ -751,6 +771,11 @@ struct Buffers {
       octattn_tensor_init(&tbias, bias.data(), ms, OCTATTN_LAYOUT_BHTD);
     }
     if (c.tree) tree = TreeBits(c);
+    if (c.key_scores) {
+      const int64_t ss[4] = {c.batch, c.kv_heads, c.kv_len, 1};
+      key_scores.assign(static_cast<size_t>(c.batch * c.kv_heads * c.kv_len), 0.0f);
+      octattn_tensor_init(&tks, key_scores.data(), ss, OCTATTN_LAYOUT_BHTD);
+    }
     const int64_t kb = (c.kv_len + kBenchBlock - 1) / kBenchBlock;
     if (!c.block_mask.empty()) {
       kinds = BlockKinds(c);
@@ -832,10 +857,11 @@ std::vector<double> TimeCalls(const Case& c, const Args& a, octattn_context* ctx
     *fields = PairFields(p, a.json, "read", "read_fraction", bytes);
     return p.mine;
   }
-  if (a.contiguous) {
+  if (a.contiguous || a.vs_plain) {  // `contiguous` times the partner
     const Paired p = TimePaired(
         a.repeat, [&] { return Seconds(mine); }, contiguous);
-    *fields = PairFields(p, a.json, "contiguous", "paged_fraction");
+    *fields = a.vs_plain ? PairFields(p, a.json, "plain", "plain_fraction")
+                         : PairFields(p, a.json, "contiguous", "paged_fraction");
     return p.mine;
   }
   if (a.against.empty()) return TimeRepeats(a.repeat, mine);
@@ -873,6 +899,7 @@ octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
   octattn_attention_options o = MaskOptions(c);
   o.k_scale = b.kq.Scale();
   o.v_scale = b.vq.Scale();
+  if (c.key_scores) o.key_scores = &b.tks;
   if (c.alibi) o.alibi_slopes = b.slopes.data();
   if (c.sinks) o.sinks = b.sinks.data();
   if (c.bias_tensor) o.bias = &b.tbias;
@@ -907,6 +934,7 @@ std::string ModsOf(const Case& c) {
   if (c.block_mask == "density") add("density=" + std::to_string(c.block_density).substr(0, 4));
   if (c.mask_tensor) add("mask_tensor");
   if (c.bias_tensor) add("bias_tensor");
+  if (c.key_scores) add("key_scores");
   return s.empty() ? "none" : s;
 }
 
@@ -983,7 +1011,12 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         return s;
       },
       [&](octattn_context* x, const Api& api) { return Timed(x, opt, b, c, api); }, kv_bytes,
-      &paired);
+      &paired,
+      [&] {
+        octattn_attention_options plain = opt;
+        plain.key_scores = nullptr;
+        return Seconds([&] { Forward(ctx, plain, b, c); });
+      });
   const double median = times[times.size() / 2];
   octattn_run_info info{};
   info.struct_size = sizeof(info);
@@ -1249,6 +1282,20 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
       opt.block_table_cols = sb.cols;
     }
   }
+  // --key-scores: one entry per batch entry (padded), per sequence (paged) or for the
+  // ragged call's key rows.
+  std::vector<float> key_scores;
+  octattn_tensor tks{};
+  if (c.key_scores) {
+    const int64_t ss[4] = {padded || a.block_size > 0 ? sb.n : 1, c.kv_heads,
+                           padded             ? sb.max_k
+                           : a.block_size > 0 ? sb.cols * a.block_size
+                                              : sb.total_k,
+                           1};
+    key_scores.assign(static_cast<size_t>(ss[0] * ss[1] * ss[2]), 0.0f);
+    octattn_tensor_init(&tks, key_scores.data(), ss, OCTATTN_LAYOUT_BHTD);
+    opt.key_scores = &tks;
+  }
   if (separate && Quantized(c.KvType())) {
     std::fprintf(stderr, "--seq-mode separate takes no quantized cache (its scales' rows)\n");
     std::exit(2);
@@ -1258,6 +1305,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
   opt.k_scale = sb.kq.Scale();
   opt.v_scale = sb.vq.Scale();
   octattn_attention_options flat = opt;
+  flat.key_scores = nullptr;  // (--contiguous: the same call's time, not with --key-scores)
   if (opt.block_table) {
     sb.tk = sb.tkp;
     sb.tv = sb.tvp;
@@ -1308,7 +1356,16 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
       std::exit(2);
     }
   }
-  auto contiguous = [&] { return Seconds(flat_call); };
+  octattn_attention_options plain = opt;
+  plain.key_scores = nullptr;
+  auto contiguous = [&] {
+    if (a.vs_plain)
+      return Seconds([&] {
+        octattn_attention(ctx, &plain, &sb.tq, &sb.tk, &sb.tv, &sb.to, nullptr, nullptr, nullptr,
+                          0);
+      });
+    return Seconds(flat_call);
+  };
   std::string paired;  // what a pairing adds to the line
   const double kv_bytes = 2.0 * c.kv_heads * sb.total_k * c.head_dim * ValueBytes(c);
   const std::vector<double> times = TimeCalls(c, a, ctx, call, call, kv_bytes, &paired, contiguous);
