@@ -287,6 +287,7 @@ struct Batch {
   octattn_tensor blocks[4]{};
   int lists = 0;
   int64_t block_q = 0, block_kv = 0;
+  octattn_tensor* key_scores = nullptr;  // an output (null: not asked)
   void ApplyBlocks(octattn_attention_options* o) const {
     o->block_counts = lists ? &blocks[0] : nullptr;
     o->block_indices = lists ? &blocks[1] : nullptr;
@@ -303,6 +304,7 @@ struct Batch {
     o->tree_stride = tree_stride;
     o->k_scale = k_scale;
     o->v_scale = v_scale;
+    o->key_scores = key_scores;
     o->k_scale_rows = k_scale_rows;
     o->v_scale_rows = v_scale_rows;
     o->q_starts = q_starts;
@@ -703,7 +705,7 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle block_table,
                           nb::handle k_scale, nb::handle v_scale, int64_t k_scale_rows,
                           int64_t v_scale_rows, nb::handle kv_format, nb::handle qk,
-                          nb::handle tree, nb::handle blocks) {
+                          nb::handle tree, nb::handle blocks, bool return_key_scores) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -770,9 +772,17 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
     o = Empty(q, torch, {T, H, rv.shape[3]}, true);
   else
     o = Empty(q, torch, {rq.shape[0], rq.shape[1], rq.shape[2], rv.shape[3]}, true);
-  nb::object lse = nb::none(), weights = nb::none();
+  nb::object lse = nb::none(), weights = nb::none(), key_scores = nb::none();
   if (return_lse) lse = Empty(q, torch, {B, H, T});
   if (return_weights) weights = Empty(q, torch, {B, H, T, Tk});
+  // Key scores: per batch entry (paged: per sequence) and kv head, each key row's.
+  const int64_t Hkv = kv_bthd ? rk.shape[2] : rk.shape[1];
+  if (return_key_scores) key_scores = Empty(q, torch, {paged && ragged ? n : B, Hkv, Tk});
+  octattn_tensor tkey{};
+  if (return_key_scores) {
+    tkey = View(key_scores, "key_scores");
+    batch.key_scores = &tkey;
+  }
   nb::object a = alibi.is_none() ? nb::none() : nb::borrow(per_head)(alibi, q);
   nb::object sk = sinks.is_none() ? nb::none() : nb::borrow(per_head)(sinks, q);
   Raw ro = RawOf(o, "out");
@@ -797,9 +807,15 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                  q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
                  &batch);
   if (ragged && return_lse) lse = lse.attr("__getitem__")(0);  // [H, total]
-  if (!return_lse && !return_weights) return o;
-  if (return_lse && return_weights) return nb::make_tuple(o, lse, weights);
-  return nb::make_tuple(o, return_lse ? lse : weights);
+  if (ragged && !paged && return_key_scores)
+    key_scores = key_scores.attr("__getitem__")(0);  // [Hkv, total keys]
+  nb::list parts;
+  parts.append(o);
+  if (return_lse) parts.append(lse);
+  if (return_weights) parts.append(weights);
+  if (return_key_scores) parts.append(key_scores);
+  if (nb::len(parts) == 1) return o;
+  return nb::tuple(parts);
 }
 
 // octattn.kv_store: src [B, H, T, D] (bthd: [B, T, H, D]) converted into dst, a view of
@@ -905,6 +921,7 @@ NB_MODULE(_octattn, m) {
         nb::arg("k_scale_rows") = 0, nb::arg("v_scale_rows") = 0,
         nb::arg("kv_format").none() = nb::none(), nb::arg("qk") = "exact",
         nb::arg("tree").none() = nb::none(), nb::arg("blocks").none() = nb::none(),
+        nb::arg("return_key_scores") = false,
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -915,8 +932,10 @@ causal/window/stride/chunk: the mask; q_start/k_start: positions (q_start None: 
 queries are the newest tokens); scale None: 1/sqrt(D); softcap, alibi_slopes [Hq],
 sinks [Hq], bias [B, Hq, Tq, Tk] and mask [B, Hq, Tq, Tk] (bool; broadcast with
 stride 0): the score modifiers. out: the output to write (same layout as q).
-Returns o, or (o, lse[, weights]) as asked (lse [B, Hq, Tq], weights [B, Hq, Tq, Tk]:
-naive algorithm only).
+Returns o, or (o[, lse][, weights][, key_scores]) as asked (lse [B, Hq, Tq], weights
+[B, Hq, Tq, Tk]: naive algorithm only; key_scores [B, Hkv, Tk]: each key's attention
+received, summed over its group's heads and the query rows, for KV-cache eviction; ragged
+[Hkv, total keys], paged [sequences, Hkv, block_table columns * block_size]).
 Sequences (int64 arrays, one entry per sequence): kv_starts, kv_lens (the valid key rows
 of each batch entry: left and right padding), q_starts (each sequence's first query
 position). Ragged: cu_seqlens_q, cu_seqlens_k (n + 1 offsets) with q, k, v and o
