@@ -189,6 +189,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     opt->block_q = in.Bool() ? in.Range(-1, 9) : static_cast<int64_t>(in.U64());
     opt->block_kv = in.Range(-1, 9);
   }
+  // Key scores: an output, one of the views (view 3 is o: aliasing) or none.
+  int key_view = -1;
+  if (om3 & 32) {
+    key_view = static_cast<int>(in.Range(1, 3));
+    opt->key_scores = &views[key_view].t;
+  }
   const bool null_opt = in.Range(0, 15) == 0;
 
   octattn_context* ctx = nullptr;
@@ -232,6 +238,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 1:
       st = octattn_attention(ctx, o, T(0), T(1), T(2), T(3), nullptr, nullptr, ws, ws_size);
       outputs[3] = 1;
+      if (key_view >= 0 && o) outputs[key_view] = 1;
       break;
     case 2:
       st = octattn_scores(ctx, T(0), T(1), T(3));

@@ -229,6 +229,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           FUZZ_CHECK(std::fabs(double(ro.at(0, h, i, d)) - rr.at(0, h, i, d)) <= bound);
   }
 
+  // Key scores, when the input asks: the same bytes on 1 and 2 threads, o's bytes
+  // unchanged, and within (1e-5 + 4e-6 S + 4e-8 C) of the reference's sums of its weights where
+  // those are numbers.
+  if (in.Bool()) {
+    Tensor ks1(p.batch, p.kv_heads, p.kv_len, 1), ks2 = ks1, ksr = ks1;
+    Tensors k1 = t, k2 = t, kr = t;
+    octattn_attention_options ko = p.opt;
+    ko.key_scores = &ks1.t;
+    FUZZ_CHECK(Attend(one, ko, k1) == OCTATTN_OK);
+    FUZZ_CHECK(same_outputs(k1));
+    ko.key_scores = &ks2.t;
+    FUZZ_CHECK(Attend(two, ko, k2) == OCTATTN_OK);
+    FUZZ_CHECK(BytesEqual(ks1, ks2));
+    ko.key_scores = &ksr.t;
+    ko.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+    FUZZ_CHECK(Attend(one, ko, kr) == OCTATTN_OK);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t g = 0; g < p.kv_heads; ++g)
+        for (int64_t j = 0; j < p.kv_len; ++j) {
+          const double r = ksr.at(b, g, j, 0), x = ks1.at(b, g, j, 0);
+          if (!std::isfinite(r)) continue;
+          FUZZ_CHECK(std::fabs(x - r) <=
+                     (1e-5 + 4e-6 * s_max + 4e-8 * c_max) * r + double(p.q_len) * 0x1p-31 + 1e-6);
+        }
+  }
+
   // 16-bit dtypes: the f32 call on the same values gives the same bytes (but for
   // vdpbf16ps, its own), and an o in q's dtype is that call's o rounded.
   if (p.types.F32()) return 0;
