@@ -22,8 +22,8 @@ struct Case {
 
 std::string Name(const Case& c) {
   return "B " + std::to_string(c.batch) + " Hq " + std::to_string(c.hq) + " Hkv " +
-         std::to_string(c.hkv) + " T " + std::to_string(c.tq) + "x" + std::to_string(c.tk) +
-         " D " + std::to_string(c.d) + " causal " + std::to_string(c.causal) + " window " +
+         std::to_string(c.hkv) + " T " + std::to_string(c.tq) + "x" + std::to_string(c.tk) + " D " +
+         std::to_string(c.d) + " causal " + std::to_string(c.causal) + " window " +
          std::to_string(c.window) + " stride " + std::to_string(c.stride) + " chunk " +
          std::to_string(c.chunk) + " softcap " + std::to_string(c.softcap) + " sinks " +
          std::to_string(c.sinks) + " alibi " + std::to_string(c.alibi) + " mask " +
@@ -61,7 +61,8 @@ struct KeyCall {
     for (uint8_t& x : bits.buf) x = rng() % 4 != 0;
   }
   octattn_attention_options Options(const Case& c, octattn_algorithm algorithm) const {
-    octattn_attention_options o = octtest::Options(c.causal, c.window, c.stride, algorithm, c.q_start);
+    octattn_attention_options o =
+        octtest::Options(c.causal, c.window, c.stride, algorithm, c.q_start);
     o.chunk = c.chunk;
     o.softcap = c.softcap;
     if (c.sinks) o.sinks = sinks.data();
@@ -74,8 +75,8 @@ struct KeyCall {
 
 // The key scores of a call (also filling o and lse), every element first set to a sentinel
 // that the call must overwrite.
-Tensor KeyScores(Context& ctx, octattn_attention_options opt, const KeyCall& kc, Tensor* o = nullptr,
-                 Tensor* lse = nullptr) {
+Tensor KeyScores(Context& ctx, octattn_attention_options opt, const KeyCall& kc,
+                 Tensor* o = nullptr, Tensor* lse = nullptr) {
   Tensor ks = kc.Scores(), out = kc.p.Out(), l = kc.p.Lse();
   for (float& x : ks.buf) x = -7.0f;
   opt.key_scores = ks.ptr();
@@ -261,8 +262,8 @@ TEST_CASE("key scores of a paged cache and of a shared prefix: the bytes of copi
   k0.shape[0] = v0.shape[0] = batch;
   k0.stride[0] = v0.stride[0] = 0;
   opt.key_scores = shared_ks.ptr();
-  REQUIRE(octattn_attention(ctx, &opt, copies.q.ptr(), &k0, &v0, o.ptr(), nullptr, nullptr,
-                            nullptr, 0) == OCTATTN_OK);
+  REQUIRE(octattn_attention(ctx, &opt, copies.q.ptr(), &k0, &v0, o.ptr(), nullptr, nullptr, nullptr,
+                            0) == OCTATTN_OK);
   octattn_run_info info{};
   info.struct_size = sizeof(info);
   REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
@@ -307,14 +308,16 @@ TEST_CASE("a bad key scores tensor is a status, nothing written", "[key_scores][
     std::function<void(octattn_tensor*, Tensor*)> edit;
   };
   const Bad bads[] = {
-      {"NULL data", OCTATTN_ERROR_NULL_POINTER, [](octattn_tensor* t, Tensor*) { t->data = nullptr; }},
+      {"NULL data", OCTATTN_ERROR_NULL_POINTER,
+       [](octattn_tensor* t, Tensor*) { t->data = nullptr; }},
       {"bf16", OCTATTN_ERROR_UNSUPPORTED,
        [](octattn_tensor* t, Tensor*) { t->dtype = OCTATTN_DTYPE_BF16; }},
       {"a kv head too many", OCTATTN_ERROR_INVALID_SHAPE,
        [](octattn_tensor* t, Tensor*) { t->shape[1] = 3; }},
       {"q_heads instead of kv_heads", OCTATTN_ERROR_INVALID_SHAPE,
        [](octattn_tensor* t, Tensor*) { t->shape[1] = 4, t->stride[1] = 20; }},
-      {"a key short", OCTATTN_ERROR_INVALID_SHAPE, [](octattn_tensor* t, Tensor*) { t->shape[2] = 19; }},
+      {"a key short", OCTATTN_ERROR_INVALID_SHAPE,
+       [](octattn_tensor* t, Tensor*) { t->shape[2] = 19; }},
       {"two values per key", OCTATTN_ERROR_INVALID_SHAPE,
        [](octattn_tensor* t, Tensor*) { t->shape[3] = 2, t->stride[2] = 2, t->stride[1] = 40; }},
       {"keys overlapping", OCTATTN_ERROR_INVALID_STRIDE,
@@ -335,8 +338,8 @@ TEST_CASE("a bad key scores tensor is a status, nothing written", "[key_scores][
     bad.edit(&t, &o);
     octattn_attention_options opt = kc.Options(c, OCTATTN_ALGORITHM_FUSED);
     opt.key_scores = &t;
-    REQUIRE(octattn_attention(ctx, &opt, kc.p.q.ptr(), kc.p.k.ptr(), kc.p.v.ptr(), o.ptr(),
-                              nullptr, nullptr, nullptr, 0) == bad.status);
+    REQUIRE(octattn_attention(ctx, &opt, kc.p.q.ptr(), kc.p.k.ptr(), kc.p.v.ptr(), o.ptr(), nullptr,
+                              nullptr, nullptr, 0) == bad.status);
     REQUIRE(!std::string(ctx.Error()).empty());
     for (float x : big.buf) REQUIRE(x == 3.0f);
     for (float x : o.buf) REQUIRE(x == 3.0f);
