@@ -251,10 +251,13 @@ constexpr int64_t kKeyScoreNaN = int64_t{1} << 62;
 constexpr int64_t kRecordFloats = kTileKeys + 16;
 struct RecordShape {
   int64_t tiles = 0, gathered = 0;  // tiles of real keys, of gathered columns
-  int64_t RowFloats() const { return (tiles + gathered) * kRecordFloats; }
+  OCTATTN_INLINE int64_t RowFloats() const { return (tiles + gathered) * kRecordFloats; }
 };
+
+namespace {  // internal linkage: included by per-arch units (base/mask.h says why)
+
 // The records of rows up to position `qpos_end` (exclusive) of an op's mask and keys.
-inline RecordShape RecordOf(const base::Mask& m, int64_t qpos_end, int64_t kv_len) {
+OCTATTN_INLINE RecordShape RecordOf(const base::Mask& m, int64_t qpos_end, int64_t kv_len) {
   RecordShape r;
   const int64_t end = base::KeyEnd(m, qpos_end, kv_len);
   r.tiles = (end + kTileKeys - 1) / kTileKeys;
@@ -262,8 +265,6 @@ inline RecordShape RecordOf(const base::Mask& m, int64_t qpos_end, int64_t kv_le
     r.gathered = (base::StridedCount(m.stride, m.phase, end) + kTileKeys - 1) / kTileKeys;
   return r;
 }
-
-namespace {  // internal linkage, as the helpers above
 
 OCTATTN_INLINE void AddKeyScore(int64_t* acc, double w) {
   if (w == 0.0) return;
