@@ -12,10 +12,10 @@ using namespace base;  // NOLINT(google-build-using-namespace): sizes and masks
 namespace {
 
 size_t AlignBytes(size_t n) { return RoundUp(n, kAlign); }
+size_t FloatBytes(size_t floats) { return AlignBytes(SatMul(floats, sizeof(float))); }
 
 // The size functions only ask whether a task keeps key scores: a non-null key_acc.
 int64_t probe_acc = 0;
-size_t FloatBytes(size_t floats) { return AlignBytes(SatMul(floats, sizeof(float))); }
 
 // The fused task of a call's first (batch, kv head) with every row and every key span, for
 // the size functions (which read shapes only).
