@@ -27,6 +27,18 @@ namespace {
 
 struct Case {
   int64_t batch = 1, q_heads = 8, kv_heads = 0, q_len = 1024, kv_len = 0, head_dim = 64;
+  // --value-dim (0: head_dim); --v-of-k: v is a view of k's first value_dim columns (MLA's
+  // latent rows), so that the cache's bytes are k's alone.
+  int64_t value_dim = 0;
+  bool v_of_k = false;
+  int64_t ValueDim() const { return value_dim > 0 ? value_dim : head_dim; }
+  // Bytes of K and V per key row of one kv head (their scales included).
+  double RowBytes() const;
+  // Useful flops per allowed pair: q.k and p v (forward); the recomputed q.k, dP, dV, dQ
+  // and dK (backward).
+  double PairFlops() const {
+    return backward ? 2.0 * (3 * head_dim + 2 * ValueDim()) : 2.0 * (head_dim + ValueDim());
+  }
   int32_t causal = 1;
   int64_t window = 0, stride = 0;
   // Score modifiers: softcap (0: off), ALiBi slopes, sinks, chunk (0: off), a broadcast
@@ -108,6 +120,15 @@ double ValueBytes(const Case& c) {
   const octattn_dtype t = c.KvType();
   if (Blocked(t)) return DtypeBytes(t) / 32.0;
   return DtypeBytes(t) + (t == OCTATTN_DTYPE_INT8 ? 4.0 / c.kv_group : 0.0);
+}
+double Case::RowBytes() const {
+  return static_cast<double>(head_dim + (v_of_k ? 0 : ValueDim())) * ValueBytes(*this);
+}
+// v as a view of k's first value_dim columns (--v-of-k), in k's dtype and strides.
+octattn_tensor ValueView(const octattn_tensor& k, int64_t value_dim) {
+  octattn_tensor v = k;
+  v.shape[3] = value_dim;
+  return v;
 }
 
 // The 16-bit pattern of x (inputs of a benchmark: bf16 truncated, f16 for |x| < 2 with
@@ -204,6 +225,8 @@ const char* kHelp =
     "measurement)\n"
     "  --batch N --q-heads N --kv-heads N (default: q-heads)\n"
     "  --q-len LIST --kv-len LIST (default: q-len) --head-dim LIST\n"
+    "  --value-dim N (default: head-dim)  --v-of-k  v a view of k's first value-dim\n"
+    "            columns (MLA's latent rows: the K/V bytes are k's alone)\n"
     "  --full | --window N --stride N\n"
     "  --softcap X --alibi --sinks --chunk N   score modifiers\n"
     "  --mask-tensor (a broadcast bool mask equal to the mask of the other flags, passed\n"
@@ -348,6 +371,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->kv_lens = List<int64_t>(next(), i64);
     else if (f == "--head-dim")
       a->head_dims = List<int64_t>(next(), i64);
+    else if (f == "--value-dim")
+      a->base.value_dim = i64(next());
+    else if (f == "--v-of-k")
+      a->base.v_of_k = true;
     else if (f == "--full")
       a->base.causal = 0;
     else if (f == "--window")
@@ -478,6 +505,14 @@ bool Parse(int argc, char** argv, Args* a) {
     std::fprintf(stderr,
                  "--block-mask times one call of --batch entries: not with --seq-kv-lens, "
                  "--store or --tree\n");
+    std::exit(2);
+  }
+  if (a->base.v_of_k && (a->store || Quantized(a->base.KvType()))) {
+    std::fprintf(stderr, "--v-of-k views k's rows as v: not with --store or a quantized cache\n");
+    std::exit(2);
+  }
+  if (a->base.value_dim < 0 || (a->base.value_dim > 0 && a->store)) {
+    std::fprintf(stderr, "--value-dim takes a positive size, not with --store\n");
     std::exit(2);
   }
   if (a->base.tree && (!a->seq_kv_lens.empty() || a->store)) {
@@ -721,12 +756,15 @@ struct Buffers {
   std::vector<float> key_scores;
   mutable octattn_tensor tks{};
   explicit Buffers(const Case& c) {
+    const int64_t value_dim = c.ValueDim();
     const int64_t qs[4] = {c.batch, c.q_heads, c.q_len, c.head_dim};
     const int64_t ks[4] = {c.batch, c.kv_heads, c.kv_len, c.head_dim};
+    const int64_t vs[4] = {c.batch, c.kv_heads, c.kv_len, value_dim};
+    const int64_t os[4] = {c.batch, c.q_heads, c.q_len, value_dim};
     q.resize(static_cast<size_t>(qs[0] * qs[1] * qs[2] * qs[3]));
     k.resize(static_cast<size_t>(ks[0] * ks[1] * ks[2] * ks[3]));
-    v.resize(k.size());
-    o.resize(q.size());
+    v.resize(c.v_of_k ? 0 : static_cast<size_t>(vs[0] * vs[1] * vs[2] * vs[3]));
+    o.resize(static_cast<size_t>(os[0] * os[1] * os[2] * os[3]));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (auto* b : {&q, &k, &v})
@@ -734,21 +772,21 @@ struct Buffers {
     std::fill(o.begin(), o.end(), 0.0f);  // touch the output pages before any timing
     octattn_tensor_init(&tq, q.data(), qs, OCTATTN_LAYOUT_BHTD);
     octattn_tensor_init(&tk, k.data(), ks, OCTATTN_LAYOUT_BHTD);
-    octattn_tensor_init(&tv, v.data(), ks, OCTATTN_LAYOUT_BHTD);
-    octattn_tensor_init(&to, o.data(), qs, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&tv, v.data(), vs, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&to, o.data(), os, OCTATTN_LAYOUT_BHTD);
     if (c.backward) {
       const int64_t ls[4] = {c.batch, c.q_heads, c.q_len, 1};
       lse.assign(static_cast<size_t>(ls[0] * ls[1] * ls[2]), 0.0f);
-      dout.resize(q.size());
+      dout.resize(o.size());
       for (float& x : dout) x = dist(rng);
       dq.assign(q.size(), 0.0f);
       dk.assign(k.size(), 0.0f);
-      dv.assign(k.size(), 0.0f);
+      dv.assign(static_cast<size_t>(vs[0] * vs[1] * vs[2] * vs[3]), 0.0f);
       octattn_tensor_init(&tlse, lse.data(), ls, OCTATTN_LAYOUT_BHTD);
-      octattn_tensor_init(&tdout, dout.data(), qs, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tdout, dout.data(), os, OCTATTN_LAYOUT_BHTD);
       octattn_tensor_init(&tdq, dq.data(), qs, OCTATTN_LAYOUT_BHTD);
       octattn_tensor_init(&tdk, dk.data(), ks, OCTATTN_LAYOUT_BHTD);
-      octattn_tensor_init(&tdv, dv.data(), ks, OCTATTN_LAYOUT_BHTD);
+      octattn_tensor_init(&tdv, dv.data(), vs, OCTATTN_LAYOUT_BHTD);
     }
     Retype(&q, &q16, &tq, c.dtype);
     Retype(&o, &o16, &to, c.dtype);
@@ -759,6 +797,7 @@ struct Buffers {
       Retype(&k, &k16, &tk, c.KvType());
       Retype(&v, &v16, &tv, c.KvType());
     }
+    if (c.v_of_k) tv = ValueView(tk, value_dim);
     for (int64_t h = 0; h < c.q_heads; ++h) {
       // The ALiBi paper's slopes: a geometric sequence from 2^(-8 / heads).
       slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / c.q_heads));
@@ -935,7 +974,14 @@ std::string ModsOf(const Case& c) {
   if (c.mask_tensor) add("mask_tensor");
   if (c.bias_tensor) add("bias_tensor");
   if (c.key_scores) add("key_scores");
+  if (c.v_of_k) add("v_of_k");
   return s.empty() ? "none" : s;
+}
+
+// The head dimension, and /value_dim where it differs ("576/512").
+std::string DimsOf(const Case& c) {
+  return std::to_string(c.head_dim) +
+         (c.ValueDim() != c.head_dim ? "/" + std::to_string(c.ValueDim()) : "");
 }
 
 long MaxRssKib() {
@@ -1002,7 +1048,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     return;
   }
   std::string paired;  // what a pairing adds to the line
-  const double kv_bytes = 2.0 * c.batch * c.kv_heads * c.kv_len * c.head_dim * ValueBytes(c);
+  const double kv_bytes = static_cast<double>(c.batch * c.kv_heads * c.kv_len) * c.RowBytes();
   const std::vector<double> times = TimeCalls(
       c, a, ctx,
       [&](octattn_context* x, const Api& api) {
@@ -1022,11 +1068,7 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
   info.struct_size = sizeof(info);
   octattn_context_last_run(ctx, &info);
   octattn_context_destroy(ctx);
-  // Useful flops per allowed pair: q.k and p v (forward); the recomputed q.k, dP, dV, dQ
-  // and dK (backward).
-  const double per_pair =
-      c.backward ? 2.0 * (3 * c.head_dim + 2 * c.head_dim) : 2.0 * (2 * c.head_dim);
-  const double flops = per_pair * AllowedPairs(c) * c.batch * c.q_heads;
+  const double flops = c.PairFlops() * AllowedPairs(c) * c.batch * c.q_heads;
   const double gflops = flops / median / 1e9;
   const double peak = PeakFor(limits, info.algorithm == OCTATTN_ALGORITHM_REFERENCE
                                           ? (limits.fma512 > 0   ? OCTATTN_TARGET_AVX512
@@ -1044,26 +1086,27 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
         "{\"pass\":\"%s\",\"algo\":\"%s\",\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,"
         "\"batch\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
-        "\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\",\"dtype\":\"%s\","
+        "\"value_dim\":%lld,\"causal\":%d,\"window\":%lld,\"stride\":%lld,\"mods\":\"%s\","
+        "\"dtype\":\"%s\","
         "\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,\"seconds_min\":%.6g,"
         "\"seconds_max\":%.6g,\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,"
         "\"kv_gbps\":%.4g,\"extra_rss_mib\":%.2f%s}\n",
         c.backward ? "backward" : "forward", octattn_algorithm_name(info.algorithm), backend,
         target, info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
-        (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, c.causal,
-        (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
+        (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim, (long long)c.ValueDim(),
+        c.causal, (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
         c.KvName().c_str(), median, times.front(), times.back(), gflops, peak,
         gflops / (peak * info.threads), kv_gbps, rss, paired.c_str());
   } else {
     std::printf(
-        "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%lld %s w%lld s%lld %s "
+        "%s%-9s %-7s %-6s thr %d  B%lld Hq%lld Hkv%lld Tq%lld Tk%lld D%s %s w%lld s%lld %s "
         "%s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv  +%.1f MiB%s\n",
         c.backward ? "backward " : "", octattn_algorithm_name(info.algorithm), backend, target,
         info.threads, (long long)c.batch, (long long)c.q_heads, (long long)c.kv_heads,
-        (long long)c.q_len, (long long)c.kv_len, (long long)c.head_dim,
-        c.causal ? "causal" : "full", (long long)c.window, (long long)c.stride, ModsOf(c).c_str(),
-        DtypeName(c.dtype), c.KvName().c_str(), median * 1e3, gflops,
-        100 * gflops / (peak * info.threads), kv_gbps, rss, paired.c_str());
+        (long long)c.q_len, (long long)c.kv_len, DimsOf(c).c_str(), c.causal ? "causal" : "full",
+        (long long)c.window, (long long)c.stride, ModsOf(c).c_str(), DtypeName(c.dtype),
+        c.KvName().c_str(), median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps,
+        rss, paired.c_str());
   }
   std::fflush(stdout);
 }
@@ -1096,18 +1139,20 @@ struct SequenceBatch {
     total_k = cu_k.back();
     const int64_t qs[4] = {padded ? n : 1, c.q_heads, padded ? max_q : total_q, c.head_dim};
     const int64_t ks[4] = {padded ? n : 1, c.kv_heads, padded ? max_k : total_k, c.head_dim};
+    const int64_t vs[4] = {ks[0], ks[1], ks[2], c.ValueDim()};
+    const int64_t os[4] = {qs[0], qs[1], qs[2], c.ValueDim()};
     q.resize(static_cast<size_t>(qs[0] * qs[1] * qs[2] * qs[3]));
     k.resize(static_cast<size_t>(ks[0] * ks[1] * ks[2] * ks[3]));
-    v.resize(k.size());
-    o.assign(q.size(), 0.0f);
+    v.resize(c.v_of_k ? 0 : static_cast<size_t>(vs[0] * vs[1] * vs[2] * vs[3]));
+    o.assign(static_cast<size_t>(os[0] * os[1] * os[2] * os[3]), 0.0f);
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (auto* b : {&q, &k, &v})
       for (float& x : *b) x = dist(rng);
     octattn_tensor_init(&tq, q.data(), qs, layout);
     octattn_tensor_init(&tk, k.data(), ks, layout);
-    octattn_tensor_init(&tv, v.data(), ks, layout);
-    octattn_tensor_init(&to, o.data(), qs, layout);
+    octattn_tensor_init(&tv, v.data(), vs, layout);
+    octattn_tensor_init(&to, o.data(), os, layout);
   }
   // Rows [row, row + rows) of a [1, H, T, D] tensor.
   // The keys and values moved into pools of blocks of `bs` rows ([blocks, bs, H, D] in
@@ -1120,15 +1165,18 @@ struct SequenceBatch {
   // The first `rows` keys and values of every sequence made those of sequence 0 (a
   // shared prompt), in the ragged tensors (before Page and Retype).
   void SharePrefix(const Case& c, int64_t rows) {
-    for (int64_t s = 1; s < n; ++s)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t h = 0; h < c.kv_heads; ++h)
-          for (int64_t d = 0; d < c.head_dim; ++d) {
-            const int64_t at = h * tk.stride[1] + d * tk.stride[3];
-            const int64_t dst = at + (cu_k[static_cast<size_t>(s)] + r) * tk.stride[2];
-            k[static_cast<size_t>(dst)] = k[static_cast<size_t>(at + r * tk.stride[2])];
-            v[static_cast<size_t>(dst)] = v[static_cast<size_t>(at + r * tk.stride[2])];
-          }
+    auto share = [&](Floats& x, const octattn_tensor& t, int64_t dim) {
+      for (int64_t s = 1; s < n; ++s)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t h = 0; h < c.kv_heads; ++h)
+            for (int64_t d = 0; d < dim; ++d) {
+              const int64_t at = h * t.stride[1] + d * t.stride[3];
+              const int64_t dst = at + (cu_k[static_cast<size_t>(s)] + r) * t.stride[2];
+              x[static_cast<size_t>(dst)] = x[static_cast<size_t>(at + r * t.stride[2])];
+            }
+    };
+    share(k, tk, c.head_dim);
+    if (!c.v_of_k) share(v, tv, c.ValueDim());
   }
   // With shared > 0, every sequence's first shared / bs table entries are sequence 0's.
   void Page(const Case& c, int64_t bs, int64_t shared = 0) {
@@ -1141,22 +1189,23 @@ struct SequenceBatch {
     for (int64_t s = 1; s < n; ++s)
       for (int64_t b = 0; b < shared / bs; ++b)
         table[static_cast<size_t>(s * cols + b)] = table[static_cast<size_t>(b)];
-    const int64_t ps[4] = {blocks, c.kv_heads, bs, c.head_dim};
-    kp.assign(static_cast<size_t>(blocks * c.kv_heads * bs * c.head_dim), 0.0f);
-    vp.assign(kp.size(), 0.0f);
-    octattn_tensor_init(&tkp, kp.data(), ps, OCTATTN_LAYOUT_BTHD);
-    octattn_tensor_init(&tvp, vp.data(), ps, OCTATTN_LAYOUT_BTHD);
-    for (int64_t s = 0; s < n; ++s)
-      for (int64_t r = 0; r < kv_lens[static_cast<size_t>(s)]; ++r)
-        for (int64_t h = 0; h < c.kv_heads; ++h) {
-          const int64_t blk = table[static_cast<size_t>(s * cols + r / bs)];
-          const int64_t dst = blk * tkp.stride[0] + h * tkp.stride[1] + (r % bs) * tkp.stride[2];
-          const int64_t from = h * tk.stride[1] + (cu_k[static_cast<size_t>(s)] + r) * tk.stride[2];
-          for (int64_t d = 0; d < c.head_dim; ++d) {
-            kp[static_cast<size_t>(dst + d)] = k[static_cast<size_t>(from + d * tk.stride[3])];
-            vp[static_cast<size_t>(dst + d)] = v[static_cast<size_t>(from + d * tv.stride[3])];
+    auto page = [&](const Floats& x, const octattn_tensor& t, int64_t dim, Floats* xp,
+                    octattn_tensor* tp) {
+      const int64_t ps[4] = {blocks, c.kv_heads, bs, dim};
+      xp->assign(static_cast<size_t>(blocks * c.kv_heads * bs * dim), 0.0f);
+      octattn_tensor_init(tp, xp->data(), ps, OCTATTN_LAYOUT_BTHD);
+      for (int64_t s = 0; s < n; ++s)
+        for (int64_t r = 0; r < kv_lens[static_cast<size_t>(s)]; ++r)
+          for (int64_t h = 0; h < c.kv_heads; ++h) {
+            const int64_t blk = table[static_cast<size_t>(s * cols + r / bs)];
+            const int64_t dst = blk * tp->stride[0] + h * tp->stride[1] + (r % bs) * tp->stride[2];
+            const int64_t from = h * t.stride[1] + (cu_k[static_cast<size_t>(s)] + r) * t.stride[2];
+            for (int64_t d = 0; d < dim; ++d)
+              (*xp)[static_cast<size_t>(dst + d)] = x[static_cast<size_t>(from + d * t.stride[3])];
           }
-        }
+    };
+    page(k, tk, c.head_dim, &kp, &tkp);
+    if (!c.v_of_k) page(v, tv, c.ValueDim(), &vp, &tvp);
   }
   // The tensors in their dtypes (after Page).
   void Retype(const Case& c) {
@@ -1176,6 +1225,10 @@ struct SequenceBatch {
     if (!kp.empty()) {
       ::Retype(&kp, &kp16, &tkp, c.KvType());
       ::Retype(&vp, &vp16, &tvp, c.KvType());
+    }
+    if (c.v_of_k) {
+      tv = ValueView(tk, c.ValueDim());
+      if (!kp.empty()) tvp = ValueView(tkp, c.ValueDim());
     }
   }
   static octattn_tensor Rows(const octattn_tensor& t, int64_t row, int64_t rows) {
@@ -1367,7 +1420,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     return Seconds(flat_call);
   };
   std::string paired;  // what a pairing adds to the line
-  const double kv_bytes = 2.0 * c.kv_heads * sb.total_k * c.head_dim * ValueBytes(c);
+  const double kv_bytes = static_cast<double>(c.kv_heads * sb.total_k) * c.RowBytes();
   const std::vector<double> times = TimeCalls(c, a, ctx, call, call, kv_bytes, &paired, contiguous);
   octattn_context_destroy(flat_ctx);
   const double median = times[times.size() / 2];
@@ -1382,7 +1435,7 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
     one.kv_len = sb.kv_lens[s];
     pairs += AllowedPairs(one);
   }
-  const double gflops = 2.0 * (2 * c.head_dim) * pairs * c.q_heads / median / 1e9;
+  const double gflops = c.PairFlops() * pairs * c.q_heads / median / 1e9;
   const double peak = PeakFor(limits, info.target);
   const double kv_gbps = kv_bytes / median / 1e9;
   std::string lens;
@@ -1396,28 +1449,29 @@ void RunSequenceBatch(const Case& c, const Args& a, const Limits& limits) {
         "\"algo\":\"%s\","
         "\"backend\":\"%s\",\"target\":\"%s\",\"threads\":%d,\"sequences\":%lld,"
         "\"q_heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"seq_kv_lens\":[%s],"
-        "\"head_dim\":%lld,\"dtype\":\"%s\",\"kv_dtype\":\"%s\",\"seconds_median\":%.6g,"
-        "\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
+        "\"head_dim\":%lld,\"value_dim\":%lld,\"v_of_k\":%s,\"dtype\":\"%s\",\"kv_dtype\":\"%s\","
+        "\"seconds_median\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
         "\"gflops\":%.4g,\"fma_peak_gflops\":%.4g,\"peak_fraction\":%.4f,\"kv_gbps\":%.4g,"
         "\"shared_prefix\":%lld,\"shared_kv_rows\":%lld%s}\n",
         mode.c_str(), (long long)(paged ? a.block_size : 0), layout_name,
         octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
         octattn_target_name(info.target), info.threads, (long long)sb.n, (long long)c.q_heads,
         (long long)c.kv_heads, (long long)(a.prefill ? -1 : c.q_len), lens.c_str(),
-        (long long)c.head_dim, DtypeName(c.dtype), c.KvName().c_str(), median, times.front(),
-        times.back(), gflops, peak, gflops / (peak * info.threads), kv_gbps,
-        (long long)a.shared_prefix, (long long)info.shared_kv_rows, paired.c_str());
+        (long long)c.head_dim, (long long)c.ValueDim(), c.v_of_k ? "true" : "false",
+        DtypeName(c.dtype), c.KvName().c_str(), median, times.front(), times.back(), gflops, peak,
+        gflops / (peak * info.threads), kv_gbps, (long long)a.shared_prefix,
+        (long long)info.shared_kv_rows, paired.c_str());
   } else {
     std::printf(
         "%-8s %s %-9s %-7s %-6s thr %d  %lld seqs Hq%lld Hkv%lld Tq%lld Tk %lld..%lld (sum "
-        "%lld) D%lld %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv%s%s\n",
+        "%lld) D%s%s %s/%s  %9.4f ms  %7.2f GFLOP/s  %5.1f%% of peak  %7.2f GB/s kv%s%s\n",
         mode.c_str(), layout_name, octattn_algorithm_name(info.algorithm),
         octattn_backend_name(info.backend), octattn_target_name(info.target), info.threads,
         (long long)sb.n, (long long)c.q_heads, (long long)c.kv_heads,
         (long long)(a.prefill ? -1 : c.q_len),
         (long long)*std::min_element(sb.kv_lens.begin(), sb.kv_lens.end()), (long long)sb.max_k,
-        (long long)sb.total_k, (long long)c.head_dim, DtypeName(c.dtype), c.KvName().c_str(),
-        median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps,
+        (long long)sb.total_k, DimsOf(c).c_str(), c.v_of_k ? " v_of_k" : "", DtypeName(c.dtype),
+        c.KvName().c_str(), median * 1e3, gflops, 100 * gflops / (peak * info.threads), kv_gbps,
         info.shared_kv_rows > 0 ? ("  shared rows " + std::to_string(info.shared_kv_rows)).c_str()
                                 : "",
         paired.c_str());
