@@ -290,6 +290,77 @@ TEST_CASE("decode tasks covering every kv head give each head's own bytes",
   }
 }
 
+// Calls of many rows per kv head over few (sequence, kv head) pairs (MLA's absorbed
+// decode, a chunk of prompt over a long cache) split their keys into units as decode does
+// (plan::kSplitPairs); as entry 0 of a batch of 16 the same rows run unsplit. Both must
+// give the same bytes (o, lse, key scores), also with v a view of k's first value_dim
+// columns (MLA's latent rows).
+TEST_CASE("fused: keys split over few pairs give the unsplit bytes",
+          "[fused][invariants][dispatch]") {
+  struct Shape {
+    int64_t hq, hkv, q_len, kv_len, dim, value_dim;
+    bool v_of_k;
+  };
+  const std::vector<Shape> shapes = Emulated() ? std::vector<Shape>{{24, 1, 1, 1300, 32, 16, true}}
+                                               : std::vector<Shape>{{32, 1, 1, 2600, 64, 48, true},
+                                                                    {8, 2, 5, 2100, 32, 32, false},
+                                                                    {20, 1, 3, 1500, 96, 64, true}};
+  struct Mask {
+    int32_t causal;
+    int64_t window, stride, chunk;
+  };
+  const Mask masks[] = {{1, 0, 0, 0}, {1, 600, 128, 0}, {1, 0, 0, 512}};
+  const int64_t batch = 16;
+  for (const Shape& sh : shapes) {
+    Problem p(batch, sh.hq, sh.hkv, sh.q_len, sh.kv_len, sh.dim, sh.v_of_k ? 1 : sh.value_dim, 9);
+    octattn_tensor v = p.v.t;
+    if (sh.v_of_k) {
+      v = p.k.t;
+      v.shape[3] = sh.value_dim;
+    }
+    // Entry 0 alone: views of the batch's tensors.
+    octattn_tensor q1 = p.q.t, k1 = p.k.t, v1 = v;
+    q1.shape[0] = k1.shape[0] = v1.shape[0] = 1;
+    for (const Target& t : AllTargets())
+      for (const Mask& m : masks)
+        for (int threads : {1, 3}) {
+          if (Sanitized() && threads == 1) continue;  // the more task edges only
+          INFO(t.Name() << " Hq " << sh.hq << " Hkv " << sh.hkv << " q " << sh.q_len << " kv "
+                        << sh.kv_len << " D " << sh.dim << "/" << sh.value_dim << " mask "
+                        << m.causal << "/" << m.window << "/" << m.stride << "/" << m.chunk
+                        << " threads " << threads);
+          Context ctx(t, threads);
+          auto opt = Options(m.causal, m.window, m.stride, OCTATTN_ALGORITHM_FUSED);
+          opt.chunk = m.chunk;
+          Tensor o(batch, sh.hq, sh.q_len, sh.value_dim), lse = p.Lse();
+          Tensor ks(batch, sh.hkv, sh.kv_len, 1);
+          opt.key_scores = ks.ptr();
+          REQUIRE(octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), &v, o.ptr(), lse.ptr(),
+                                    nullptr, nullptr, 0) == OCTATTN_OK);
+          Tensor o1(1, sh.hq, sh.q_len, sh.value_dim), lse1(1, sh.hq, sh.q_len, 1);
+          Tensor ks1(1, sh.hkv, sh.kv_len, 1);
+          opt.key_scores = ks1.ptr();
+          REQUIRE(octattn_attention(ctx, &opt, &q1, &k1, &v1, o1.ptr(), lse1.ptr(), nullptr,
+                                    nullptr, 0) == OCTATTN_OK);
+          for (int64_t h = 0; h < sh.hq; ++h)
+            for (int64_t i = 0; i < sh.q_len; ++i) {
+              INFO("head " << h << " row " << i);
+              for (int64_t d = 0; d < sh.value_dim; ++d) {
+                const float a = o1.at(0, h, i, d), b = o.at(0, h, i, d);
+                REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+              }
+              const float a = lse1.at(0, h, i, 0), b = lse.at(0, h, i, 0);
+              REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+            }
+          for (int64_t g = 0; g < sh.hkv; ++g)
+            for (int64_t j = 0; j < sh.kv_len; ++j) {
+              const float a = ks1.at(0, g, j, 0), b = ks.at(0, g, j, 0);
+              REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+            }
+        }
+  }
+}
+
 TEST_CASE("fused: every tuning value gives the same bytes on every target", "[fused][dispatch]") {
   // Decode over [T, H, D] caches, the rows the tuning is about: 8 kv heads of 128 (f32
   // rows 4 KiB apart, sharing L1 sets: staged or read in place, fetched or not; 16-bit

@@ -172,10 +172,33 @@ TEST_CASE("schedules: tasks, order, scratch and the decode partial layout", "[pl
             static_cast<size_t>(i) * rows * s.state_floats);
     }
     CHECK(s.shared_bytes >= static_cast<size_t>(s.tasks) * rows * s.state_floats * sizeof(float));
-    // Past the decode threshold (16 rows per kv head) the same keys run as prefill.
-    const plan::Schedule wide = plan::MakeSchedule(
-        Shape(2, 8, 2, 5, 3000, 64, base::Mask{1, 0, 0, 2995, 0}), plan::Algorithm::kFused, table);
-    CHECK_FALSE(wide.decode);
+    // Past the decode threshold (16 rows per kv head) the keys split as decode's only in a
+    // call of fewer than kSplitPairs (sequence, kv head) pairs, each one query tile
+    // (QueryTile) of rows whose partials fit in kSplitBytes; else they run as prefill.
+    plan::CallShape wide = Shape(2, 8, 2, 5, 3000, 64, base::Mask{1, 0, 0, 2995, 0});
+    const plan::Schedule split = plan::MakeSchedule(wide, plan::Algorithm::kFused, table);
+    CHECK(split.decode);
+    CHECK(split.units == 3);
+    CHECK(split.tasks == 4 * 3);
+    CHECK(split.kv_per_task == 1);
+    wide.call_pairs = plan::kSplitPairs;  // a plan of a call of more sequences
+    CHECK_FALSE(plan::MakeSchedule(wide, plan::Algorithm::kFused, table).decode);
+    wide.call_pairs = plan::kSplitPairs - 1;
+    CHECK(plan::MakeSchedule(wide, plan::Algorithm::kFused, table).decode);
+    const plan::CallShape tall = Shape(1, 8, 2, 67, 3000, 64, base::Mask{1, 0, 0, 2933, 0});
+    CHECK(plan::QueryTile(4) == 66);
+    CHECK_FALSE(plan::MakeSchedule(tall, plan::Algorithm::kFused, table).decode);
+    // MLA's absorbed decode: 128 query heads on one latent kv head, split up to the
+    // partials' bound (about 2 KiB a row and unit at value_dim 512).
+    plan::CallShape mla = Shape(1, 128, 1, 1, 32768, 576, base::Mask{1, 0, 0, 32767, 0});
+    mla.value_dim = 512;
+    const plan::Schedule m = plan::MakeSchedule(mla, plan::Algorithm::kFused, table);
+    CHECK(m.decode);
+    CHECK(m.tasks == 32);
+    CHECK(m.shared_bytes <= plan::kSplitBytes + 64);
+    mla.kv_len = 1 << 20;
+    mla.mask.q_start = mla.kv_len - 1;
+    CHECK_FALSE(plan::MakeSchedule(mla, plan::Algorithm::kFused, table).decode);
     // A single unit is never split.
     const plan::Schedule short_kv = plan::MakeSchedule(
         Shape(1, 8, 2, 1, 900, 64, base::Mask{1, 0, 0, 899, 0}), plan::Algorithm::kFused, table);

@@ -46,6 +46,25 @@ int64_t QueryTile(int64_t group) {
   return (rows + kernels::kBlockRows - 1) / kernels::kBlockRows * kernels::kBlockRows;
 }
 
+namespace {
+
+// Whether a fused call of more than kDecodeRows rows per kv head splits its keys into
+// `units` (kSplitPairs): bounded by the partials and records of every pair of the call,
+// as if each were this shape's.
+bool SplitsKeys(const CallShape& c, int64_t units, const kernels::Table* table) {
+  const int64_t group = c.q_heads / c.kv_heads;
+  const int64_t call_pairs = c.call_pairs > 0 ? c.call_pairs : c.batch * c.kv_heads;
+  if (call_pairs >= kSplitPairs || c.q_len > QueryTile(group)) return false;
+  size_t row = SatMul(Count(units), table->flash_state_floats(c.value_dim));
+  if (c.key_scores)
+    row = SatAdd(row,
+                 Count(kernels::RecordOf(c.mask, c.mask.q_start + c.q_len, c.kv_len).RowFloats()));
+  const size_t pair = SatMul(SatMul(Count(group * c.q_len), row), sizeof(float));
+  return SatMul(pair, Count(call_pairs)) <= kSplitBytes;
+}
+
+}  // namespace
+
 int64_t CallKeyEnd(const CallShape& c) {
   return KeyEnd(c.mask, c.mask.q_start + c.q_len, c.kv_len);
 }
@@ -64,12 +83,13 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
   const int64_t spans = (CallKeyEnd(c) + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
   s.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0;
   s.units = spans + (s.gathered ? 1 : 0);
-  s.decode = group * c.q_len <= kDecodeRows && s.units > 1;
+  const bool few_rows = group * c.q_len <= kDecodeRows;
+  s.decode = s.units > 1 && (few_rows || SplitsKeys(c, s.units, table));
   if (s.decode) {
     // Kv heads sharing key rows: one task per (batch, unit) reads every head's slice of
     // the rows, where that leaves tasks enough for a few threads (no modifiers: a task's
     // heads then differ in their pointers only).
-    if (c.shared_rows && c.kv_heads > 1 && c.kv_heads <= kernels::kMaxTaskKvHeads &&
+    if (few_rows && c.shared_rows && c.kv_heads > 1 && c.kv_heads <= kernels::kMaxTaskKvHeads &&
         !c.mods.Scores() && !c.mods.sinks && c.batch * s.units >= kSharedRowsTasks)
       s.kv_per_task = c.kv_heads;
     probe.kv_heads = s.kv_per_task;

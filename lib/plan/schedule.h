@@ -32,6 +32,10 @@ struct CallShape {
   // Key scores are wanted (their records take scratch; prefill tasks take fewer rows where
   // their records would exceed kRecordBytes).
   bool key_scores = false;
+  // The (sequence, kv head) pairs of the whole call this shape is a plan of (0: those of
+  // the shape itself, batch * kv_heads): whether its keys split (kSplitPairs) depends on
+  // the call's other tasks too.
+  int64_t call_pairs = 0;
 };
 constexpr size_t kRecordBytes = size_t{16} << 20;
 
@@ -44,13 +48,22 @@ constexpr int64_t kDecodeRows = 16;
 // Decode tasks covering every kv head (CallShape::shared_rows) only where a call has at
 // least this many (batch, unit) pairs: fewer would leave threads idle.
 constexpr int64_t kSharedRowsTasks = 4;
+// Fused calls with more rows per kv head than kDecodeRows but one query tile of them
+// (QueryTile) and fewer than kSplitPairs (sequence, kv head) pairs in the call have
+// their keys split into units as decode's are, where the partials (and key-score
+// records) of the call's pairs take at most kSplitBytes: without it such a call (MLA's
+// absorbed decode: one latent kv head and 16-128 query heads on a row, or a chunk of
+// prompt over a long cache) is a task or a few, one thread each. The bytes are those of
+// the unsplit task (the units are its key spans).
+constexpr int64_t kSplitPairs = 16;
+constexpr size_t kSplitBytes = size_t{64} << 20;
 
 struct Schedule {
   Algorithm algorithm = Algorithm::kFused;
   size_t slot_bytes = 0;    // one thread's scratch (SIZE_MAX: does not fit in size_t)
   size_t shared_bytes = 0;  // decode partials, after every slot
   int64_t tasks = 0;        // tasks of the first phase (decode: a merge phase follows)
-  bool decode = false;
+  bool decode = false;      // keys split into units, merged in a second phase
   bool gathered = false;    // the mask has strided columns: unit 0 gathers them
   int64_t units = 0;        // decode: key units per (batch, kv head)
   int64_t q_tile = 0;       // prefill: query rows per head of a task (QueryTile)

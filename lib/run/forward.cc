@@ -20,12 +20,14 @@ plan::BatchSchedule ScheduleOf(const Call& c, plan::SequencePlan* plans,
                                plan::CascadeGroup* groups = nullptr) {
   plan::BatchSchedule b;
   b.plans = plans;
+  plan::CallShape shape = c.shape;
+  shape.call_pairs = SequenceCount(c) * shape.kv_heads;
   if (c.sequences == 0) {
-    plan::AddEntries(c.shape, c.algorithm, c.table, &b);
+    plan::AddEntries(shape, c.algorithm, c.table, &b);
     FormCascade(c, nullptr, &b);
   } else {
     for (int64_t n = 0; n < c.sequences; ++n)
-      plan::AddSequence(c.shape, SequenceAt(c, n), c.algorithm, c.table, &b);
+      plan::AddSequence(shape, SequenceAt(c, n), c.algorithm, c.table, &b);
     b.groups = groups;
     FormCascade(c, seqs, &b);
   }
