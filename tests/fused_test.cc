@@ -391,15 +391,18 @@ TEST_CASE("fused: every tuning value gives the same bytes on every target", "[fu
         const octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
         Tensor first = p.Out();
         bool have_first = false;
-        for (int tuning = 0; tuning < 4; ++tuning)
+        for (int tuning = 0; tuning < 8; ++tuning)
           for (int threads : {1, 2}) {
             if (Small() && threads == 1) continue;  // the small runs: two threads only
-            INFO("in_place_rows " << (tuning & 1) << " vendor_fetch " << (tuning >> 1)
-                                  << " threads " << threads);
+            // direct_rows 1: the two rows of each kv head pack their tiles.
+            const int direct_rows = tuning & 4 ? 1 : 16;
+            INFO("in_place_rows " << (tuning & 1) << " vendor_fetch " << (tuning >> 1 & 1)
+                                  << " direct_rows " << direct_rows << " threads " << threads);
             Context ctx(t, threads);
             octattn_context* raw = ctx;
             raw->tuning.in_place_rows = tuning & 1;
-            raw->tuning.vendor_fetch = tuning >> 1;
+            raw->tuning.vendor_fetch = tuning >> 1 & 1;
+            raw->tuning.direct_rows = direct_rows;
             Tensor o = p.Out();
             REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr,
                                       0) == OCTATTN_OK);

@@ -306,8 +306,14 @@ struct Tuning {
   // Where direct tiles fetch [T, H, D] rows ahead: false into L1; true (Intel cores)
   // 16-bit rows into L2 and f32 rows that share L1 sets not at all.
   bool vendor_fetch = false;
+  // The most rows (a GQA group's heads stacked) for which a task reads its tiles in place
+  // (direct tiles, quantized ones dequantized in registers); more rows pack them for the
+  // micro-kernel, which serves six rows a step. 16; 4 on AMD Zen 1, whose 128-bit units
+  // split the direct tiles' ymm transposes and reductions. (Heads wider than 256
+  // dimensions take at most 8 rows whatever this says: DirectRows.)
+  int32_t direct_rows = 16;
 };
-// This CPU's tuning (Intel cores: both true).
+// This CPU's tuning (Intel cores: in_place_rows and vendor_fetch; Zen 1: direct_rows 4).
 Tuning DefaultTuning();
 
 struct FlashTask {

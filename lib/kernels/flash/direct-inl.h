@@ -22,13 +22,21 @@ constexpr int64_t DirectAhead() {
 // bound by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
 constexpr int64_t kDirectFar = 128;
 
+// The most rows for which a task reads its tiles in place: the core's
+// (Tuning::direct_rows), and at most 8 for heads wider than 256 dimensions (MLA's 576),
+// whose many flops per key the micro-kernel serves better with the rows stacked.
+static inline int64_t DirectRows(const FlashTask& t) {
+  const int64_t n = base::MinI(t.tuning.direct_rows, kPackValueRows);
+  return t.op.head_dim > 256 ? base::MinI(n, 8) : n;
+}
+
 // Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
 // whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
 // and values of one element type (16-bit ones widened in registers), no score
 // modifiers, on a target with a fast block transpose.
 // bf16 pairs (FlashPairs) take sixteen dimensions a step.
 static inline bool FlashDirect(const FlashTask& t, int64_t step) {
-  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
+  return S::kBlockTranspose && step == 1 && FlashRows(t) <= DirectRows(t) &&
          t.op.k_type == t.op.v_type && !Quantized(t.op.k_type) && t.op.k_dim == 1 &&
          t.op.head_dim % 8 == 0 && (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
          ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
@@ -42,7 +50,7 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 static inline bool FlashDirectQuant(const FlashTask& t, int64_t step) {
   const Operands& op = t.op;
   auto whole = [](const Scales& s, int64_t n) { return !s.data || s.group % n == 0; };
-  return S::kQuantRows && step == 1 && FlashRows(t) <= kPackValueRows && Quantized(op.k_type) &&
+  return S::kQuantRows && step == 1 && FlashRows(t) <= DirectRows(t) && Quantized(op.k_type) &&
          op.v_type == op.k_type && op.k_dim == 1 && op.v_dim == 1 && op.head_dim % 8 == 0 &&
          op.value_dim % Lanes() == 0 && whole(op.k_scales, 8) && whole(op.v_scales, Lanes()) &&
          op.qk_block % 8 == 0 && !op.mods.Scores();
@@ -52,7 +60,7 @@ static inline bool FlashDirectQuant(const FlashTask& t, int64_t step) {
 // tiles on those rows: FlashDirect's conditions for the rows as widened (where
 // FlashDirectQuant does not hold).
 static inline bool FlashDirectWidened(const FlashTask& t, int64_t step) {
-  return S::kBlockTranspose && step == 1 && FlashRows(t) <= kPackValueRows &&
+  return S::kBlockTranspose && step == 1 && FlashRows(t) <= DirectRows(t) &&
          Quantized(t.op.k_type) && Quantized(t.op.v_type) && t.op.head_dim % 8 == 0 &&
          ValuesDirect(1, t.op.value_dim) && !t.op.mods.Scores() && !t.op.qk_block;
 }

@@ -180,6 +180,7 @@ Tuning DefaultTuning() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   t.in_place_rows = t.vendor_fetch = __builtin_cpu_is("intel");
+  if (__builtin_cpu_is("znver1")) t.direct_rows = 4;
 #endif
   return t;
 }
