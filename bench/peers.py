@@ -3,6 +3,7 @@
     python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--q-heads 32 --kv-heads 8]
         [--threads 1] [--window W [--stride S]] [--mod MOD] [--rounds 3] [--ggml-lib DIR]
         [--check] [--backward] [--dtype bf16] [--target amx_bf16]
+        [--value-dim N [--v-of-k]]
 
 --mod runs one score modifier (octattn's `bench` flag of the same name), and the peers
 with its equivalent: softcap=X, alibi, sinks, chunk=N, mask_tensor (a boolean mask equal
@@ -27,6 +28,12 @@ Peers, where installed:
   its own q8_0 and q4_0 caches with --kv-dtype q8_0 or q4_0 (llama.cpp's -ctk/-ctv: the
   blocks quantized by octattn.kv_store, which writes ggml's bytes).
 - torch_by_hand, numpy_by_hand: matmul, mask, softmax, matmul (not in the default list).
+- torch_mla: the explicit math of MLA's absorbed attention as DeepSeek's reference code
+  runs it: each kv head's query heads (and rows) stacked as the rows of one matmul against
+  its (latent) key rows, mask, softmax in f32, matmul with the value rows, in --dtype (bf16
+  matmuls with --dtype bf16); no copies of k or v. With --value-dim (v [.., value_dim])
+  and --v-of-k (v a view of k's first value_dim columns: MLA's latent rows, 576/512),
+  the default peers are octattn, torch_mla and torch_sdpa.
 - With --block-mask documents:N (N equal documents packed in the sequence, causal inside
   each): octattn takes it as a block mask (`bench --block-mask`), octattn_dense_mask as
   the bool mask tensor of the same pairs, torch_sdpa as that explicit mask, and
@@ -42,7 +49,7 @@ Every case runs in a fresh process; each round runs every shape with every peer,
 the machine's noise hits all of them alike. One line per case and round, then one
 "summary" line per case: each peer's best round and octattn's GFLOP/s over the peer's
 (`octattn_ratio`). GFLOP/s counts useful work only, as octattn does: 2 * (head_dim +
-value_dim) per allowed pair.
+value_dim) per allowed pair (value_dim: --value-dim, else head_dim).
 """
 import argparse
 import ctypes
@@ -113,13 +120,21 @@ def mod_arrays(args, q_len, kv_len, np):
     return slopes, sinks, bias
 
 
+def value_dim(args, dim):
+    return args.value_dim or dim
+
+
 def inputs(args, q_len, kv_len, dim):
+    """q, k, v (v [.., value_dim], with --v-of-k a view of k's first value_dim columns)."""
     import numpy as np
     rng = np.random.default_rng(0)
     kv_heads = args.kv_heads or args.q_heads
     q = rng.uniform(-1, 1, (args.batch, args.q_heads, q_len, dim)).astype(np.float32)
     k = rng.uniform(-1, 1, (args.batch, kv_heads, kv_len, dim)).astype(np.float32)
-    v = rng.uniform(-1, 1, (args.batch, kv_heads, kv_len, dim)).astype(np.float32)
+    dv = value_dim(args, dim)
+    if args.v_of_k:
+        return q, k, k[..., :dv]
+    v = rng.uniform(-1, 1, (args.batch, kv_heads, kv_len, dv)).astype(np.float32)
     return q, k, v
 
 
@@ -156,7 +171,11 @@ def torch_call(peer, args, q_len, kv_len, dim):
         if args.dtype != "f32" or args.backward:
             raise SystemExit("torch: --kv-dtype with f32 queries (forward) only")
         kv_cache = (k.to(to[args.kv_dtype]), v.to(to[args.kv_dtype]))
+    if args.v_of_k:  # the view again, after any conversion of k
+        v = k[..., :value_dim(args, dim)]
     group = args.q_heads // (args.kv_heads or args.q_heads)
+    if peer == "torch_mla":
+        return torch_mla_call(args, q, k, v, q_len, kv_len, dim, group)
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
@@ -235,6 +254,27 @@ def torch_call(peer, args, q_len, kv_len, dim):
     return call
 
 
+def torch_mla_call(args, q, k, v, q_len, kv_len, dim, group):
+    """MLA's absorbed attention as explicit matmuls: [B, Hkv, group * Tq, D] rows against
+    each kv head's [Tk, D] keys (no copies), the mask repeated over the group, softmax in
+    f32, the weights in v's dtype times [Tk, Dv]."""
+    import numpy as np
+    import torch
+    if args.mod or args.block_mask or args.backward or args.kv_dtype not in ("", args.dtype):
+        raise SystemExit("torch_mla: the mask flags, one dtype, forward only")
+    b, hkv = args.batch, args.kv_heads or args.q_heads
+    m = torch.from_numpy(mask(q_len, kv_len, args.window, args.stride, np)).repeat(group, 1)
+    rows = q.reshape(b, hkv, group * q_len, dim)
+    scale = dim ** -0.5
+
+    def call():
+        with torch.no_grad():
+            s = torch.matmul(rows, k.transpose(-2, -1)).float() * scale
+            p = s.masked_fill(~m, float("-inf")).softmax(dim=-1).to(v.dtype)
+            return torch.matmul(p, v).reshape(b, args.q_heads, q_len, v.shape[-1])
+    return call
+
+
 def numpy_call(args, q_len, kv_len, dim):
     import numpy as np
     q, k, v = inputs(args, q_len, kv_len, dim)
@@ -245,7 +285,7 @@ def numpy_call(args, q_len, kv_len, dim):
     dist = np.arange(kv_len)[None, :] - (np.arange(q_len)[:, None] + (kv_len - q_len))
 
     def call():
-        out = np.empty((args.batch, args.q_heads, q_len, dim), np.float32)
+        out = np.empty((args.batch, args.q_heads, q_len, v.shape[-1]), np.float32)
         for b in range(args.batch):
             for h in range(args.q_heads):
                 s = q[b, h] @ k[b, h // group].T * np.float32(dim ** -0.5)
@@ -278,6 +318,8 @@ def onnxruntime_call(args, q_len, kv_len, dim):
         raise SystemExit("onnxruntime_gqa: no score modifier here")
     if args.dtype != "f32" or args.kv_dtype not in ("", "f32"):
         raise SystemExit("onnxruntime_gqa: f32 here")
+    if value_dim(args, dim) != dim or args.v_of_k:
+        raise SystemExit("onnxruntime_gqa: value_dim = head_dim only")
     hq, hkv, b = args.q_heads, args.kv_heads or args.q_heads, args.batch
     node = helper.make_node(
         "GroupQueryAttention",
@@ -319,6 +361,8 @@ def ggml_call(args, q_len, kv_len, dim):
     folder = args.ggml_lib or os.environ.get("OCTATTN_GGML_LIB", "")
     if not folder:
         raise SystemExit("ggml_flash: no --ggml-lib (a folder with libggml-base.so, libggml-cpu.so)")
+    if value_dim(args, dim) != dim or args.v_of_k:
+        raise SystemExit("ggml_flash: value_dim = head_dim only here")
     base = ctypes.CDLL(os.path.join(folder, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
     cpu = ctypes.CDLL(os.path.join(folder, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
 
@@ -466,6 +510,10 @@ def octattn_case(args, q_len, kv_len, dim, dense_mask=False):
                                                   if name in ("softcap", "chunk") else [])
     if args.block_mask:
         cmd += ["--block-mask", args.block_mask] + (["--mask-tensor"] if dense_mask else [])
+    if args.value_dim:
+        cmd += ["--value-dim", str(args.value_dim)]
+    if args.v_of_k:
+        cmd.append("--v-of-k")
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError((r.stderr.strip().splitlines() or ["octattn bench failed"])[-1])
@@ -525,6 +573,10 @@ def main():
                     help="compare each Python peer's output with NumPy's and stop")
     ap.add_argument("--backward", action="store_true",
                     help="time the backward (octattn and torch_sdpa)")
+    ap.add_argument("--value-dim", type=int, default=0,
+                    help="v's (and o's) head dimension (default: head_dim)")
+    ap.add_argument("--v-of-k", action="store_true",
+                    help="v a view of k's first value_dim columns (MLA's latent rows)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case in a child
     args = ap.parse_args()
     if args.one:
@@ -536,6 +588,8 @@ def main():
               for d in map(int, args.head_dim.split(","))]
     if args.block_mask and args.peers == ap.get_default("peers"):
         args.peers = "octattn,octattn_dense_mask,torch_flex,torch_sdpa"
+    if (args.value_dim or args.v_of_k) and args.peers == ap.get_default("peers"):
+        args.peers = "octattn,torch_mla,torch_sdpa"
     peers = args.peers.split(",")
     if args.backward:
         peers = [p for p in peers if p in ("octattn", "octattn_dense_mask", "torch_sdpa")]
@@ -545,12 +599,14 @@ def main():
     best = {}
     for rnd in range(args.rounds):
         for q_len, kv_len, dim in shapes:
-            per_pair = 2.0 * (3 * dim + 2 * dim) if args.backward else 2.0 * 2 * dim
+            dv = value_dim(args, dim)
+            per_pair = 2.0 * (3 * dim + 2 * dv) if args.backward else 2.0 * (dim + dv)
             flops = per_pair * allowed_pairs(args, q_len, kv_len) * args.batch * args.q_heads
             for peer in peers:
                 case = {"peer": peer, "round": rnd, "threads": args.threads, "batch": args.batch,
                         "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
                         "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
+                        "value_dim": value_dim(args, dim), "v_of_k": args.v_of_k,
                         "window": args.window, "stride": args.stride, "mod": args.mod,
                         "block_mask": args.block_mask,
                         "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
@@ -572,7 +628,8 @@ def main():
             "summary": True, "pass": "backward" if args.backward else "forward",
             "threads": args.threads, "q_heads": args.q_heads,
             "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
-            "head_dim": dim, "window": args.window, "stride": args.stride, "mod": args.mod,
+            "head_dim": dim, "value_dim": value_dim(args, dim), "v_of_k": args.v_of_k,
+            "window": args.window, "stride": args.stride, "mod": args.mod,
             "block_mask": args.block_mask,
             "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
             "best_gflops": {p: round(g, 2) for p, g in got.items()},
