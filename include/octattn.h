@@ -16,7 +16,10 @@
  * not share an address with each other, and its extent (the bytes from its first to
  * one past its last element) must not overlap the extent of any input or other output:
  * two outputs interleaved in one buffer are refused even when no element is shared.
- * Data must be aligned to the element size. value_dim may differ from head_dim.
+ * Data must be aligned to the element size. value_dim may differ from head_dim, and
+ * inputs may share memory: v may be a view of k (its first value_dim columns: MLA's
+ * latent rows, layers whose keys are their values), whose value rows a key tile then
+ * finds in the caches, just read as its keys.
  *
  * Element types (since 0.7). octattn_attention takes q, k and v each in f32, bf16 or f16
  * (any combination: a bf16 model, or f32 queries over an f16 or bf16 KV cache), o in
@@ -254,7 +257,9 @@
  * they also do not depend on q_len or kv_len beyond the keys the row reads: the first
  * n rows of a length-N prefill equal a length-n prefill, and a decode step (one query
  * at position i, keys 0..i) or a chunked prefill ending at i equals prefill row i,
- * with every mask option; a split of the keys over threads (decode) changes no byte.
+ * with every mask option; a split of the keys over threads (decode, and calls of many
+ * query rows over few sequences and kv heads, such as MLA's absorbed decode) changes
+ * no byte.
  * These hold for calls whose key rows start at the same k_start: the fused path groups
  * keys at fixed offsets from key row 0, so a call over a shard of the keys rounds
  * differently from one over all of them (octattn_merge says when merging is exact).

@@ -394,3 +394,27 @@ def test_batch_arguments_are_checked():
     with pytest.raises(octattn.Error, match="kv_lens"):  # past the rows: nothing written
         octattn.attention(q, q, q, kv_lens=np.array([1, 2, 30]), out=out)
     assert torch.all(out == 7.0)
+
+
+def test_mla_latent_rows_as_k_and_a_view_as_v():
+    """MLA's absorbed decode: 64 query heads on one latent kv head, v a view of k's first
+    value_dim columns; against float64 math, and the same bytes on 1 and 2 threads (its
+    keys split into units) as entry 0 of a batch of 16 (not split), from numpy and torch."""
+    rng = np.random.default_rng(11)
+    q, latent = randn(rng, 16, 64, 2, 96), randn(rng, 16, 1, 2600, 96)
+    v = latent[..., :64]
+    assert not v.flags["C_CONTIGUOUS"]
+    ro, rlse = reference(q[:1], latent[:1], v[:1])
+    octattn.set_threads(1)
+    one, lse = octattn.attention(q[:1], latent[:1], v[:1], return_lse=True)
+    octattn.set_threads(2)
+    two = octattn.attention(q[:1], latent[:1], v[:1])
+    batch = octattn.attention(q, latent, v)
+    octattn.set_threads(0)
+    assert one.shape == (1, 64, 2, 64)
+    np.testing.assert_allclose(one, ro, atol=tol(v), rtol=0)
+    np.testing.assert_allclose(lse, rlse, atol=1e-5, rtol=1e-5)
+    assert one.tobytes() == two.tobytes() == batch[:1].tobytes()
+    t = torch.from_numpy(latent)
+    ot = octattn.attention(torch.from_numpy(q[:1]), t[:1], t[:1, :, :, :64])
+    assert ot.numpy().tobytes() == one.tobytes()
