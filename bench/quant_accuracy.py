@@ -98,16 +98,20 @@ def model_report(new_tokens):
             return out.sequences[0, ids.shape[1]:], torch.stack(out.logits)
 
         tokens32, logits32 = generate(transformers.DynamicCache())
-        for fmt, group, qk in (("int8", 32, "exact"), ("int8", 32, "int8"), ("int8", 64, "exact"),
-                               ("fp8_e4m3", 0, "exact"), ("fp8_e5m2", 0, "exact"),
-                               ("q8_0", 32, "exact"), ("q8_0", 32, "int8"), ("q4_0", 32, "exact"),
-                               ("q4_0", 32, "int8")):
-            tokens, logits = generate(octattn.hf.QuantizedCache(fmt, group=group or 32, qk=qk))
+        # (key_rows 32: KIVI, keys by channel in blocks of 32 tokens, values by group)
+        for fmt, group, qk, key_rows in (
+                ("int8", 32, "exact", 0), ("int8", 32, "int8", 0), ("int8", 64, "exact", 0),
+                ("int8", 32, "exact", 32), ("fp8_e4m3", 0, "exact", 0),
+                ("fp8_e5m2", 0, "exact", 0), ("q8_0", 32, "exact", 0), ("q8_0", 32, "int8", 0),
+                ("q4_0", 32, "exact", 0), ("q4_0", 32, "int8", 0)):
+            tokens, logits = generate(octattn.hf.QuantizedCache(fmt, group=group or 32, qk=qk,
+                                                                key_rows=key_rows))
             differ = (tokens != tokens32).nonzero()
             same = int(differ[0]) if len(differ) else new_tokens
             steps = max(same, 1)
             rel = (logits[:steps] - logits32[:steps]).abs().max() / logits32[:steps].abs().max()
-            name = fmt + (" qk int8" if qk == "int8" else "")
+            name = fmt + (" qk int8" if qk == "int8" else "") + (
+                f" KIVI (keys by channel, {key_rows} rows)" if key_rows else "")
             print(f"| {'outliers' if outliers else 'normal'} | {name} | {group or 'unscaled'} "
                   f"| {same} | {float(rel):.2e} |")
 

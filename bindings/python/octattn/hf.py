@@ -207,13 +207,17 @@ _FORMATS = {
 
 class QuantizedLayer(CacheLayerMixin):
     """One layer's quantized K/V: [B, Hkv, capacity, D] (ggml formats: D / 32 blocks
-    of bytes), int8's scales [B, Hkv, capacity, D / group] float32. The capacity
-    doubles as tokens arrive (the bytes copied once per doubling)."""
+    of bytes), int8's scales [B, Hkv, capacity, D / group] float32, or with key_rows n
+    (KIVI) the keys' [B, Hkv, capacity / n, D]: one scale per channel and block of n
+    tokens. The capacity doubles as tokens arrive (the bytes copied once per doubling).
+    KIVI's last block, while incomplete, keeps its tokens' source rows: each update
+    stores the block again whole (its missing rows zeros), its scales the absmax of the
+    tokens it has, so that the cache is read in place at every step."""
 
     is_sliding = False
     is_croppable = True
 
-    def __init__(self, kv_format="int8", group=32, qk="exact"):
+    def __init__(self, kv_format="int8", group=32, qk="exact", key_rows=0):
         super().__init__()
         if kv_format not in _FORMATS or _FORMATS[kv_format][0] is None:
             raise ValueError(f"octattn: kv_format is one of {sorted(_FORMATS)} "
@@ -222,27 +226,39 @@ class QuantizedLayer(CacheLayerMixin):
                                                                               "q4_0")):
             raise ValueError("octattn: qk is 'exact', or 'int8' with an int8, q8_0 or q4_0 "
                              "cache")
+        if int(key_rows) < 0 or (key_rows and kv_format != "int8"):
+            raise ValueError("octattn: key_rows (KIVI: keys scaled by channel in blocks of "
+                             "key_rows tokens) takes an int8 cache")
         self.kv_format, self.group, self.length, self.qk = kv_format, int(group), 0, qk
+        self.key_rows = int(key_rows)
         self.k_scale = self.v_scale = None
+        self.k_tail = None  # KIVI: the source rows of the keys' incomplete last block
 
-    def _alloc(self, like, capacity):
+    def _rows(self, scale_name, n):
+        """Rows of a scale tensor that n tokens use."""
+        kr = self.key_rows if scale_name == "k_scale" else 0
+        return -(-n // kr) if kr else n
+
+    def _alloc(self, like, capacity, scale_name):
         B, H, _, D = like.shape
         dtype, block = _FORMATS[self.kv_format]
         cols = D if block is None else (D // 32) * block
         data = torch.empty((B, H, capacity, cols), dtype=dtype, device=like.device)
         scale = None
         if self.kv_format == "int8":
-            if D % self.group:
+            by_channel = scale_name == "k_scale" and self.key_rows
+            if D % self.group and not by_channel:
                 raise ValueError(f"octattn: group {self.group} does not divide the head "
                                  f"dimension {D}")
-            scale = torch.empty((B, H, capacity, D // self.group), dtype=torch.float32,
-                                device=like.device)
+            scale = torch.empty((B, H, self._rows(scale_name, capacity),
+                                 D if by_channel else D // self.group),
+                                dtype=torch.float32, device=like.device)
         return data, scale
 
     def lazy_initialization(self, key_states, value_states):
         self.device = key_states.device
-        self.keys, self.k_scale = self._alloc(key_states, 0)
-        self.values, self.v_scale = self._alloc(value_states, 0)
+        self.keys, self.k_scale = self._alloc(key_states, 0, "k_scale")
+        self.values, self.v_scale = self._alloc(value_states, 0, "v_scale")
         self.is_initialized = True
 
     def _grow(self, need, key_states, value_states):
@@ -250,13 +266,16 @@ class QuantizedLayer(CacheLayerMixin):
         if need <= capacity:
             return
         capacity = max(need, 2 * capacity, 256)
+        if self.key_rows:  # whole blocks of KIVI's scales
+            capacity = -(-capacity // self.key_rows) * self.key_rows
         n = self.length
         for name, scale_name, like in (("keys", "k_scale", key_states),
                                        ("values", "v_scale", value_states)):
-            data, scale = self._alloc(like, capacity)
+            data, scale = self._alloc(like, capacity, scale_name)
             data[:, :, :n] = getattr(self, name)[:, :, :n]
             if scale is not None:
-                scale[:, :, :n] = getattr(self, scale_name)[:, :, :n]
+                rows = self._rows(scale_name, n)
+                scale[:, :, :rows] = getattr(self, scale_name)[:, :, :rows]
             setattr(self, name, data)
             setattr(self, scale_name, scale)
 
@@ -266,12 +285,33 @@ class QuantizedLayer(CacheLayerMixin):
         octattn.kv_store(src, data[:, :, n:n + t],
                          scale[:, :, n:n + t] if scale is not None else None, kv_format=fmt)
 
+    def _store_keys_by_block(self, key_states, n):
+        """KIVI: the keys from the start of block n // key_rows on (the incomplete
+        block's kept rows, then the new ones), zero rows up to whole blocks."""
+        kr = self.key_rows
+        b0 = n // kr * kr
+        rows = key_states if self.k_tail is None else torch.cat(
+            [self.k_tail.to(key_states.dtype), key_states], dim=2)
+        count = rows.shape[2]
+        whole = -(-count // kr) * kr
+        if whole > count:
+            pad = rows.new_zeros((*rows.shape[:2], whole - count, rows.shape[3]))
+            rows = torch.cat([rows, pad], dim=2)
+        octattn.kv_store(rows, self.keys[:, :, b0:b0 + whole],
+                         self.k_scale[:, :, b0 // kr:(b0 + whole) // kr], scale_rows=kr)
+        keep = count % kr
+        self.k_tail = rows[:, :, count - keep:count].clone() if keep else None
+
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n, t = self.length, key_states.shape[2]
-        self._grow(n + t, key_states, value_states)
-        self._store(key_states, self.keys, self.k_scale, n)
+        if self.key_rows:
+            self._grow(-(-(n + t) // self.key_rows) * self.key_rows, key_states, value_states)
+            self._store_keys_by_block(key_states, n)
+        else:
+            self._grow(n + t, key_states, value_states)
+            self._store(key_states, self.keys, self.k_scale, n)
         self._store(value_states, self.values, self.v_scale, n)
         self.length = n + t
         k, v = self.keys[:, :, :n + t], self.values[:, :, :n + t]
@@ -290,7 +330,10 @@ class QuantizedLayer(CacheLayerMixin):
         n = key.shape[2]
         kw = {}
         if self.k_scale is not None:
-            kw.update(k_scale=self.k_scale[:, :, :n], v_scale=self.v_scale[:, :, :n])
+            kw.update(k_scale=self.k_scale[:, :, :self._rows("k_scale", n)],
+                      v_scale=self.v_scale[:, :, :n])
+        if self.key_rows:
+            kw["k_scale_rows"] = self.key_rows
         if self.keys.dtype == torch.uint8:
             kw["kv_format"] = self.kv_format
         if self.qk != "exact":
@@ -308,17 +351,32 @@ class QuantizedLayer(CacheLayerMixin):
 
     def reset(self):
         self.length = 0
+        self.k_tail = None
 
     def crop(self, tokens_to_remove):
         if tokens_to_remove > 0:
             raise ValueError("octattn: crop takes a negative count of tokens to remove")
-        self.length = max(0, self.length + tokens_to_remove)
+        old, n = self.length, max(0, self.length + tokens_to_remove)
+        self.length = n
+        if self.key_rows:
+            # KIVI: the rows kept of the (new) incomplete block: their source rows where
+            # the block is the one kept, else their stored values (the source is gone).
+            kr = self.key_rows
+            b0 = n // kr * kr
+            if n == b0:
+                self.k_tail = None
+            elif old // kr * kr == b0 and self.k_tail is not None:
+                self.k_tail = self.k_tail[:, :, :n - b0].clone()
+            else:
+                block = self.k_scale[:, :, b0 // kr:b0 // kr + 1]
+                self.k_tail = self.keys[:, :, b0:n].float() * block
 
     def _each(self, fn):
-        for name in ("keys", "values", "k_scale", "v_scale"):
+        for name in ("keys", "values", "k_scale", "v_scale", "k_tail"):
             x = getattr(self, name)
             if x is not None:
-                setattr(self, name, fn(x[:, :, :self.length]).contiguous())
+                rows = x.shape[2] if name == "k_tail" else self._rows(name, self.length)
+                setattr(self, name, fn(x[:, :, :rows]).contiguous())
 
     def reorder_cache(self, beam_idx):
         if self.length:
@@ -339,12 +397,14 @@ class QuantizedCache(Cache):
     or ggml's "q8_0" and "q4_0"), filled by octattn.kv_store and read in place by the
     attention of attn_implementation="octattn" (eager mode; every layer keeps all its
     tokens, sliding-window layers included, their window applied by the mask). qk="int8"
-    (int8, q8_0 and q4_0): q . k as int8 dot products (OCTATTN_QK_INT8)."""
+    (int8, q8_0 and q4_0): q . k as int8 dot products (OCTATTN_QK_INT8). key_rows n > 0
+    (int8): KIVI's keys, one scale per channel and block of n tokens (values stay by
+    token and group), which keeps outlier key channels accurate."""
 
-    def __init__(self, kv_format="int8", group=32, qk="exact"):
-        QuantizedLayer(kv_format, group, qk)  # checks the format now, not at the first step
-        super().__init__(
-            layer_class_to_replicate=functools.partial(QuantizedLayer, kv_format, group, qk))
+    def __init__(self, kv_format="int8", group=32, qk="exact", key_rows=0):
+        QuantizedLayer(kv_format, group, qk, key_rows)  # checks it now, not at the first step
+        super().__init__(layer_class_to_replicate=functools.partial(
+            QuantizedLayer, kv_format, group, qk, key_rows))
 
 
 def register(name=NAME):

@@ -154,9 +154,12 @@ def test_llama_trains_through_the_operator():
         assert err <= 1e-4 * max(1.0, want.abs().max().item()), (name, err)
 
 
-def _dequantize(layer, data, scale):
+def _dequantize(layer, data, scale, keys=False):
     """The header's values of a QuantizedLayer's rows, in float32."""
     fmt = layer.kv_format
+    if fmt == "int8" and keys and layer.key_rows:  # KIVI: by channel, key_rows a row
+        rows = scale.repeat_interleave(layer.key_rows, dim=2)
+        return data.float() * rows[:, :, :data.shape[2]]
     if fmt == "int8":
         return data.float() * scale.repeat_interleave(layer.group, dim=3)
     if fmt.startswith("fp8"):
@@ -178,13 +181,16 @@ class _DequantizedLayer(octattn.hf.QuantizedLayer):
         k, v = super().update(key_states, value_states)
         del k._octattn_cache, v._octattn_cache
         n = self.length
-        scales = (self.k_scale, self.v_scale)
-        return tuple(_dequantize(self, x, s[:, :, :n] if s is not None else None)
-                     for x, s in zip((k, v), scales))
+        k_rows = -(-n // self.key_rows) if self.key_rows else n
+        scales = (self.k_scale[:, :, :k_rows] if self.k_scale is not None else None,
+                  self.v_scale[:, :, :n] if self.v_scale is not None else None)
+        return tuple(_dequantize(self, x, s, keys=i == 0)
+                     for i, (x, s) in enumerate(zip((k, v), scales)))
 
 
-@pytest.mark.parametrize("kv_format", ["int8", "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"])
-def test_quantized_cache_is_read_in_place_exactly(kv_format):
+@pytest.mark.parametrize("kv_format,key_rows", [("int8", 0), ("int8", 8), ("fp8_e4m3", 0),
+                                                ("fp8_e5m2", 0), ("q8_0", 0), ("q4_0", 0)])
+def test_quantized_cache_is_read_in_place_exactly(kv_format, key_rows):
     """Greedy generation over octattn.hf.QuantizedCache: every step's logits are those of
     the same model reading the dequantized values of the same cache as float32 tensors,
     byte for byte (the library's quantized call is its f32 call on those values)."""
@@ -197,8 +203,8 @@ def test_quantized_cache_is_read_in_place_exactly(kv_format):
     attention_mask[0, :6] = 0
     runs = []
     for layer in (octattn.hf.QuantizedLayer, _DequantizedLayer):
-        cache = transformers.cache_utils.Cache(
-            layer_class_to_replicate=functools.partial(layer, kv_format, 16))
+        cache = transformers.cache_utils.Cache(layer_class_to_replicate=functools.partial(
+            layer, kv_format, 16, key_rows=key_rows))
         with torch.no_grad():
             runs.append(model.generate(input_ids=ids, attention_mask=attention_mask,
                                        cache=cache, max_new_tokens=12,
@@ -244,6 +250,50 @@ def test_quantized_cache_stores_quantized_bytes_and_checks_its_format():
         octattn.hf.QuantizedCache("int8", group=24).update(k, k, 0)
     with pytest.raises(ValueError, match="qk"):
         octattn.hf.QuantizedCache("fp8_e4m3", qk="int8")
+
+
+def test_kivi_keys_scale_each_channel_over_its_block():
+    """QuantizedCache(key_rows=n): each block of n keys has one scale per channel, the
+    absmax of the tokens it holds / 127, also while it fills a token at a time (the block
+    stored again whole) and after a crop into it; values stay by token and group; the
+    attention reads them with k_scale_rows n."""
+    n = 4
+    cache = octattn.hf.QuantizedCache("int8", group=16, key_rows=n)
+    torch.manual_seed(5)
+    k = torch.randn(1, 2, 11, 32)
+    k[..., 3] *= 40  # an outlier channel
+    keys, _ = cache.update(k[:, :, :6], k[:, :, :6], 0)
+    layer = cache.layers[0]
+    for t in range(6, 11):
+        keys, values = cache.update(k[:, :, t:t + 1], k[:, :, t:t + 1], 0)
+        rows = t + 1
+        for b in range(-(-rows // n)):
+            want = k[:, :, b * n:min(rows, (b + 1) * n)].abs().amax(dim=2) / 127
+            torch.testing.assert_close(layer.k_scale[:, :, b], want, rtol=1e-6, atol=0)
+    assert keys.shape == (1, 2, 11, 32) and layer.k_scale.shape[3] == 32
+    assert layer.v_scale.shape[3] == 2
+    got = _dequantize(layer, keys, layer.k_scale[:, :, :3], keys=True)
+    assert (got - k).abs().amax(dim=2).le(layer.k_scale[:, :, :3].amax(dim=2) / 2 * 1.0001).all()
+    kw = layer.attention_kwargs(keys)
+    assert kw["k_scale_rows"] == n and kw["k_scale"].shape[2] == 3
+    q = torch.randn(1, 4, 1, 32)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, got.repeat_interleave(2, 1), _dequantize(layer, values, kw["v_scale"])
+        .repeat_interleave(2, 1))
+    torch.testing.assert_close(octattn.attention(q, keys, values, **kw), ref, atol=1e-5,
+                               rtol=0)
+    # A crop into the last block, then a token: the block's scale is that of its tokens.
+    cache.crop(-2)
+    keys, _ = cache.update(k[:, :, 9:10] * 3, k[:, :, 9:10], 0)
+    want = torch.cat([k[:, :, 8:9], k[:, :, 9:10] * 3], dim=2).abs().amax(dim=2) / 127
+    torch.testing.assert_close(layer.k_scale[:, :, 2], want, rtol=1e-6, atol=0)
+    # A crop into an earlier block keeps that block's stored values as its rows.
+    cache.crop(-5)
+    assert cache.get_seq_length() == 5 and layer.k_tail.shape[2] == 1
+    cache.update(k[:, :, 5:6], k[:, :, 5:6], 0)
+    assert cache.get_seq_length() == 6
+    with pytest.raises(ValueError, match="key_rows"):
+        octattn.hf.QuantizedCache("q8_0", key_rows=4)
 
 
 @pytest.mark.parametrize("kv_format", ["int8", "q8_0", "q4_0"])
