@@ -114,6 +114,43 @@ func TestKeyScoresSumEachKVHeadsWeights(t *testing.T) {
 	}
 }
 
+func TestMLAReadsVAsAViewOfTheLatentRows(t *testing.T) {
+	// MLA's absorbed decode: 24 query heads on one latent kv head of 48 dimensions, v its
+	// first 32 (a Tensor of k's data with k's strides and shape 32). The same bytes as v
+	// copied out, on one and two threads (the keys split over threads).
+	hq, n, d, dv := 24, 2600, 48, 32
+	q, k := data(hq*d, 7), data(n*d, 8)
+	cp := make([]float32, n*dv)
+	for j := 0; j < n; j++ {
+		copy(cp[j*dv:][:dv], k[j*d:][:dv])
+	}
+	tq, _ := BHTD(q, 1, hq, 1, d)
+	tk, _ := BHTD(k, 1, 1, n, d)
+	view := Tensor{Data: k, Shape: [4]int{1, 1, n, dv}, Strides: [4]int{n * d, n * d, d, 1}}
+	tc, _ := BHTD(cp, 1, 1, n, dv)
+	var outs [][]float32
+	for i, v := range []Tensor{view, view, tc} {
+		o := make([]float32, hq*dv)
+		to, _ := BHTD(o, 1, hq, 1, dv)
+		ctx, _ := NewContext()
+		if err := ctx.SetThreads(1 + i%2); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctx.Attention(&Options{}, tq, tk, v, to, nil); err != nil {
+			t.Fatal(err)
+		}
+		ctx.Close()
+		outs = append(outs, o)
+	}
+	for _, o := range outs[1:] {
+		for i := range o {
+			if math.Float32bits(o[i]) != math.Float32bits(outs[0][i]) {
+				t.Fatalf("element %d: %v vs %v", i, o[i], outs[0][i])
+			}
+		}
+	}
+}
+
 func TestBTHDViewsGiveTheSameBytes(t *testing.T) {
 	b, h, n, d := 1, 2, 5, 8
 	x := data(b*n*h*d, 4) // [B, T, H, D]

@@ -1030,6 +1030,42 @@ mod tests {
     }
 
     #[test]
+    fn mla_reads_v_as_a_view_of_the_latent_rows() {
+        // MLA's absorbed decode: 24 query heads on one latent kv head of 48 dimensions, v
+        // its first 32 (a view of k's slice: k's strides, shape 32). The same bytes as v
+        // copied out, on one and two threads (the keys split over threads).
+        let (hq, tk, d, dv) = (24, 2600, 48, 32);
+        let (q, k) = (data(hq * d, 7), data(tk * d, 8));
+        let copy: Vec<f32> = k.chunks(d).flat_map(|row| row[..dv].to_vec()).collect();
+        let view = Tensor::new(&k, [1, 1, tk, dv], [tk * d, tk * d, d, 1]).unwrap();
+        let mut outs = Vec::new();
+        for (threads, v) in [
+            (1, view),
+            (2, view),
+            (1, Tensor::bhtd(&copy, [1, 1, tk, dv]).unwrap()),
+        ] {
+            let mut o = vec![0.0f32; hq * dv];
+            let mut ctx = Context::new().unwrap();
+            ctx.set_threads(threads).unwrap();
+            ctx.attention(
+                &Options::default(),
+                &Tensor::bhtd(&q, [1, hq, 1, d]).unwrap(),
+                &Tensor::bhtd(&k, [1, 1, tk, d]).unwrap(),
+                &v,
+                &mut TensorMut::bhtd(&mut o, [1, hq, 1, dv]).unwrap(),
+                None,
+            )
+            .unwrap();
+            outs.push(o);
+        }
+        assert!(outs.iter().all(|o| o
+            .iter()
+            .map(|x| x.to_bits())
+            .eq(outs[0].iter().map(|x| x.to_bits()))));
+        assert!(outs[0].iter().all(|x| x.is_finite() && x.abs() <= 1.0));
+    }
+
+    #[test]
     fn key_scores_sum_each_kv_heads_weights() {
         // One decode row per query head over 1500 keys: each kv head's keys receive its two
         // query heads' weights, which sum to 2; keys no row reads (past a window) get 0.
