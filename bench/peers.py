@@ -588,6 +588,8 @@ def main():
               for d in map(int, args.head_dim.split(","))]
     if args.block_mask and args.peers == ap.get_default("peers"):
         args.peers = "octattn,octattn_dense_mask,torch_flex,torch_sdpa"
+    if args.v_of_k and any(args.value_dim > d for _, _, d in shapes):
+        raise SystemExit("--v-of-k views k's first --value-dim columns: at most --head-dim")
     if (args.value_dim or args.v_of_k) and args.peers == ap.get_default("peers"):
         args.peers = "octattn,torch_mla,torch_sdpa"
     peers = args.peers.split(",")

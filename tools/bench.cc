@@ -515,6 +515,11 @@ bool Parse(int argc, char** argv, Args* a) {
     std::fprintf(stderr, "--value-dim takes a positive size, not with --store\n");
     std::exit(2);
   }
+  for (int64_t d : a->head_dims.empty() ? std::vector<int64_t>{a->base.head_dim} : a->head_dims)
+    if (a->base.v_of_k && a->base.value_dim > d) {
+      std::fprintf(stderr, "--v-of-k views k's first --value-dim columns: at most --head-dim\n");
+      std::exit(2);
+    }
   if (a->base.tree && (!a->seq_kv_lens.empty() || a->store)) {
     std::fprintf(stderr,
                  "--tree times one call of --batch entries: not with --seq-kv-lens "
