@@ -15,14 +15,14 @@
  * appended k_start to the options (48 -> 56 bytes), 0.3 chunk and the score modifiers
  * (56 -> 104), 0.6 the sequences of padded, ragged and paged batches (104 -> 168), 0.11
  * the scales of quantized caches, qk_precision, the tree, block masks and key scores
- * (168 -> 288). */
+ * and key lists (168 -> 320). */
 PIN(tensor_size, sizeof(octattn_tensor) == 80);
 PIN(tensor_data, offsetof(octattn_tensor, data) == 0);
 PIN(tensor_dtype, offsetof(octattn_tensor, dtype) == 8);
 PIN(tensor_reserved, offsetof(octattn_tensor, reserved) == 12);
 PIN(tensor_shape, offsetof(octattn_tensor, shape) == 16);
 PIN(tensor_stride, offsetof(octattn_tensor, stride) == 48);
-PIN(options_size, sizeof(octattn_attention_options) == 288);
+PIN(options_size, sizeof(octattn_attention_options) == 320);
 PIN(options_struct_size, offsetof(octattn_attention_options, struct_size) == 0);
 PIN(options_causal, offsetof(octattn_attention_options, causal) == 8);
 PIN(options_algorithm, offsetof(octattn_attention_options, algorithm) == 12);
@@ -63,6 +63,10 @@ PIN(options_full_block_indices, offsetof(octattn_attention_options, full_block_i
 PIN(options_block_q, offsetof(octattn_attention_options, block_q) == 264);
 PIN(options_block_kv, offsetof(octattn_attention_options, block_kv) == 272);
 PIN(options_key_scores, offsetof(octattn_attention_options, key_scores) == 280);
+PIN(options_key_indices, offsetof(octattn_attention_options, key_indices) == 288);
+PIN(options_key_counts, offsetof(octattn_attention_options, key_counts) == 296);
+PIN(options_key_indices2, offsetof(octattn_attention_options, key_indices2) == 304);
+PIN(options_key_counts2, offsetof(octattn_attention_options, key_counts2) == 312);
 PIN(run_info_size, sizeof(octattn_run_info) == 32);
 PIN(run_info_struct_size, offsetof(octattn_run_info, struct_size) == 0);
 PIN(run_info_algorithm, offsetof(octattn_run_info, algorithm) == 8);

@@ -220,6 +220,30 @@
  * bytes do not depend on how the pairs it reads are split between full and partial
  * blocks.
  *
+ * Key lists (token-sparse attention, since 0.11). With options.key_indices, query row i
+ * of kv head g's query heads reads only the key rows its lists name: the first c entries
+ * of key_indices[e, g, r, :] (c = key_counts[e, g, r, 0]; without key_counts all n of
+ * them), joined with those of key_indices2 (key_counts2) where given (a second list, such
+ * as a local window: its own n). e and r are the row's batch entry and row in q, as for
+ * the mask tensor (ragged sequences' rows are entry 0's rows cu_seqlens_q[s] + i); a
+ * size of 1 in the batch or head dimension is every entry's or every kv head's list
+ * (DeepSeek's indexer: one list per token for all heads). An entry is a key row counted
+ * from the sequence's first valid key, 0 .. kv_len_s - 1 (paged: its logical rows from
+ * kv_starts), or -1 for none (padding). The pair (i, j) is masked unless j is an entry
+ * of one of row i's lists: the lists are sets, in any order, and an entry named twice
+ * (or on both lists) is read once. The analytic mask applies on top (an entry past a
+ * row's causal bound is masked, whatever the indexer wrote), as do the mask tensor or
+ * tree, the bias, ALiBi, softcap and sinks. Every entry a call's rows hold is checked
+ * before anything is read: a count outside [0, n], an entry below -1 or at or past its
+ * sequence's kv_len_s is INVALID_OPTION. The fused algorithm reads only the listed key
+ * rows (its cost follows the lists, not kv_len): a row's keys, in ascending order, are
+ * gathered into tiles of their own, so a row's bytes depend on the set of keys its lists
+ * name, not on their order, duplicates or lengths, and a decode step equals its prefill
+ * row as above; they are not those of the call with a mask tensor of the same pairs (its
+ * tiles group other keys), which they agree with to the accuracy below. The reference
+ * algorithm takes lists; the naive algorithm, key_scores, block masks, the backward and
+ * the stages do not (UNSUPPORTED, INVALID_OPTION for a block mask).
+ *
  * Key scores (since 0.11). With options.key_scores, octattn_attention also writes, for
  * every key row j of every kv head g, the sum of the weights it received: over the query
  * heads of g's group and the query rows of its sequence that read j, softmax(s)[i, j] =
@@ -639,6 +663,15 @@ typedef struct octattn_attention_options {
    * [batch, kv_heads, kv_len, 1] (paged: [sequences, kv_heads, logical rows, 1]). NULL
    * (the default): none. The backward and octattn_mask ignore it. */
   octattn_tensor* key_scores;
+  /* Since 0.11 (struct_size 320): token-sparse attention, per query row the key rows it
+   * reads (DeepSeek's sparse attention: an indexer's top-k), see SEMANTICS (Key lists).
+   * INT32 tensors, a size of 1 (or a stride of 0) broadcasting in the batch and head
+   * dimensions. NULL key_indices (the default): none. */
+  const octattn_tensor* key_indices;  /* [batch, 1 or kv_heads, q_len, n]: key rows, -1: none */
+  const octattn_tensor* key_counts;   /* [batch, 1 or kv_heads, q_len, 1]: entries of a row's
+                                         list (NULL: all n) */
+  const octattn_tensor* key_indices2; /* a second list joined to the first (a local window) */
+  const octattn_tensor* key_counts2;  /* its counts (NULL: all of its n) */
 } octattn_attention_options;
 
 /* Fills *options with the defaults above, writing exactly the struct this header

@@ -35,7 +35,9 @@ class Options(ctypes.Structure):
                 ("tree_stride", ctypes.c_int64), ("block_counts", ctypes.c_void_p),
                 ("block_indices", ctypes.c_void_p), ("full_block_counts", ctypes.c_void_p),
                 ("full_block_indices", ctypes.c_void_p), ("block_q", ctypes.c_int64),
-                ("block_kv", ctypes.c_int64), ("key_scores", ctypes.c_void_p)]
+                ("block_kv", ctypes.c_int64), ("key_scores", ctypes.c_void_p),
+                ("key_indices", ctypes.c_void_p), ("key_counts", ctypes.c_void_p),
+                ("key_indices2", ctypes.c_void_p), ("key_counts2", ctypes.c_void_p)]
 
 
 class RunInfo(ctypes.Structure):
@@ -48,10 +50,10 @@ class RunInfo(ctypes.Structure):
 # only appended: 0.2 added k_start to the options (48 -> 56 bytes), 0.3 chunk and the
 # score modifiers (56 -> 104), 0.6 the sequences of padded, ragged and paged batches
 # (104 -> 168), 0.11 the scales of quantized caches, qk_precision, the tree, block masks and
-# key scores (168 -> 288).
+# key scores and key lists (168 -> 320).
 PINNED = [
     (Tensor, 80, {"data": 0, "dtype": 8, "reserved": 12, "shape": 16, "stride": 48}),
-    (Options, 288, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
+    (Options, 320, {"struct_size": 0, "causal": 8, "algorithm": 12, "window": 16, "stride": 24,
                     "q_start": 32, "scale": 40, "reserved": 44, "k_start": 48, "chunk": 56,
                     "softcap": 64, "reserved2": 68, "alibi_slopes": 72, "sinks": 80, "bias": 88,
                     "mask": 96, "q_starts": 104, "kv_starts": 112, "kv_lens": 120,
@@ -61,7 +63,9 @@ PINNED = [
                     "qk_precision": 200, "reserved3": 204, "tree": 208,
                     "tree_row_bytes": 216, "tree_stride": 224, "block_counts": 232,
                     "block_indices": 240, "full_block_counts": 248, "full_block_indices": 256,
-                    "block_q": 264, "block_kv": 272, "key_scores": 280}),
+                    "block_q": 264, "block_kv": 272, "key_scores": 280,
+                    "key_indices": 288, "key_counts": 296, "key_indices2": 304,
+                    "key_counts2": 312}),
     (RunInfo, 32, {"struct_size": 0, "algorithm": 8, "backend": 12, "target": 16, "threads": 20,
                    "shared_kv_rows": 24}),
 ]

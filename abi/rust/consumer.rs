@@ -55,6 +55,10 @@ struct Options {
     block_q: i64,
     block_kv: i64,
     key_scores: *mut Tensor,
+    key_indices: *const Tensor,
+    key_counts: *const Tensor,
+    key_indices2: *const Tensor,
+    key_counts2: *const Tensor,
 }
 
 #[link(name = "octattn")]
@@ -94,8 +98,9 @@ const _: () = {
     assert!(offset_of!(Tensor, data) == 0 && offset_of!(Tensor, dtype) == 8);
     assert!(offset_of!(Tensor, reserved) == 12 && offset_of!(Tensor, shape) == 16);
     assert!(offset_of!(Tensor, stride) == 48);
-    assert!(size_of::<Options>() == 288 && offset_of!(Options, k_start) == 48);
+    assert!(size_of::<Options>() == 320 && offset_of!(Options, k_start) == 48);
     assert!(offset_of!(Options, key_scores) == 280);
+    assert!(offset_of!(Options, key_indices) == 288 && offset_of!(Options, key_counts2) == 312);
     assert!(offset_of!(Options, tree) == 208 && offset_of!(Options, tree_row_bytes) == 216);
     assert!(offset_of!(Options, tree_stride) == 224);
     assert!(offset_of!(Options, block_counts) == 232 && offset_of!(Options, block_indices) == 240);

@@ -83,7 +83,11 @@ constexpr FieldOffset kOptionsFields[] = {
     OCTATTN_FIELD(octattn_attention_options, full_block_indices),
     OCTATTN_FIELD(octattn_attention_options, block_q),
     OCTATTN_FIELD(octattn_attention_options, block_kv),
-    OCTATTN_FIELD(octattn_attention_options, key_scores)};
+    OCTATTN_FIELD(octattn_attention_options, key_scores),
+    OCTATTN_FIELD(octattn_attention_options, key_indices),
+    OCTATTN_FIELD(octattn_attention_options, key_counts),
+    OCTATTN_FIELD(octattn_attention_options, key_indices2),
+    OCTATTN_FIELD(octattn_attention_options, key_counts2)};
 constexpr FieldOffset kRunInfoFields[] = {
     OCTATTN_FIELD(octattn_run_info, struct_size), OCTATTN_FIELD(octattn_run_info, algorithm),
     OCTATTN_FIELD(octattn_run_info, backend),     OCTATTN_FIELD(octattn_run_info, target),

@@ -156,6 +156,10 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
     const base::Mask mask = api::ResolveMask(opt, q_len, kv_len);
+    if (opt.key_indices)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                       "octattn_mask takes no key lists (options.key_indices): octattn_attention "
+                       "does");
     // Only the mask tensor of the modifiers: the others are octattn_modify_scores'.
     octattn_attention_options only_mask;
     octattn_attention_options_init(&only_mask);

@@ -56,10 +56,11 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
     return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "bool data is for mask tensors only"));
   } else if (dtype == OCTATTN_DTYPE_INT32) {
     if (t->dtype != OCTATTN_DTYPE_INT32)
-      return Fail(OCTATTN_ERROR_INVALID_OPTION, Name(name, "a block mask's dtype must be int32"));
+      return Fail(OCTATTN_ERROR_INVALID_OPTION,
+                  Name(name, "a block mask's or key list's dtype must be int32"));
   } else if (t->dtype == OCTATTN_DTYPE_INT32) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION,
-                Name(name, "int32 data is for a block mask's tensors only"));
+                Name(name, "int32 data is for block masks and key lists only"));
   } else if (t->dtype >= OCTATTN_DTYPE_INT8 && t->dtype <= OCTATTN_DTYPE_Q4_0) {
     if (dtype != kCache)
       return Fail(OCTATTN_ERROR_UNSUPPORTED,
@@ -602,7 +603,7 @@ Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows) {
 }
 
 static_assert(sizeof(octattn_attention_options) == kOptionsSize_0_11 &&
-                  offsetof(octattn_attention_options, key_scores) + 8 == kOptionsSize_0_11 &&
+                  offsetof(octattn_attention_options, key_counts2) + 8 == kOptionsSize_0_11 &&
                   offsetof(octattn_attention_options, block_table_cols) + 8 == kOptionsSize_0_6 &&
                   offsetof(octattn_attention_options, q_starts) == kOptionsSize_0_3 &&
                   offsetof(octattn_attention_options, k_start) == kOptionsSize_0_1 &&

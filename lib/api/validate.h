@@ -94,8 +94,8 @@ constexpr size_t kOptionsSize_0_1 = 48;
 constexpr size_t kOptionsSize_0_2 = 56;    // k_start appended
 constexpr size_t kOptionsSize_0_3 = 104;   // chunk and the score modifiers appended
 constexpr size_t kOptionsSize_0_6 = 168;   // sequences: padded, ragged and paged batches
-constexpr size_t kOptionsSize_0_11 = 288;  // quantized caches' scales, qk_precision; trees;
-                                           // block masks; key scores
+constexpr size_t kOptionsSize_0_11 = 320;  // quantized caches' scales, qk_precision; trees;
+                                           // block masks; key scores; key lists
 constexpr size_t kRunInfoSize_0_1 = 24;
 constexpr size_t kRunInfoSize_0_11 = 32;  // shared_kv_rows appended
 

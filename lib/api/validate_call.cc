@@ -39,6 +39,116 @@ api::Check SameShape(const api::TensorInfo& t, const char* name, const api::Tens
   return api::Check();
 }
 
+// Key lists: their tensors (INT32 [batch, 1 or kv_heads, q_len, n], counts [.., 1]) into
+// the call's modifiers.
+api::Check ValidateKeyLists(const octattn_attention_options& opt, run::Call* c) {
+  const octattn_tensor* ts[4] = {opt.key_indices, opt.key_counts, opt.key_indices2,
+                                 opt.key_counts2};
+  static const char* const kNames[4] = {"options.key_indices", "options.key_counts",
+                                        "options.key_indices2", "options.key_counts2"};
+  for (int l = 1; l < 4; ++l)
+    if (ts[l] && !ts[l / 2 * 2])
+      return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
+                       std::string(kNames[l]) + " needs " + kNames[l / 2 * 2]);
+  if (!opt.key_indices) return api::Check();
+  if (opt.block_counts)
+    return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
+                     "a call takes key lists (options.key_indices) or a block mask, not both");
+  if (c->has_key_scores)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "options.key_scores are not computed over key lists (options.key_indices)");
+  plan::CallShape& sh = c->shape;
+  static const char* const kDims[4] = {"batch", "kv_heads", "q_len", "1"};
+  for (int l = 0; l < 4; ++l) {
+    if (!ts[l]) continue;
+    api::TensorInfo& in = c->lists[l];
+    OCTATTN_CHECK(
+        api::ValidateTensor(ts[l], kNames[l], api::Role::kInput, false, &in, OCTATTN_DTYPE_INT32));
+    const int64_t want[4] = {sh.batch, sh.kv_heads, sh.q_len, 1};
+    for (int d = 0; d < 4; ++d) {
+      if (d == 3 && l % 2 == 0) continue;  // a list's capacity
+      if (d < 2 && in.shape[d] == 1) {
+        in.stride[d] = 0;  // broadcast
+        continue;
+      }
+      if (in.shape[d] != want[d])
+        return api::Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                         std::string(kNames[l]) + ": shape[" + std::to_string(d) + "] is " +
+                             std::to_string(in.shape[d]) + ", expected " + std::to_string(want[d]) +
+                             " (" + kDims[d] + ")" + (d < 2 ? " or 1" : ""));
+    }
+  }
+  for (int x = 0; x < 2; ++x) {
+    const api::TensorInfo &ii = c->lists[2 * x], &ci = c->lists[2 * x + 1];
+    if (!ts[2 * x]) continue;
+    kernels::Mods::KeyList& k = sh.mods.keys[x];
+    k.idx = static_cast<const int32_t*>(ts[2 * x]->data);
+    k.n = ii.shape[3];
+    k.idx_entry = ii.stride[0];
+    k.idx_head = ii.stride[1];
+    k.idx_row = ii.stride[2];
+    k.idx_col = ii.stride[3];
+    if (!ts[2 * x + 1]) continue;
+    k.count = static_cast<const int32_t*>(ts[2 * x + 1]->data);
+    k.count_entry = ci.stride[0];
+    k.count_head = ci.stride[1];
+    k.count_row = ci.stride[2];
+  }
+  return api::Check();
+}
+
+// Every count and entry of every row of every sequence of a call of key lists, read once
+// here so that no kernel meets a bad one (an entry at or past its sequence's valid keys
+// would read another sequence's rows, or past a paged one's blocks).
+api::Check CheckKeyListEntries(const run::Call* c, const Sequences& seqs) {
+  static const char* const kNames[4] = {"options.key_indices", "options.key_counts",
+                                        "options.key_indices2", "options.key_counts2"};
+  const plan::CallShape& sh = c->shape;
+  if (!sh.mods.Listed()) return api::Check();
+  const int64_t count = seqs.count > 0 ? seqs.count : sh.batch;
+  for (int64_t s = 0; s < count; ++s) {
+    plan::Sequence seq;
+    if (seqs.count > 0) {
+      OCTATTN_CHECK(api::ResolveSequence(seqs, s, &seq));
+    } else {
+      seq = plan::Sequence{};
+      seq.batch = s;
+      seq.q_len = sh.q_len;
+      seq.kv_len = sh.kv_len;
+    }
+    for (int x = 0; x < 2; ++x) {
+      const kernels::Mods::KeyList& k = sh.mods.keys[x];
+      if (!k.idx) continue;
+      const int64_t heads = k.idx_head == 0 && k.count_head == 0 ? 1 : sh.kv_heads;
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = seq.q_row; i < seq.q_row + seq.q_len; ++i) {
+          const std::string at = "[" + std::to_string(seq.batch) + ", " + std::to_string(h) + ", " +
+                                 std::to_string(i) + "]";
+          int64_t n = k.n;
+          if (k.count) {
+            n = k.count[seq.batch * k.count_entry + h * k.count_head + i * k.count_row];
+            if (n < 0 || n > k.n)
+              return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
+                               std::string(kNames[2 * x + 1]) + at + " is " + std::to_string(n) +
+                                   ", must be in [0, " + std::to_string(k.n) + "] (" +
+                                   kNames[2 * x] + "'s shape[3])");
+          }
+          const int32_t* e = k.idx + seq.batch * k.idx_entry + h * k.idx_head + i * k.idx_row;
+          for (int64_t y = 0; y < n; ++y) {
+            const int64_t j = e[y * k.idx_col];
+            if (j < -1 || j >= seq.kv_len)
+              return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
+                               std::string(kNames[2 * x]) + at + "[" + std::to_string(y) + "] is " +
+                                   std::to_string(j) + ", outside the " +
+                                   std::to_string(seq.kv_len) +
+                                   " valid key rows of its sequence (or -1 for none)");
+          }
+        }
+    }
+  }
+  return api::Check();
+}
+
 }  // namespace
 
 api::Check NeedContext(const octattn_context* ctx) {
@@ -156,6 +266,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   OCTATTN_CHECK(api::ValidateMods(opt, scores, &sh.mods, &c->bias, &c->mask, c->blocks));
   OCTATTN_CHECK(api::ValidateScales(opt.k_scale, opt.k_scale_rows, c->k, "k", paged, &c->k_scale));
   OCTATTN_CHECK(api::ValidateScales(opt.v_scale, opt.v_scale_rows, c->v, "v", paged, &c->v_scale));
+  OCTATTN_CHECK(ValidateKeyLists(opt, c));
   const struct {
     const api::TensorInfo* t;
     const char* name;
@@ -174,7 +285,11 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
              {&c->blocks[0], "options.block_counts", c->blocks[0].hi != 0},
              {&c->blocks[1], "options.block_indices", c->blocks[1].hi != 0},
              {&c->blocks[2], "options.full_block_counts", c->blocks[2].hi != 0},
-             {&c->blocks[3], "options.full_block_indices", c->blocks[3].hi != 0}};
+             {&c->blocks[3], "options.full_block_indices", c->blocks[3].hi != 0},
+             {&c->lists[0], "options.key_indices", c->lists[0].hi != 0},
+             {&c->lists[1], "options.key_counts", c->lists[1].hi != 0},
+             {&c->lists[2], "options.key_indices2", c->lists[2].hi != 0},
+             {&c->lists[3], "options.key_counts2", c->lists[3].hi != 0}};
   for (const auto& out : outs) {
     if (!out.present || o_role == Role::kInput) continue;
     for (const auto& in : ins)
@@ -216,6 +331,11 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
       OCTATTN_CHECK(api::ResolveSequence(*seqs, s, &seq));
       OCTATTN_CHECK(api::CheckTreeRows(opt, seq.q_len));
     }
+  OCTATTN_CHECK(CheckKeyListEntries(c, *seqs));
+  if (sh.mods.Listed() && algorithm == OCTATTN_ALGORITHM_NAIVE)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the naive algorithm takes no key lists (options.key_indices): they run fused "
+                     "(no weights) or reference");
   if (paged && algorithm == OCTATTN_ALGORITHM_NAIVE)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the naive algorithm reads contiguous keys: a paged cache runs fused (no "
@@ -249,9 +369,10 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run:
   ws.lo = reinterpret_cast<uintptr_t>(workspace);
   ws.hi = ws.lo + size;
   if (ws.hi < ws.lo) return api::Fail(OCTATTN_ERROR_OVERFLOW, "workspace extent overflows");
-  const api::TensorInfo* all[] = {&c.q,         &c.k,         &c.v,         &c.o,
-                                  &c.lse,       &c.weights,   &c.bias,      &c.mask,
-                                  &c.k_scale.t, &c.v_scale.t, &c.key_scores};
+  const api::TensorInfo* all[] = {&c.q,         &c.k,         &c.v,          &c.o,
+                                  &c.lse,       &c.weights,   &c.bias,       &c.mask,
+                                  &c.k_scale.t, &c.v_scale.t, &c.key_scores, &c.lists[0],
+                                  &c.lists[1],  &c.lists[2],  &c.lists[3]};
   const char* names[] = {"q",
                          "k",
                          "v",
@@ -262,8 +383,12 @@ api::Check CheckWorkspaceDisjoint(const void* workspace, size_t size, const run:
                          c.shape.mods.keep_bits ? "options.tree" : "options.mask",
                          "options.k_scale",
                          "options.v_scale",
-                         "options.key_scores"};
-  for (int i = 0; i < 11; ++i)
+                         "options.key_scores",
+                         "options.key_indices",
+                         "options.key_counts",
+                         "options.key_indices2",
+                         "options.key_counts2"};
+  for (int i = 0; i < 15; ++i)
     if (all[i]->hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ws, "workspace", *all[i], names[i]));
   return api::Check();
 }
@@ -277,6 +402,9 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
                             const octattn_tensor* dbias, run::BackwardCall* c, Sequences* seqs) {
   OCTATTN_CHECK(api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, seqs,
                                        api::Role::kInput));
+  if (c->fwd.shape.mods.Listed())
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "the backward takes no key lists (options.key_indices)");
   for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
     if (t->type != octattn::base::kF32)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <algorithm>    // std::sort of key lists
 #include <type_traits>  // std::integral_constant of the families
 
 #include "lib/base/dtype.h"
@@ -73,8 +74,25 @@ struct Mods {
   };
   Lists partial, full;
   int64_t block_q = 0, block_kv = 0;
-  // Whether any score modifier or tensor is present (else the kernels' plain path runs).
-  bool Scores() const { return softcap > 0.0f || slopes || bias || keep || block_kv > 0; }
+  // Key lists (token-sparse attention): a query row's lists of key rows, shared by the
+  // query heads of its kv head: row i's list holds the first count[i * count_row] (null
+  // count: n) entries idx[i * idx_row + x * idx_col], -1 for none; at the op's kv head and
+  // row 0 (*_entry and *_head: the call's strides, which OperandsOf applies). Null
+  // keys[0].idx: none.
+  struct KeyList {
+    const int32_t* idx = nullptr;
+    const int32_t* count = nullptr;
+    int64_t n = 0, idx_row = 0, idx_col = 0, count_row = 0;
+    int64_t idx_entry = 0, idx_head = 0, count_entry = 0, count_head = 0;
+  };
+  KeyList keys[2];
+  bool Listed() const { return keys[0].idx != nullptr; }
+  // The most keys a row's lists name (0: no lists).
+  int64_t ListCapacity() const { return Listed() ? keys[0].n + (keys[1].idx ? keys[1].n : 0) : 0; }
+  // Whether a score modifier or a mask tensor, tree or block mask applies to the scores.
+  bool Modifies() const { return softcap > 0.0f || slopes || bias || keep || block_kv > 0; }
+  // Whether any of them or key lists is present (else the kernels' plain path runs).
+  bool Scores() const { return Modifies() || Listed(); }
 };
 
 // Paged keys and values (vLLM's PagedAttention): key j of an op is row first + j of its
@@ -208,6 +226,45 @@ inline void DequantValue(const Operands& op, int64_t j, float* dst) {
   const Scales& s = op.v_scales;
   DequantRow(ValueRow(op, j), op.v_dim, op.v_type, op.value_dim, ScaleRow(op, s, j), s.type, s.col,
              s.group, dst);
+}
+
+// Key lists: the keys row `row` of an op reads (its lists' entries that the analytic mask
+// allows, in [0, kv_len)) into out, ascending, each once; returns their count. out holds
+// ListCapacity() entries, bits ListBitWords(ListCapacity()) words: the entries are
+// ordered through a bitmap of their range where it is short next to their count, else
+// sorted.
+constexpr int64_t ListBitWords(int64_t capacity) { return 4 * capacity + 64; }
+inline int64_t ListedKeys(const Mods& m, int64_t row, const base::Mask& mask, int64_t qpos,
+                          int64_t kv_len, int32_t* out, uint64_t* bits) {
+  const base::RowKeys k = base::KeysOf(mask, qpos, kv_len);
+  int64_t n = 0, lo = INT64_MAX, hi = -1;
+  for (const Mods::KeyList& l : m.keys) {
+    if (!l.idx) continue;
+    const int64_t c = l.count ? l.count[row * l.count_row] : l.n;
+    const int32_t* e = l.idx + row * l.idx_row;
+    for (int64_t x = 0; x < c; ++x) {
+      const int64_t j = e[x * l.idx_col];
+      const bool in = (j >= k.lo && j < k.hi) || (k.stride > 0 && j >= k.strided_begin &&
+                                                  j < k.strided_end && j % k.stride == k.phase);
+      if (!in) continue;  // (-1, and keys the analytic mask excludes)
+      out[n++] = static_cast<int32_t>(j);
+      lo = j < lo ? j : lo;
+      hi = j > hi ? j : hi;
+    }
+  }
+  if (n <= 1) return n;
+  const int64_t w0 = lo >> 6, w1 = hi >> 6;
+  if (w1 - w0 + 1 > ListBitWords(n)) {
+    std::sort(out, out + n);
+    return std::unique(out, out + n) - out;
+  }
+  for (int64_t w = w0; w <= w1; ++w) bits[w - w0] = 0;
+  for (int64_t x = 0; x < n; ++x) bits[(out[x] >> 6) - w0] |= uint64_t{1} << (out[x] & 63);
+  n = 0;
+  for (int64_t w = w0; w <= w1; ++w)
+    for (uint64_t b = bits[w - w0]; b; b &= b - 1)
+      out[n++] = static_cast<int32_t>(w * 64 + __builtin_ctzll(b));
+  return n;
 }
 
 }  // namespace

@@ -69,6 +69,11 @@ int64_t CallKeyEnd(const CallShape& c) {
   return KeyEnd(c.mask, c.mask.q_start + c.q_len, c.kv_len);
 }
 
+int64_t ListedKeyEnd(const CallShape& c) {
+  const int64_t end = CallKeyEnd(c);
+  return c.mods.Listed() ? std::min(end, c.mods.ListCapacity()) : end;
+}
+
 Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table) {
   Schedule s;
   s.algorithm = algorithm;
@@ -80,8 +85,9 @@ Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Ta
     return s;
   }
   const int64_t group = c.q_heads / c.kv_heads, pairs = c.batch * c.kv_heads;
-  const int64_t spans = (CallKeyEnd(c) + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
-  s.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0;
+  const int64_t spans = (ListedKeyEnd(c) + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
+  // (Key lists: a row's listed keys in units; their strided columns are among them.)
+  s.gathered = c.mask.causal && c.mask.window > 0 && c.mask.stride > 0 && !c.mods.Listed();
   s.units = spans + (s.gathered ? 1 : 0);
   const bool few_rows = group * c.q_len <= kDecodeRows;
   s.decode = s.units > 1 && (few_rows || SplitsKeys(c, s.units, table));
@@ -227,7 +233,8 @@ int64_t WholeSpans(const CallShape& c, Algorithm algorithm) {
   const int64_t group = c.q_heads / c.kv_heads;
   const Mask& m = c.mask;
   if (group * c.q_len > kDecodeRows || (m.causal && m.window > 0 && m.stride > 0)) return 0;
-  if (c.mods.slopes || c.mods.bias || c.mods.keep || c.mods.block_kv > 0) return 0;
+  if (c.mods.slopes || c.mods.bias || c.mods.keep || c.mods.block_kv > 0 || c.mods.Listed())
+    return 0;
   const int64_t end = CallKeyEnd(c);
   if ((end + kernels::kSpanKeys - 1) / kernels::kSpanKeys <= 1) return 0;  // not decode-shaped
   int64_t n = 0;

@@ -82,6 +82,9 @@ int64_t QueryTile(int64_t group);
 
 // One past the last key any row of the call may read.
 int64_t CallKeyEnd(const CallShape& c);
+// The keys the fused path's units cover: CallKeyEnd, or with key lists the most keys a
+// row's lists name (a row's listed keys are its units' keys).
+int64_t ListedKeyEnd(const CallShape& c);
 
 Schedule MakeSchedule(const CallShape& c, Algorithm algorithm, const kernels::Table* table);
 

@@ -25,7 +25,8 @@ size_t HeadScratchDoubles(const Operands& t) {
   // (OCTATTN_QK_INT8: its values, then a row of floats and one of int8).
   n = base::SatAdd(n, base::Count((t.head_dim + t.value_dim + 1) / 2));
   if (t.qk_block) n = base::SatAdd(n, base::Count(t.head_dim * 2));
-  return t.key_acc ? base::SatAdd(n, base::Count(t.kv_len)) : n;  // key scores' sums
+  if (t.mods.Listed()) n = base::SatAdd(n, base::Count(t.kv_len / 8 + 1));  // a row's listed keys
+  return t.key_acc ? base::SatAdd(n, base::Count(t.kv_len)) : n;            // key scores' sums
 }
 
 namespace {
@@ -33,8 +34,10 @@ namespace {
 // Whether row i (at qpos) reads key j: the analytic mask, then the mask tensor and a
 // bias of -inf (whose entries are read only for pairs the analytic mask allows, and the
 // bias only where the mask tensor allows the pair).
-bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j) {
+// With key lists, `listed` holds a byte per key: whether row i's lists name it.
+bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j, const uint8_t* listed) {
   if (!base::Allowed(t.mask, qpos, j)) return false;
+  if (listed && !listed[j]) return false;
   const kernels::Mods& m = t.mods;
   const base::RowBlocks blocks = kernels::RowBlocksOf(m, 0, i);
   if (!base::RowKeeps(blocks, base::BlockKindOf(blocks, j),
@@ -55,6 +58,7 @@ void AttentionHead(const Operands& t, double* scratch) {
   // OCTATTN_QK_INT8: the row of q rounded (u * n), from a widened row and its integers.
   double* sums = scratch + HeadScratchDoubles(t) - (t.key_acc ? t.kv_len : 0);
   double* qr = sums - (t.qk_block ? 2 * t.head_dim : 0);
+  uint8_t* listed = t.mods.Listed() ? reinterpret_cast<uint8_t*>(qr - (t.kv_len / 8 + 1)) : nullptr;
   if (t.key_acc)
     for (int64_t j = 0; j < t.kv_len; ++j) sums[j] = 0.0;
   float* qf = reinterpret_cast<float*>(qr + t.head_dim);
@@ -64,6 +68,17 @@ void AttentionHead(const Operands& t, double* scratch) {
   for (int64_t i = 0; i < t.q_len; ++i) {
     const int64_t qpos = t.mask.q_start + i;
     const float* q = base::ElemAt(t.q, i * t.q_row, t.q_type);
+    if (listed) {  // the keys row i's lists name (validated: in [0, kv_len), or -1)
+      for (int64_t j = 0; j < t.kv_len; ++j) listed[j] = 0;
+      for (const kernels::Mods::KeyList& l : t.mods.keys) {
+        if (!l.idx) continue;
+        const int64_t c = l.count ? l.count[i * l.count_row] : l.n;
+        for (int64_t x = 0; x < c; ++x) {
+          const int32_t j = l.idx[i * l.idx_row + x * l.idx_col];
+          if (j >= 0) listed[j] = 1;
+        }
+      }
+    }
     if (t.qk_block) {
       for (int64_t d = 0; d < t.head_dim; ++d) qf[d] = LoadElem(q, d * t.q_dim, t.q_type);
       for (int64_t d0 = 0; d0 < t.head_dim; d0 += t.qk_block) {
@@ -73,7 +88,7 @@ void AttentionHead(const Operands& t, double* scratch) {
     }
     double m = kNegInf;
     for (int64_t j = 0; j < t.kv_len; ++j) {
-      if (!PairAllowed(t, i, qpos, j)) {
+      if (!PairAllowed(t, i, qpos, j, listed)) {
         s[j] = kNegInf;
         continue;
       }
@@ -111,7 +126,7 @@ void AttentionHead(const Operands& t, double* scratch) {
       sum += s[j];
     }
     for (int64_t j = 0; j < t.kv_len; ++j) {
-      if (!PairAllowed(t, i, qpos, j)) continue;  // masked value rows are never read
+      if (!PairAllowed(t, i, qpos, j, listed)) continue;  // masked value rows are never read
       const float* v = ValueRow(t, j);
       int64_t v_dim = t.v_dim;
       base::Dtype v_type = t.v_type;
@@ -184,7 +199,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       for (int64_t j = 0; j < n; ++j) {
         s[j] = kNegInf;
         if (db) db[j * t.db_col] = 0.0f;
-        if (!PairAllowed(op, i, qpos, j)) continue;
+        if (!PairAllowed(op, i, qpos, j, nullptr)) continue;
         const float* k = KeyRow(op, j);
         double dot = 0.0;
         for (int64_t d = 0; d < hd; ++d)
@@ -214,7 +229,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       }
       for (int64_t d = 0; d < vd; ++d) o[d] = 0.0;
       for (int64_t j = 0; j < n; ++j) {
-        if (!PairAllowed(op, i, qpos, j)) continue;
+        if (!PairAllowed(op, i, qpos, j, nullptr)) continue;
         p[j] /= sum;
         const float* v = ValueRow(op, j);
         for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * v[d * op.v_dim];
@@ -224,7 +239,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       if (sink != kNegInf) dsink -= std::exp(sink - m) / sum * dd;
       for (int64_t d = 0; d < hd; ++d) dq[d] = 0.0;
       for (int64_t j = 0; j < n; ++j) {
-        if (!PairAllowed(op, i, qpos, j)) continue;
+        if (!PairAllowed(op, i, qpos, j, nullptr)) continue;
         const float* v = ValueRow(op, j);
         const float* k = KeyRow(op, j);
         double dp = 0.0;

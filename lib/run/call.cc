@@ -1,6 +1,8 @@
 // The descriptors of a call's kernels: one builder each, from a sequence and a head.
 #include "lib/run/call.h"
 
+#include <algorithm>
+
 namespace octattn {
 namespace run {
 
@@ -112,6 +114,11 @@ kernels::Operands OperandsOf(const Call& c, const plan::Sequence& seq, int64_t h
   t.mask = seq.mask;
   t.mods = ModsAt(sh.mods, c.bias, c.mask, b, h);
   kernels::AdvanceLists(&t.mods, seq.entry, 0);
+  for (kernels::Mods::KeyList& l : t.mods.keys) {  // (q's entry and row; the kv head's list)
+    if (!l.idx) continue;
+    l.idx += b * l.idx_entry + kvh * l.idx_head + seq.q_row * l.idx_row;
+    if (l.count) l.count += b * l.count_entry + kvh * l.count_head + seq.q_row * l.count_row;
+  }
   if (t.mods.bias) t.mods.bias += seq.q_row * t.mods.bias_row + seq.k_col * t.mods.bias_col;
   if (t.mods.keep) t.mods.keep += seq.q_row * t.mods.keep_row;
   // A tree's columns are the sequence's last q_len key rows; a mask tensor's, the call's.
@@ -132,7 +139,9 @@ kernels::FlashTask FlashTaskOf(const Call& c, const plan::Sequence& seq, int64_t
   t.row_end = seq.q_len;
   t.gathered = 1;
   t.span_begin = 0;
-  t.span_end = (seq.kv_len + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
+  const kernels::Mods& m = t.op.mods;
+  const int64_t keys = m.Listed() ? std::min(seq.kv_len, m.ListCapacity()) : seq.kv_len;
+  t.span_end = (keys + kernels::kSpanKeys - 1) / kernels::kSpanKeys;
   return t;
 }
 

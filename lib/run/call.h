@@ -47,6 +47,7 @@ struct Call {
   // Of the modifiers (hi == 0: absent); mask: or the tree's bits (shape.mods.keep_bits).
   TensorInfo bias, mask;
   TensorInfo blocks[4];  // a block mask's tensors (hi 0: absent), for the aliasing checks
+  TensorInfo lists[4];   // key lists: key_indices, key_counts, key_indices2, key_counts2
   bool has_lse = false, has_weights = false, has_key_scores = false;
   // Key scores: the fixed-point sums ([batch][kv_heads][kv_len] of key_scores' shape) in the
   // call's scratch, once the forward holds it.

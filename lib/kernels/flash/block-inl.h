@@ -130,9 +130,8 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
   // no modifier when the tree is the only one.
   const Mods& mods = t.op.mods;
   const bool prefix = mods.keep_bits && mods.block_kv == 0 && mods.softcap == 0.0f &&
-                      !mods.slopes && !mods.bias &&
-                      sp.first + (tile.t1 - 1) * sp.step < mods.keep_from;
-  bk->modded = mods.Scores() && !prefix;
+                      !mods.slopes && !mods.bias && sp.Real(tile.t1 - 1) < mods.keep_from;
+  bk->modded = mods.Modifies() && !prefix;
   // Block lists alone (real keys): a tile in each of whose rows the listed blocks hold
   // one run of keys (full blocks, or partial ones with no entries to read) that begins
   // and ends on whole vectors (or the tile's end) needs no holes: each row reads its run,
@@ -182,7 +181,9 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
     if (bk->modded) {
       for (int64_t w = 0; w < BlockKeys<R>::kWords; ++w) bk->holes[r][w] = 0;
       if (mod.Keeps()) {
-        const KeySpan span = ScanKeep(mod, sp.first, sp.step, tile.t0, jb, je, bk->holes[r]);
+        const KeySpan span = sp.keys
+                                 ? ScanKeepListed(mod, sp.keys, tile.t0, jb, je, bk->holes[r])
+                                 : ScanKeep(mod, sp.first, sp.step, tile.t0, jb, je, bk->holes[r]);
         if (span.begin >= span.end) continue;  // the tensor masks every key of the row here
         // The keys outside the span are holes: dropped from the row's keys here.
         jb = span.begin;
@@ -242,7 +243,7 @@ OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
     for (int r = 0; r < R; ++r) {
       if (bk->a[r] == bk->b[r]) continue;
       bk->holey[r] = ModifyAndMask(s[r], bk->a[r], bk->b[r], tile.t0, tile.t1, sp.first, sp.step,
-                                   rows[r].mod, bk->keys[r], bk->holes[r]);
+                                   rows[r].mod, bk->keys[r], bk->holes[r], sp.keys);
     }
 }
 

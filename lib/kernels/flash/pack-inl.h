@@ -44,8 +44,18 @@ static inline size_t QRowsFloats(const FlashTask& t) {
   return t.op.q_type != kF32 ? Piece2(FlashRows(t), t.op.head_dim) : 0;
 }
 
+// Whether a task's tiles are first widened into rows of scratch (WidenTile): 16-bit or
+// quantized keys or values, or key lists (their rows gathered).
 static inline bool FlashWidens(const FlashTask& t) {
-  return t.op.k_type != kF32 || t.op.v_type != kF32;
+  return t.op.k_type != kF32 || t.op.v_type != kF32 || t.op.mods.Listed();
+}
+
+// Key lists: a task's rows' keys (ListedKeys), then the bitmap that orders them.
+static inline size_t ListFloats(const FlashTask& t) {
+  const int64_t cap = t.op.mods.ListCapacity();
+  if (cap == 0) return 0;
+  return base::SatAdd(Piece(base::Count(cap)),
+                      Piece(base::SatMul(base::Count(ListBitWords(cap)), 2)));
 }
 
 static inline size_t FlashRowsFloats(const FlashTask& t) {
@@ -69,7 +79,7 @@ static size_t FlashTaskScratchFloats(const FlashTask& t) {
     n = base::SatAdd(n, Piece2(FlashRows(t), TaskRecord(t).RowFloats()));
     n = base::SatAdd(n, RecordSumFloats(t));
   }
-  return n;
+  return base::SatAdd(n, ListFloats(t));  // (last: FlashListedRun finds it from the end)
 }
 
 // A task's scratch: one kv head's, or each of its kv heads' in turn.
@@ -231,6 +241,14 @@ static inline Operands WidenedOperands(const Operands& op, const FlashScratch& f
   return w;
 }
 
+// Whether v's rows are the first value_dim elements of k's (v a view of k: MLA's latent
+// rows, K = V layers), so that a widened key row holds its value row too.
+static inline bool ValuesInKeys(const Operands& op) {
+  return op.v == op.k && op.v_type == op.k_type && op.v_row == op.k_row && op.v_dim == op.k_dim &&
+         op.value_dim <= op.head_dim && (!op.paging || op.paging->v_block == op.paging->k_block) &&
+         (!Quantized(op.k_type) || (!op.k_scales.data && !op.v_scales.data));
+}
+
 // Key and value row j of op widened into kr (head_dim floats) and vr (value_dim floats,
 // then zeros to PadKeys(value_dim)).
 static inline void WidenKeyValue(const Operands& op, int64_t j, float* kr, float* vr) {
@@ -245,42 +263,52 @@ static inline void WidenKeyValue(const Operands& op, int64_t j, float* kr, float
 // g is their row g - t0: first -t0, step 1), whose f32 tile is the same numbers, so the same bits.
 // bf16 pairs (FlashPairs): the key rows are copied as they are, and the operands' keys
 // are rows of head_dim / 2 pairs, each read as one f32 (PackTile moves them as such).
+// Key lists (`keys` set): space key g is row keys[g] of k and v, every one loaded.
 static inline Operands WidenTile(const FlashTask& t, const FlashScratch& f, int64_t t0,
                                  int64_t load, int64_t t1, int64_t first, int64_t step,
-                                 base::StridedColumns below) {
+                                 base::StridedColumns below, const int32_t* keys = nullptr) {
   const Operands& op = t.op;
   const int64_t hd = op.head_dim, dv = op.value_dim, dvp = PadKeys(dv);
   const bool pairs = S::kDotBf16 && op.q_type == kBf16, pairs_v = pairs && FlashPairsV(op);
+  // A widened f32 key row holds its value row where v is a view of k: read once.
+  const bool in_keys = !pairs && !op.qk_block && ValuesInKeys(op);
   // Quantized rows are a few lines each, which the core's prefetchers miss where the
-  // rows lie apart ([T, H, D] caches: a row of every head between two of this head's):
-  // the rows kWidenAhead on are fetched while these are dequantized.
+  // rows lie apart ([T, H, D] caches: a row of every head between two of this head's),
+  // as are a key list's rows: the rows kWidenAhead on are fetched while these are
+  // widened.
   constexpr int64_t kWidenAhead = 8;
-  const bool fetch = Quantized(op.k_type) && Quantized(op.v_type);
-  const int64_t kbytes = RowBytes(op.k_type, hd), vbytes = RowBytes(op.v_type, dv);
+  const bool fetch = (Quantized(op.k_type) && Quantized(op.v_type)) || keys;
+  const int64_t kbytes = RowBytes(op.k_type, hd), vbytes = in_keys ? 0 : RowBytes(op.v_type, dv);
+  auto row = [&](int64_t g) { return keys ? static_cast<int64_t>(keys[g]) : first + g * step; };
   for (int64_t g = t0; g < t1; ++g) {
     float* vr = f.vw + (g - t0) * dvp;
     const int64_t a = g + kWidenAhead;
     if (fetch && a < t1 && (a >= load || below.Has(a))) {
-      const char* kr = reinterpret_cast<const char*>(KeyRow(op, first + a * step));
-      const char* vn = reinterpret_cast<const char*>(ValueRow(op, first + a * step));
+      const char* kr = reinterpret_cast<const char*>(KeyRow(op, row(a)));
+      const char* vn = reinterpret_cast<const char*>(ValueRow(op, row(a)));
       for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(kr + b, 0, 3);
       for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(vn + b, 0, 3);
     }
     if (g >= load || below.Has(g)) {
+      const int64_t j = row(g);
       if (pairs) {
-        CopyElems(KeyRow(op, first + g * step), op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
+        CopyElems(KeyRow(op, j), op.k_dim, hd, ElemAt(f.kw, (g - t0) * hd, kBf16));
       } else if (op.qk_block) {  // integers and block scales (KeyIntegers)
-        KeyIntegers(op, first + g * step, f.kw + (g - t0) * hd, f.ksc + (g - t0), kTileKeys);
+        KeyIntegers(op, j, f.kw + (g - t0) * hd, f.ksc + (g - t0), kTileKeys);
       } else {
-        WidenKey(op, first + g * step, f.kw + (g - t0) * hd);
+        WidenKey(op, j, f.kw + (g - t0) * hd);
       }
       if (pairs_v) {  // bf16 rows of dvp elements (PackValuePairs)
         vr = ElemAt(f.vw, (g - t0) * dvp, kBf16);
-        CopyElems(ValueRow(op, first + g * step), op.v_dim, dv, vr);
+        CopyElems(ValueRow(op, j), op.v_dim, dv, vr);
         for (int64_t d = dv; d < dvp; ++d) memset(ElemAt(vr, d, kBf16), 0, 2);
         continue;
       }
-      WidenValue(op, first + g * step, vr);
+      if (in_keys) {
+        memcpy(vr, f.kw + (g - t0) * hd, static_cast<size_t>(dv) * sizeof(float));
+      } else {
+        WidenValue(op, j, vr);
+      }
     } else if (op.qk_block)  // (no row reads the key: its scales only kept finite)
       for (int64_t b = 0; b < hd / op.qk_block; ++b) f.ksc[b * kTileKeys + (g - t0)] = 0.0f;
     for (int64_t d = dv; d < dvp && !pairs_v; ++d) vr[d] = 0.0f;

@@ -160,15 +160,18 @@ static inline base::RowKeys ClipKeys(base::RowKeys k, int64_t t0, int64_t t1) {
   return c;
 }
 
-// The keys a unit works on: the real keys, or the gathered strided columns (column g is
+// The keys a unit works on: the real keys, the gathered strided columns (column g is
 // key g * stride; a row may read g < its count, which is plain causal with position
-// count - 1).
+// count - 1), or a row's listed keys (every one of them read).
 struct FlashSpace {
   base::Mask mask;
-  int64_t kv_len;       // keys of the space
-  bool floors;          // the rows' floors apply (real keys)
-  int64_t first, step;  // space key g is real key first + g * step
-  AmxTiles* amx;        // the task's tiles (FlashAmx)
+  int64_t kv_len;                 // keys of the space
+  bool floors;                    // the rows' floors apply (real keys)
+  int64_t first, step;            // space key g is real key first + g * step
+  AmxTiles* amx;                  // the task's tiles (FlashAmx)
+  const int32_t* keys = nullptr;  // else: space key g is real key keys[g] (a key list)
+  // Real key g of the space.
+  int64_t Real(int64_t g) const { return keys ? keys[g] : first + g * step; }
 };
 
 // The packed tile a block of rows works on.

@@ -541,7 +541,78 @@ static void FlashStackedRun(const FlashTask& task, float* scratch) {
   }
 }
 
+// Key lists: `n` listed keys (`keys`, ascending) of a task of one query row into the fresh
+// states st, a tile of them at a time gathered (widened) into rows of scratch, then packed
+// and read by the rows in blocks as real keys are.
+static void FlashListedUnit(const FlashTask& t, const FlashScratch& f, const int32_t* keys,
+                            int64_t n, float* st, AmxTiles* amx) {
+  const int64_t rows = FlashRows(t);
+  const size_t stride = FlashStateFloats(t.op.value_dim);
+  ResetState(st, rows, stride, PadKeys(t.op.value_dim));
+  FlashSpace sp;
+  sp.mask = base::Mask{0, 0, 0, 0, 0};  // (each key is one the analytic mask allows)
+  sp.kv_len = n;
+  sp.floors = false;
+  sp.first = 0;
+  sp.step = 1;
+  sp.amx = amx;
+  sp.keys = keys;
+  for (int64_t r = 0; r < rows; ++r) f.rows[r].qpos = 0;
+  const base::StridedColumns none{0, 0};
+  FlashPrefetch pf;
+  for (int64_t t0 = 0; t0 < n; t0 += kTileKeys) {
+    const int64_t t1 = base::MinI(t0 + kTileKeys, n);
+    FlashTask wide = t;
+    wide.op = WidenTile(t, f, t0, t0, t1, 0, 1, none, keys);
+    const FlashTile tile = PackTile(wide, f, t0, t0, t1, -t0, 1, none);
+    FlashHeadTile(wide, sp, tile, f.rows, rows, st, stride, f.s_buf, &pf);
+  }
+}
+
+// A task of key lists: each query row in turn, its query heads' rows against its own keys
+// (ListedKeys), in units of kSpanKeys of them: [span_begin, span_end) merged in order as
+// FlashTaskRun merges key spans, into o and lse or the task's partial (decode: one unit).
+// A row's operations depend on its keys alone, whatever the other rows of its task.
+static void FlashListedRun(const FlashTask& task, float* scratch) {
+  const int64_t nq = task.row_end - task.row_begin, dvp = PadKeys(task.op.value_dim);
+  const size_t stride = FlashStateFloats(task.op.value_dim);
+  float* lists = scratch + FlashTaskScratchFloats(task) - ListFloats(task);
+  int32_t* keys = reinterpret_cast<int32_t*>(lists);
+  uint64_t* bits =
+      reinterpret_cast<uint64_t*>(lists + Piece(base::Count(task.op.mods.ListCapacity())));
+  AmxTiles amx;
+  for (int64_t i = task.row_begin; i < task.row_end; ++i) {
+    FlashTask one = task;
+    one.row_begin = i;
+    one.row_end = i + 1;
+    one.partial = nullptr;
+    const FlashScratch f = Carve(one, scratch);
+    one = PrepareRows(one, f);
+    const int64_t n = ListedKeys(task.op.mods, i, task.op.mask, task.op.mask.q_start + i,
+                                 task.op.kv_len, keys, bits);
+    bool first = true;
+    for (int64_t c = task.span_begin; c < task.span_end; ++c) {
+      const int64_t k0 = base::MinI(c * kSpanKeys, n), k1 = base::MinI(k0 + kSpanKeys, n);
+      FlashListedUnit(one, f, keys + k0, k1 - k0, first ? f.run : f.cur, &amx);
+      if (!first)
+        for (int64_t h = 0; h < task.heads; ++h)
+          MergeState(f.run + h * stride, f.cur + h * stride, dvp);
+      first = false;
+    }
+    if (first) ResetState(f.run, task.heads, stride, dvp);
+    if (!task.partial) {
+      FinishRows(one, f);
+      continue;
+    }
+    for (int64_t h = 0; h < task.heads; ++h)  // row h * nq + (i - row_begin) of the partial
+      memcpy(task.partial + (h * nq + i - task.row_begin) * stride, f.run + h * stride,
+             stride * sizeof(float));
+  }
+  amx.Release();
+}
+
 static void FlashTaskRun(const FlashTask& task, float* scratch) {
+  if (task.op.mods.Listed()) return FlashListedRun(task, scratch);
   if (task.members) return FlashStackedRun(task, scratch);
   const int64_t nh = base::MinI(base::MaxI(task.kv_heads, 1), kMaxTaskKvHeads);
   const int64_t rows = FlashRows(task), dvp = PadKeys(task.op.value_dim);

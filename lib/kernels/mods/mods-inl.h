@@ -207,6 +207,22 @@ static inline KeySpan ScanKeep(const RowMods& m, int64_t first, int64_t step, in
   return lo == je ? KeySpan{je, je} : KeySpan{lo, hi};
 }
 
+// ScanKeepEntries of a key list's space (space key g is real key keys[g]): the keep entry
+// of each key read, a hole where it is 0.
+static inline KeySpan ScanKeepListed(const RowMods& m, const int32_t* keys, int64_t key_base,
+                                     int64_t jb, int64_t je, uint64_t* holes) {
+  int64_t lo = je, hi = je;
+  for (int64_t g = jb; g < je; ++g) {
+    if (!base::KeepAt(m.keep, m.keep_col, m.keep_bits, m.keep_from, keys[g])) {
+      SetHole(holes, g - key_base);
+    } else {
+      if (lo == je) lo = g;
+      hi = g + 1;
+    }
+  }
+  return lo == je ? KeySpan{je, je} : KeySpan{lo, hi};
+}
+
 // MaskEnvelope for a row's keep entries, bytes or a tree's bits (real keys [lo, hi));
 // under block lists, the listed blocks' keys (the entries not read).
 static inline KeySpan KeepEnvelope(const RowMods& m, int64_t lo, int64_t hi) {
@@ -229,11 +245,42 @@ static inline KeySpan KeepEnvelope(const RowMods& m, int64_t lo, int64_t hi) {
 // modifiers (the vector loop holds no branch on them). ALiBi's distances are exact
 // integers in float below 2^24, where stepping them by whole vectors gives the same
 // bits as converting each; beyond, each vector's is converted.
+// A key list's space (keys: space key g is real key keys[g]): each lane's distance and
+// bias found through the list.
 template <bool kCap, bool kAlibi, bool kBias>
-static inline void ModRowLoop(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
-                              int64_t first, int64_t step, const RowMods& m, uint64_t* holes) {
+static inline void ModListedLoop(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
+                                 const int32_t* keys, const RowMods& m, uint64_t* holes) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   using V = typename S::V;
+  const V cap = S::Set(m.cap), inv = S::Set(m.inv_cap), slope = S::Set(m.slope);
+  alignas(64) float dist[L], bias[L];
+  bool ninf = false;
+  for (int64_t jj = a; jj < b; jj += L) {
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t g = key_base + jj + l;
+      const int64_t j = g < key_end ? keys[g] : m.qpos;
+      dist[l] = static_cast<float>(j - m.qpos);
+      bias[l] = kBias && g < key_end ? m.bias[j * m.bias_col] : 0.0f;
+      ninf |= bias[l] == -__builtin_inff();
+    }
+    V x = S::Load(s + jj);
+    if (kCap) x = S::Mul(S::Tanh(S::Mul(x, inv)), cap);
+    if (kAlibi) x = S::MulAdd(slope, S::Load(dist), x);
+    if (kBias) x = S::Add(x, S::Load(bias));
+    S::Store(x, s + jj);
+  }
+  if (!kBias || !ninf) return;
+  for (int64_t jj = a; jj < b && key_base + jj < key_end; ++jj)
+    if (m.bias[keys[key_base + jj] * m.bias_col] == -__builtin_inff()) SetHole(holes, jj);
+}
+
+template <bool kCap, bool kAlibi, bool kBias>
+static inline void ModRowLoop(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
+                              int64_t first, int64_t step, const RowMods& m, uint64_t* holes,
+                              const int32_t* keys) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  using V = typename S::V;
+  if (keys) return ModListedLoop<kCap, kAlibi, kBias>(s, a, b, key_base, key_end, keys, m, holes);
   const V cap = S::Set(m.cap), inv = S::Set(m.inv_cap), slope = S::Set(m.slope);
   const V offsets = S::Mul(S::Load(kIota), S::Set(static_cast<float>(step)));
   const int64_t full_end = key_base + b <= key_end ? b : a + (key_end - key_base - a) / L * L;
@@ -283,23 +330,27 @@ static inline void ModRowLoop(float* s, int64_t a, int64_t b, int64_t key_base, 
 }
 
 static inline void ModRow(float* s, int64_t a, int64_t b, int64_t key_base, int64_t key_end,
-                          int64_t first, int64_t step, const RowMods& m, uint64_t* holes) {
+                          int64_t first, int64_t step, const RowMods& m, uint64_t* holes,
+                          const int32_t* keys = nullptr) {
   const int which = (m.cap > 0.0f ? 4 : 0) | (m.alibi ? 2 : 0) | (m.bias ? 1 : 0);
   switch (which) {
     case 1:
-      return ModRowLoop<false, false, true>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<false, false, true>(s, a, b, key_base, key_end, first, step, m, holes,
+                                            keys);
     case 2:
-      return ModRowLoop<false, true, false>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<false, true, false>(s, a, b, key_base, key_end, first, step, m, holes,
+                                            keys);
     case 3:
-      return ModRowLoop<false, true, true>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<false, true, true>(s, a, b, key_base, key_end, first, step, m, holes, keys);
     case 4:
-      return ModRowLoop<true, false, false>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<true, false, false>(s, a, b, key_base, key_end, first, step, m, holes,
+                                            keys);
     case 5:
-      return ModRowLoop<true, false, true>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<true, false, true>(s, a, b, key_base, key_end, first, step, m, holes, keys);
     case 6:
-      return ModRowLoop<true, true, false>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<true, true, false>(s, a, b, key_base, key_end, first, step, m, holes, keys);
     case 7:
-      return ModRowLoop<true, true, true>(s, a, b, key_base, key_end, first, step, m, holes);
+      return ModRowLoop<true, true, true>(s, a, b, key_base, key_end, first, step, m, holes, keys);
     default:
       return;  // nothing to apply (a mask tensor alone)
   }
@@ -347,13 +398,15 @@ static inline bool MaskRowLanes(float* s, int64_t a, int64_t b, int64_t key_base
   return inside;
 }
 
-// ModRow, then MaskRowLanes: one call per row and tile of the fused path, kept out of
-// line so that the micro-kernel holds one copy of it, not one per row of its block.
+// ModRow, then MaskRowLanes (`listed`: a key list's space, else null): one call per row
+// and tile of the fused path, kept out of line so that the micro-kernel holds one copy of
+// it, not one per row of its block.
 __attribute__((noinline)) static bool ModifyAndMask(float* s, int64_t a, int64_t b,
                                                     int64_t key_base, int64_t key_end,
                                                     int64_t first, int64_t step, const RowMods& m,
-                                                    const base::RowKeys& keys, uint64_t* holes) {
-  ModRow(s, a, b, key_base, key_end, first, step, m, holes);
+                                                    const base::RowKeys& keys, uint64_t* holes,
+                                                    const int32_t* listed) {
+  ModRow(s, a, b, key_base, key_end, first, step, m, holes, listed);
   return MaskRowLanes(s, a, b, key_base, key_end, keys, holes);
 }
 

@@ -122,6 +122,10 @@ pub struct octattn_attention_options {
     pub block_q: i64,
     pub block_kv: i64,
     pub key_scores: *mut octattn_tensor,
+    pub key_indices: *const octattn_tensor,
+    pub key_counts: *const octattn_tensor,
+    pub key_indices2: *const octattn_tensor,
+    pub key_counts2: *const octattn_tensor,
 }
 
 #[repr(C)]
@@ -145,8 +149,9 @@ pub struct octattn_context {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<octattn_tensor>() == 80 && offset_of!(octattn_tensor, stride) == 48);
-    assert!(size_of::<octattn_attention_options>() == 288);
+    assert!(size_of::<octattn_attention_options>() == 320);
     assert!(offset_of!(octattn_attention_options, key_scores) == 280);
+    assert!(offset_of!(octattn_attention_options, key_counts2) == 312);
     assert!(offset_of!(octattn_attention_options, tree) == 208);
     assert!(offset_of!(octattn_attention_options, tree_stride) == 224);
     assert!(offset_of!(octattn_attention_options, block_counts) == 232);
@@ -563,6 +568,26 @@ pub fn check_layouts() -> Result<(), String> {
             "octattn_attention_options",
             Some("key_scores"),
             offset_of!(O, key_scores),
+        ),
+        (
+            "octattn_attention_options",
+            Some("key_indices"),
+            offset_of!(O, key_indices),
+        ),
+        (
+            "octattn_attention_options",
+            Some("key_counts"),
+            offset_of!(O, key_counts),
+        ),
+        (
+            "octattn_attention_options",
+            Some("key_indices2"),
+            offset_of!(O, key_indices2),
+        ),
+        (
+            "octattn_attention_options",
+            Some("key_counts2"),
+            offset_of!(O, key_counts2),
         ),
         ("octattn_run_info", None, size_of::<R>()),
         (
