@@ -59,6 +59,10 @@ struct Case {
   double block_density = 0;
   // --key-scores: options.key_scores, each key's attention received.
   bool key_scores = false;
+  // --index-topk K: each query row reads K distinct keys of those the mask allows (all of
+  // them where it allows fewer), drawn seeded: options.key_indices, one list a row for
+  // every batch entry and head (an indexer's top-k); K/V bytes those of the listed rows.
+  int64_t index_topk = 0;
   octattn_algorithm algo = OCTATTN_ALGORITHM_AUTO;
   octattn_backend backend = OCTATTN_BACKEND_AUTO;
   octattn_target target = OCTATTN_TARGET_AUTO;
@@ -240,6 +244,9 @@ const char* kHelp =
     "            each row reading its own document's keys, or each key block listed for\n"
     "            each query block with probability F (seeded); with --mask-tensor the\n"
     "            mask tensor of the same pairs instead\n"
+    "  --index-topk K  token-sparse: each row reads K seeded random keys of those the mask\n"
+    "            allows (options.key_indices, one list a row for all heads); GB/s counts\n"
+    "            the listed rows' bytes\n"
     "  --algo LIST (auto,reference,naive,fused) --backend LIST (highway,xsimd)\n"
     "  --target LIST (auto,amx_bf16,avx512_bf16,avx512,avx2,sse4,ssse3,sse2,neon,sve2_128,\n"
     "                 sve_256,scalar)\n"
@@ -407,7 +414,9 @@ bool Parse(int argc, char** argv, Args* a) {
         a->base.block_docs = i64(m.substr(colon + 1));
       else
         a->base.block_density = std::stod(m.substr(colon + 1));
-    } else if (f == "--bias-tensor")
+    } else if (f == "--index-topk")
+      a->base.index_topk = i64(next());
+    else if (f == "--bias-tensor")
       a->base.bias_tensor = true;
     else if (f == "--threads")
       a->threads = List<int32_t>(next(), [](const std::string& s) { return std::stoi(s); });
@@ -500,6 +509,14 @@ bool Parse(int argc, char** argv, Args* a) {
                    "shortest sequence)\n");
       std::exit(2);
     }
+  }
+  if (a->base.index_topk > 0 &&
+      (!a->base.block_mask.empty() || a->base.key_scores || a->base.backward ||
+       !a->seq_kv_lens.empty() || a->store || a->base.mask_tensor)) {
+    std::fprintf(stderr,
+                 "--index-topk times one call of --batch entries: not with --block-mask, "
+                 "--key-scores, --backward, --seq-kv-lens, --store or --mask-tensor\n");
+    std::exit(2);
   }
   if (!a->base.block_mask.empty() && (!a->seq_kv_lens.empty() || a->store || a->base.tree)) {
     std::fprintf(stderr,
@@ -706,9 +723,28 @@ bool PairAllowed(const Case& c, int64_t i, int64_t j) {
   return c.causal && c.window > 0 && c.stride > 0 && j >= r.sb && j < r.lo && j % c.stride == 0;
 }
 
+// --index-topk: row i's listed keys (K distinct ones the mask allows, fewer where it
+// allows fewer), seeded per row.
+std::vector<int32_t> TopKeys(const Case& c, int64_t i) {
+  std::vector<int32_t> allowed;
+  const RowRange r = RowOf(c, i);
+  for (int64_t j = std::min(r.sb, r.lo); j < r.hi; ++j)
+    if (PairAllowed(c, i, j)) allowed.push_back(static_cast<int32_t>(j));
+  std::mt19937 rng(static_cast<uint32_t>(17 + i));
+  const size_t k = std::min(allowed.size(), static_cast<size_t>(c.index_topk));
+  for (size_t x = 0; x < k; ++x)  // a partial Fisher-Yates shuffle: an unsorted top-k
+    std::swap(allowed[x], allowed[x + rng() % (allowed.size() - x)]);
+  allowed.resize(k);
+  return allowed;
+}
+
 // Allowed (query, key) pairs of one head: the useful work.
 double AllowedPairs(const Case& c) {
   double n = 0;
+  if (c.index_topk > 0) {
+    for (int64_t i = 0; i < c.q_len; ++i) n += static_cast<double>(TopKeys(c, i).size());
+    return n;
+  }
   if (!c.block_mask.empty()) {  // the analytic mask's pairs within the listed blocks
     const std::vector<uint8_t> kinds = BlockKinds(c);
     const int64_t kb = (c.kv_len + kBenchBlock - 1) / kBenchBlock;
@@ -753,6 +789,8 @@ struct Buffers {
   octattn_tensor tlse{}, tdout{}, tdq{}, tdk{}, tdv{};
   std::vector<float> slopes, sinks, bias;
   std::vector<uint8_t> mask, tree, kinds;
+  std::vector<int32_t> key_list;  // --index-topk: [q_len][index_topk] entries, -1 past a row's
+  octattn_tensor tkeys{};
   octattn_tensor tbias{}, tmask{};
   // --block-mask's lists (one for every batch entry and head): counts, indices.
   std::vector<int32_t> block_counts, block_indices;
@@ -815,6 +853,16 @@ struct Buffers {
       octattn_tensor_init(&tbias, bias.data(), ms, OCTATTN_LAYOUT_BHTD);
     }
     if (c.tree) tree = TreeBits(c);
+    if (c.index_topk > 0) {
+      key_list.assign(static_cast<size_t>(c.q_len * c.index_topk), -1);
+      for (int64_t i = 0; i < c.q_len; ++i) {
+        const std::vector<int32_t> top = TopKeys(c, i);
+        std::copy(top.begin(), top.end(), key_list.begin() + i * c.index_topk);
+      }
+      const int64_t ls[4] = {1, 1, c.q_len, c.index_topk};
+      octattn_tensor_init(&tkeys, key_list.data(), ls, OCTATTN_LAYOUT_BHTD);
+      tkeys.dtype = OCTATTN_DTYPE_INT32;
+    }
     if (c.key_scores) {
       const int64_t ss[4] = {c.batch, c.kv_heads, c.kv_len, 1};
       key_scores.assign(static_cast<size_t>(c.batch * c.kv_heads * c.kv_len), 0.0f);
@@ -947,6 +995,7 @@ octattn_attention_options OptionsOf(const Case& c, const Buffers& b) {
   if (c.alibi) o.alibi_slopes = b.slopes.data();
   if (c.sinks) o.sinks = b.sinks.data();
   if (c.bias_tensor) o.bias = &b.tbias;
+  if (c.index_topk > 0) o.key_indices = &b.tkeys;
   if (c.mask_tensor) {  // the tensor holds the mask (and the tree): the call's own is full
     o.mask = &b.tmask;
     o.causal = 0;
@@ -980,6 +1029,7 @@ std::string ModsOf(const Case& c) {
   if (c.bias_tensor) add("bias_tensor");
   if (c.key_scores) add("key_scores");
   if (c.v_of_k) add("v_of_k");
+  if (c.index_topk > 0) add("topk=" + std::to_string(c.index_topk));
   return s.empty() ? "none" : s;
 }
 
@@ -1053,7 +1103,9 @@ void RunCase(const Case& c, const Args& a, const Limits& limits) {
     return;
   }
   std::string paired;  // what a pairing adds to the line
-  const double kv_bytes = static_cast<double>(c.batch * c.kv_heads * c.kv_len) * c.RowBytes();
+  // (--index-topk: the listed rows of the last query row, the most a row reads.)
+  const int64_t kv_rows = c.index_topk > 0 ? std::min(c.index_topk, c.kv_len) : c.kv_len;
+  const double kv_bytes = static_cast<double>(c.batch * c.kv_heads * kv_rows) * c.RowBytes();
   const std::vector<double> times = TimeCalls(
       c, a, ctx,
       [&](octattn_context* x, const Api& api) {
