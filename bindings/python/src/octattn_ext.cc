@@ -288,6 +288,9 @@ struct Batch {
   int lists = 0;
   int64_t block_q = 0, block_kv = 0;
   octattn_tensor* key_scores = nullptr;  // an output (null: not asked)
+  // Key lists: key_indices, key_counts, key_indices2, key_counts2 (has[l]: given).
+  octattn_tensor keys[4]{};
+  bool has[4] = {false, false, false, false};
   void ApplyBlocks(octattn_attention_options* o) const {
     o->block_counts = lists ? &blocks[0] : nullptr;
     o->block_indices = lists ? &blocks[1] : nullptr;
@@ -305,6 +308,10 @@ struct Batch {
     o->k_scale = k_scale;
     o->v_scale = v_scale;
     o->key_scores = key_scores;
+    o->key_indices = has[0] ? &keys[0] : nullptr;
+    o->key_counts = has[1] ? &keys[1] : nullptr;
+    o->key_indices2 = has[2] ? &keys[2] : nullptr;
+    o->key_counts2 = has[3] ? &keys[3] : nullptr;
     o->k_scale_rows = k_scale_rows;
     o->v_scale_rows = v_scale_rows;
     o->q_starts = q_starts;
@@ -414,6 +421,41 @@ void BlocksOf(nb::handle a, Batch* batch) {
   }
   batch->block_q = nb::cast<int64_t>(t[4]);
   batch->block_kv = nb::cast<int64_t>(t[5]);
+}
+
+// Key lists (include/octattn.h, Key lists): int32 indices [Tq, n] (every batch entry's and
+// kv head's; a ragged batch's rows), [B, Tq, n] or [B, Hkv, Tq, n], and counts of the same
+// shape less n (None: every entry read); any strides, read in place. List l (0 or 1)
+// into batch->keys[2 l] and [2 l + 1].
+void KeyListOf(nb::handle idx, nb::handle cnt, int l, Batch* batch) {
+  static const char* const kNames[4] = {"key_indices", "key_counts", "key_indices2", "key_counts2"};
+  for (int w = 0; w < 2; ++w) {
+    nb::handle a = w ? cnt : idx;
+    if (a.is_none()) continue;
+    const char* name = kNames[2 * l + w];
+    const IntArray x = IntArrayOf<int32_t>(a, name, "int32");
+    const size_t lo = w ? 1 : 2, hi = w ? 3 : 4;  // the dimensions it may have
+    if (!x.ok || x.ndim < lo || x.ndim > hi)
+      Bad(name,
+          w ? "an int32 array [Tq], [B, Tq] or [B, Hkv, Tq] (the lists' shape less n)"
+            : "an int32 array [Tq, n], [B, Tq, n] or [B, Hkv, Tq, n]",
+          true);
+    octattn_tensor& v = batch->keys[2 * l + w];
+    v = octattn_tensor{};
+    v.data = x.data;
+    v.dtype = OCTATTN_DTYPE_INT32;
+    // Into [B, Hkv, Tq, n] (counts [B, Hkv, Tq, 1]): [Tq, ...] is (1, 1, Tq, ...), [B, Tq,
+    // ...] is (B, 1, Tq, ...); the dimensions it lacks of size 1.
+    const size_t rows = x.ndim - (w ? 1 : 2);  // its dimensions before Tq: 0, 1 or 2
+    const int map[3][4] = {{-1, -1, 0, 1}, {0, -1, 1, 2}, {0, 1, 2, 3}};
+    for (size_t d = 0; d < 4; ++d) {
+      const int from = map[rows][d];
+      const bool in = from >= 0 && static_cast<size_t>(from) < x.ndim;
+      v.shape[d] = in ? x.shape[from] : 1;
+      v.stride[d] = in ? x.stride[from] : 0;
+    }
+    batch->has[2 * l + w] = true;
+  }
 }
 
 // A [T, H, D] array seen as [1, T, H, D] (ragged rows; ViewOf with swap makes it
@@ -705,7 +747,9 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle block_table,
                           nb::handle k_scale, nb::handle v_scale, int64_t k_scale_rows,
                           int64_t v_scale_rows, nb::handle kv_format, nb::handle qk,
-                          nb::handle tree, nb::handle blocks, bool return_key_scores) {
+                          nb::handle tree, nb::handle blocks, bool return_key_scores,
+                          nb::handle key_indices, nb::handle key_counts, nb::handle key_indices2,
+                          nb::handle key_counts2) {
   const bool torch = IsTorch(q);
   Context* ctx;
   if (context.is_none()) {
@@ -802,6 +846,8 @@ nb::object AttentionEntry(nb::handle q, nb::handle k, nb::handle v, bool causal,
   batch.qk = Is(qk, "int8") ? OCTATTN_QK_INT8 : OCTATTN_QK_EXACT;
   TreeOf(tree, &batch);
   BlocksOf(blocks, &batch);
+  KeyListOf(key_indices, key_counts, 0, &batch);
+  KeyListOf(key_indices2, key_counts2, 1, &batch);
   ctx->Attention(ViewOf(rq, "q", q_bthd), ViewOf(rk, "k", kv_bthd), ViewOf(rv, "v", kv_bthd), &to,
                  return_lse ? &tl : nullptr, return_weights ? &tw : nullptr, causal, window, stride,
                  q_start, k_start, scale ? *scale : 0.0f, chunk, softcap, a, sk, bias, mask, algo,
@@ -921,7 +967,9 @@ NB_MODULE(_octattn, m) {
         nb::arg("k_scale_rows") = 0, nb::arg("v_scale_rows") = 0,
         nb::arg("kv_format").none() = nb::none(), nb::arg("qk") = "exact",
         nb::arg("tree").none() = nb::none(), nb::arg("blocks").none() = nb::none(),
-        nb::arg("return_key_scores") = false,
+        nb::arg("return_key_scores") = false, nb::arg("key_indices").none() = nb::none(),
+        nb::arg("key_counts").none() = nb::none(), nb::arg("key_indices2").none() = nb::none(),
+        nb::arg("key_counts2").none() = nb::none(),
         R"doc(o = softmax(scale * q k^T + M) v, as octattn_attention (include/octattn.h).
 
 q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] (layout="bthd": [B, T, H, D]
@@ -956,7 +1004,13 @@ blocks: a block mask (include/octattn.h, Block masks): (counts, indices, full_co
 full_indices, block_q, block_kv), flex_attention's kv_num_blocks, kv_indices,
 full_kv_num_blocks, full_kv_indices (None, None: no full blocks; int32, read in place)
 and BLOCK_SIZE; mask (if any) decides the partial blocks' pairs.
-octattn.block_mask(flex BlockMask) gives both.)doc");
+octattn.block_mask(flex BlockMask) gives both.
+key_indices: token-sparse attention (include/octattn.h, Key lists; DeepSeek's indexer
+top-k): int32 [Tq, n] (every batch entry's and head's; a ragged batch's rows), [B, Tq, n]
+or [B, Hkv, Tq, n], each row's key rows (counted from its sequence's first valid key; -1:
+none; any order, duplicates read once); key_counts (the same less n: entries used; None:
+all n); key_indices2, key_counts2: a second list joined to the first (a local window).
+Fused or reference algorithm; not with blocks or return_key_scores.)doc");
   m.def("kv_store", &KvStoreEntry, nb::arg("src"), nb::arg("dst"),
         nb::arg("scale").none() = nb::none(), nb::kw_only(), nb::arg("scale_rows") = 0,
         nb::arg("slots").none() = nb::none(), nb::arg("layout") = "bhtd",
