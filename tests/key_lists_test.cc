@@ -19,7 +19,11 @@ struct Lists {
   std::vector<int32_t> idx, cnt;
   octattn_tensor ti{}, tc{};
   Lists(int64_t entries, int64_t heads, int64_t r, int64_t cap)
-      : e(entries), h(heads), rows(r), n(cap), idx(entries * heads * r * cap, -1),
+      : e(entries),
+        h(heads),
+        rows(r),
+        n(cap),
+        idx(entries * heads * r * cap, -1),
         cnt(entries * heads * r, 0) {
     Build();
   }
@@ -68,8 +72,8 @@ struct Case {
 
 std::string Name(const Case& c) {
   return "B " + std::to_string(c.batch) + " Hq " + std::to_string(c.hq) + " Hkv " +
-         std::to_string(c.hkv) + " T " + std::to_string(c.tq) + "x" + std::to_string(c.tk) +
-         " D " + std::to_string(c.d) + "/" + std::to_string(c.dv) + " n " + std::to_string(c.n) +
+         std::to_string(c.hkv) + " T " + std::to_string(c.tq) + "x" + std::to_string(c.tk) + " D " +
+         std::to_string(c.d) + "/" + std::to_string(c.dv) + " n " + std::to_string(c.n) +
          " causal " + std::to_string(c.causal) + " window " + std::to_string(c.window) + "+" +
          std::to_string(c.stride) + " chunk " + std::to_string(c.chunk) + " heads " +
          std::to_string(c.heads) + " mods " + std::to_string(c.mods);
@@ -87,7 +91,7 @@ Lists RandomLists(const Case& c, uint32_t seed) {
         l.count(b, g, i) = static_cast<int32_t>(cnt);
         for (int64_t x = 0; x < cnt; ++x) {
           const uint32_t r = rng() % 16;
-          l.at(b, g, i, x) = r == 0   ? -1
+          l.at(b, g, i, x) = r == 0            ? -1
                              : r == 1 && x > 0 ? l.at(b, g, i, rng() % x)
                                                : static_cast<int32_t>(rng() % c.tk);
         }
@@ -105,8 +109,10 @@ struct ListCall {
   std::vector<float> slopes, sinks;
   ListCall(const Case& c, uint32_t seed)
       : p(c.batch, c.hq, c.hkv, c.tq, c.tk, c.d, c.dv, seed, 2.0f),
-        lists(RandomLists(c, seed + 11)), own(c.batch, c.hq, c.tq, c.tk),
-        pairs(c.batch, c.hq, c.tq, c.tk), bias(c.batch, c.hq, c.tq, c.tk) {
+        lists(RandomLists(c, seed + 11)),
+        own(c.batch, c.hq, c.tq, c.tk),
+        pairs(c.batch, c.hq, c.tq, c.tk),
+        bias(c.batch, c.hq, c.tq, c.tk) {
     std::mt19937 rng(seed + 12);
     bias.Fill(seed + 13, -1.0f, 1.0f);
     for (int64_t h = 0; h < c.hq; ++h) {
@@ -263,8 +269,8 @@ TEST_CASE("key lists: a decode row's bytes are its prefill row's", "[lists]") {
 }
 
 TEST_CASE("key lists on every target: within the reference's bound", "[lists][dispatch]") {
-  const Case c{2, 4, 2, Sized(60, 12), Sized(500, 90), 32, 32, Sized(80, 20), 1, 0, 0, 0,
-               true, 2 | 16};
+  const Case c{2, 4, 2, Sized(60, 12), Sized(500, 90), 32, 32, Sized(80, 20), 1,
+               0, 0, 0, true,          2 | 16};
   const ListCall lc(c, 7);
   for (const Target& t : AllTargets()) {
     INFO(t.Name());
@@ -309,7 +315,8 @@ TEST_CASE("key lists over bf16 and int8 caches: the fused path within the refere
               if (dt == OCTATTN_DTYPE_BF16) {
                 uint32_t bits;
                 std::memcpy(&bits, &f, 4);
-                b16[r * dim + x] = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+                b16[r * dim + x] =
+                    static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
                 const uint32_t back = static_cast<uint32_t>(b16[r * dim + x]) << 16;
                 std::memcpy(&wide.at(a, h, i, x), &back, 4);
               } else {
@@ -319,8 +326,8 @@ TEST_CASE("key lists over bf16 and int8 caches: the fused path within the refere
               }
             }
           }
-      t.data = dt == OCTATTN_DTYPE_BF16 ? static_cast<void*>(b16.data())
-                                        : static_cast<void*>(b8.data());
+      t.data =
+          dt == OCTATTN_DTYPE_BF16 ? static_cast<void*>(b16.data()) : static_cast<void*>(b8.data());
       return t;
     };
     const octattn_tensor kt = quant(lc.p.k, kw, k16, k8, ks);
@@ -345,8 +352,8 @@ TEST_CASE("key lists over bf16 and int8 caches: the fused path within the refere
     }
     octattn_attention_options ropt = lc.Options(c, OCTATTN_ALGORITHM_REFERENCE, true);
     Tensor o = lc.p.Out(), ro = lc.p.Out();
-    REQUIRE(octattn_attention(ctx, &opt, lc.p.q.ptr(), &kt, &vt, o.ptr(), nullptr, nullptr,
-                              nullptr, 0) == OCTATTN_OK);
+    REQUIRE(octattn_attention(ctx, &opt, lc.p.q.ptr(), &kt, &vt, o.ptr(), nullptr, nullptr, nullptr,
+                              0) == OCTATTN_OK);
     Attend(ctx, ropt, lc.p.q, kw, vw, ro);  // the reference over the widened values
     REQUIRE(MaxDiff(o, ro) <= Bound(lc.p.q, kw, vw));
   }
@@ -383,8 +390,7 @@ TEST_CASE("a key no list names never reaches a row, whatever its bits", "[lists]
 // A ragged batch reads its lists at q's packed rows (entry 0), each entry counted from
 // its sequence's first key: each sequence gets its own call's bytes; a paged cache the
 // bytes of the same keys contiguous.
-TEST_CASE("key lists over ragged and paged batches: each sequence's own call",
-          "[lists][batches]") {
+TEST_CASE("key lists over ragged and paged batches: each sequence's own call", "[lists][batches]") {
   const int64_t hq = 4, hkv = 2, d = 32, n = 40;
   const std::vector<int64_t> tq = {7, 1, 12}, tk = {70, 130, 33};
   std::vector<int64_t> cu_q = {0}, cu_k = {0};
@@ -468,9 +474,8 @@ TEST_CASE("bad key lists: a status, nothing written", "[lists][api]") {
     o.Fill(99);
     lse.Fill(98);
     const Tensor o0 = o, lse0 = lse;
-    const octattn_status st = octattn_attention(ctx, &opt, lc.p.q.ptr(), lc.p.k.ptr(),
-                                                lc.p.v.ptr(), o.ptr(), lse.ptr(), weights,
-                                                nullptr, 0);
+    const octattn_status st = octattn_attention(ctx, &opt, lc.p.q.ptr(), lc.p.k.ptr(), lc.p.v.ptr(),
+                                                o.ptr(), lse.ptr(), weights, nullptr, 0);
     INFO(ctx.Error());
     REQUIRE(st == want);
     REQUIRE(BytesEqual(o, o0));
