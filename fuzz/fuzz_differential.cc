@@ -169,7 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Batch entry 0's rows as a ragged batch of up to four sequences, and the same keys in
   // a paged cache of a drawn block size (ids reversed, NaN in every unowned pool row;
-  // no modifier tensors or ALiBi): paged gives the ragged call's bytes, both within the
+  // no modifier tensors, ALiBi or block mask): paged gives the ragged call's bytes, both within the
   // bound of the reference.
   if (p.opt.algorithm != OCTATTN_ALGORITHM_NAIVE) {  // naive takes no paged cache
     const int64_t n = in.Range(1, 4), bs = in.Range(1, 20);
@@ -183,6 +183,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     octattn_attention_options rag = p.opt;
     rag.bias = rag.mask = nullptr;
     rag.alibi_slopes = nullptr;
+    // (A block mask counts key blocks of the call's rows: the paged call's logical rows,
+    // whole blocks, differ.)
+    rag.block_counts = rag.block_indices = rag.full_block_counts = rag.full_block_indices =
+        nullptr;
+    rag.block_q = rag.block_kv = 0;
     rag.sequences = n;
     rag.cu_seqlens_q = cu_q.data();
     rag.cu_seqlens_k = cu_k.data();
