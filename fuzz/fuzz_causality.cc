@@ -6,7 +6,8 @@
 // bytes in the row, NaN, Inf and zero scales of its own); the lse and weights rows too
 // when the input requests them. A tree of draft tokens (options.tree, any bits) may
 // stand for the mask tensor: its bits of key p's column flip with the edit. A block mask
-// (random lists, any block sizes) may narrow what every row reads.
+// (random lists, any block sizes) or key lists (unsorted, duplicates, -1, counts of 0,
+// entries past the causal bound) may narrow what every row reads.
 #include "fuzz_support.h"
 
 using namespace fuzz;
@@ -27,6 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.ReadTree(in, &tree);
   BlockMask block_mask;
   p.ReadBlocks(in, &block_mask);
+  KeyLists lists;
+  p.ReadLists(in, &lists);
 
   Context ctx(p, p.threads);
   // The call on f32 or 16-bit k and v, or on the quantized cache.

@@ -52,6 +52,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.ReadTree(in, &tree);
   BlockMask block_mask;  // one list for every batch entry: the shard below reads the same
   p.ReadBlocks(in, &block_mask);
+  KeyLists lists;  // the same
+  p.ReadLists(in, &lists);
+  // (Key lists' entries are the call's keys: the padded, ragged and key-score calls
+  // below, whose sequences hold fewer, or which take no lists, are left out.)
+  const bool listed = p.opt.key_indices != nullptr;
 
   Context one(p, 1), two(p, 2);
   FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);
@@ -146,6 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   within_bound(t, ref);
 
+  if (listed) return 0;
   // A padded batch: each batch entry a sequence with its own valid keys and positions.
   std::vector<int64_t> starts, lens, q_starts;
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -185,8 +191,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     rag.alibi_slopes = nullptr;
     // (A block mask counts key blocks of the call's rows: the paged call's logical rows,
     // whole blocks, differ.)
-    rag.block_counts = rag.block_indices = rag.full_block_counts = rag.full_block_indices =
-        nullptr;
+    rag.block_counts = rag.block_indices = rag.full_block_counts = rag.full_block_indices = nullptr;
     rag.block_q = rag.block_kv = 0;
     rag.sequences = n;
     rag.cu_seqlens_q = cu_q.data();

@@ -67,6 +67,13 @@ class Input {
   size_t pos_ = 0;
 };
 
+// Key lists (options.key_indices ...): int32 entries [1, heads, q_len, n] and counts,
+// a second list with or without counts; opt points into it.
+struct KeyLists {
+  std::vector<int32_t> idx[2], cnt[2];
+  octattn_tensor ti[2]{}, tc[2]{};
+};
+
 // The score modifiers a fuzzed problem draws; opt points into it (shared by copies).
 struct ModData {
   std::vector<float> slopes, sinks;
@@ -203,6 +210,33 @@ struct Problem {
       k = in.Range(0, 3) < dense ? static_cast<uint8_t>(in.Range(1, 2)) : 0;
     bm->Build(in.Range(1, 2));
     bm->Into(&opt, in.Bool());
+  }
+  // Key lists in a quarter of the inputs without a block mask or weights (none past the
+  // input's end): one list a row for every batch entry, per kv head or for all, entries
+  // in [-1, kv_len) (unsorted, duplicates, past the causal bound), counts from 0, and a
+  // second list in half of them; into *kl, which opt points at. The naive algorithm
+  // takes none: it becomes fused.
+  void ReadLists(Input& in, KeyLists* kl) {
+    if (weights || opt.block_counts || in.Range(0, 3) != 3) return;
+    if (opt.algorithm == OCTATTN_ALGORITHM_NAIVE) opt.algorithm = OCTATTN_ALGORITHM_FUSED;
+    const int64_t heads = in.Bool() ? kv_heads : 1;
+    const int lists = in.Bool() ? 2 : 1;
+    for (int l = 0; l < lists; ++l) {
+      const int64_t n = in.Range(1, 2 * kv_len + 2);
+      const bool counts = l == 0 || in.Bool();
+      kl->idx[l].resize(static_cast<size_t>(heads * q_len * n));
+      for (int32_t& x : kl->idx[l]) x = static_cast<int32_t>(in.Range(-1, kv_len - 1));
+      const int64_t is[4] = {1, heads, q_len, n}, cs[4] = {1, heads, q_len, 1};
+      octattn_tensor_init(&kl->ti[l], kl->idx[l].data(), is, OCTATTN_LAYOUT_BHTD);
+      kl->ti[l].dtype = OCTATTN_DTYPE_INT32;
+      (l == 0 ? opt.key_indices : opt.key_indices2) = &kl->ti[l];
+      if (!counts) continue;
+      kl->cnt[l].resize(static_cast<size_t>(heads * q_len));
+      for (int32_t& x : kl->cnt[l]) x = static_cast<int32_t>(in.Range(0, n));
+      octattn_tensor_init(&kl->tc[l], kl->cnt[l].data(), cs, OCTATTN_LAYOUT_BHTD);
+      kl->tc[l].dtype = OCTATTN_DTYPE_INT32;
+      (l == 0 ? opt.key_counts : opt.key_counts2) = &kl->tc[l];
+    }
   }
   // An upper bound of |s| after the modifiers, from the largest |scaled score|.
   double ModifiedScoreBound(double s) const {
