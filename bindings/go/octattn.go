@@ -318,6 +318,9 @@ type Options struct {
 	TreeRowBytes, TreeStride int
 	// A block mask (SEMANTICS: Block masks): flex_attention's BlockMask lists.
 	Blocks *BlockMask
+	// Token-sparse attention (SEMANTICS: Key lists): each query row's key rows, and a
+	// second list joined to the first (a local window).
+	KeyList, KeyList2 *KeyList
 }
 
 // Context holds a thread cap, a backend and target, and scratch memory reused across
@@ -497,6 +500,49 @@ func (c *call) blocks(m *BlockMask, opts *C.octattn_attention_options) error {
 	return nil
 }
 
+// KeyList holds a key list, C-contiguous: Indices [Entries, Heads, Rows, N] (each query
+// row's key rows from its sequence's first valid key, -1 for none, any order) and Counts
+// [Entries, Heads, Rows] (nil: all N read); Entries and Heads (kv heads) of 1 broadcast.
+type KeyList struct {
+	Indices, Counts         []int32
+	Entries, Heads, Rows, N int
+}
+
+// keyList points *indices (and *counts) at the tensors of l, its lengths checked against
+// its shape (the library reads them all).
+func (c *call) keyList(l *KeyList, indices, counts **C.octattn_tensor) error {
+	e, h, r, n := l.Entries, l.Heads, l.Rows, l.N
+	if e < 1 || h < 1 || r < 1 || n < 1 || len(l.Indices) != e*h*r*n ||
+		(l.Counts != nil && len(l.Counts) != e*h*r) {
+		return &Error{InvalidShape, fmt.Sprintf("KeyList: %d indices and %d counts for [%d, %d, %d, %d]", len(l.Indices), len(l.Counts), e, h, r, n)}
+	}
+	for y, a := range [2][]int32{l.Indices, l.Counts} {
+		if a == nil {
+			continue
+		}
+		sizes := [4]int{e, h, r, n}
+		if y == 1 {
+			sizes[3] = 1
+		}
+		t := &C.octattn_tensor{dtype: C.OCTATTN_DTYPE_INT32}
+		c.pin.Pin(&a[0])
+		t.data = unsafe.Pointer(&a[0])
+		stride := 1
+		for i := 3; i >= 0; i-- {
+			t.shape[i] = C.int64_t(sizes[i])
+			t.stride[i] = C.int64_t(stride)
+			stride *= sizes[i]
+		}
+		c.pin.Pin(t)
+		if y == 0 {
+			*indices = t
+		} else {
+			*counts = t
+		}
+	}
+	return nil
+}
+
 func (c *call) options(o *Options, batch, qHeads, qRows int) (*C.octattn_attention_options, error) {
 	opts := &C.octattn_attention_options{}
 	// The sized init writes this package's struct, whatever library is loaded.
@@ -591,6 +637,16 @@ func (c *call) options(o *Options, batch, qHeads, qRows int) (*C.octattn_attenti
 	}
 	if o.Blocks != nil {
 		if err := c.blocks(o.Blocks, opts); err != nil {
+			return nil, err
+		}
+	}
+	if o.KeyList != nil {
+		if err := c.keyList(o.KeyList, &opts.key_indices, &opts.key_counts); err != nil {
+			return nil, err
+		}
+	}
+	if o.KeyList2 != nil {
+		if err := c.keyList(o.KeyList2, &opts.key_indices2, &opts.key_counts2); err != nil {
 			return nil, err
 		}
 	}

@@ -307,6 +307,80 @@ func TestABlockMaskGivesTheBytesOfItsMaskTensor(t *testing.T) {
 	}
 }
 
+func TestKeyListsGiveTheReferenceBytesOfTheirMaskTensor(t *testing.T) {
+	// 2 heads on one kv head, 6 rows over 40 keys: each row's list (unsorted, with a
+	// duplicate, -1 and a key past its position), the second list a local window.
+	hq, tq, tk, d, n := 2, 6, 40, 8, 5
+	q, k := data(hq*tq*d, 21), data(tk*d, 22)
+	indices := make([]int32, tq*n)
+	counts := make([]int32, tq)
+	local := make([]int32, tq*2)
+	allow := make([]bool, tq*tk)
+	for i := 0; i < tq; i++ {
+		pos := tk - tq + i
+		row := []int{(7*i + 3) % tk, (11*i + 1) % tk, (7*i + 3) % tk, tk - 1, -1}
+		counts[i] = 5
+		if i == 2 {
+			counts[i] = 0
+		}
+		for x, j := range row {
+			indices[i*n+x] = int32(j)
+			if i != 2 && j >= 0 && j <= pos {
+				allow[i*tk+j] = true
+			}
+		}
+		for x := 0; x < 2; x++ {
+			local[i*2+x] = int32(pos - x)
+			allow[i*tk+pos-x] = true
+		}
+	}
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	run := func(opts *Options) ([]float32, error) {
+		o := make([]float32, len(q))
+		tq4, _ := BHTD(q, 1, hq, tq, d)
+		tk4, _ := BHTD(k, 1, 1, tk, d)
+		to, _ := BHTD(o, 1, hq, tq, d)
+		return o, ctx.Attention(opts, tq4, tk4, tk4, to, nil)
+	}
+	list := KeyList{Indices: indices, Counts: counts, Entries: 1, Heads: 1, Rows: tq, N: n}
+	window := KeyList{Indices: local, Entries: 1, Heads: 1, Rows: tq, N: 2}
+	withLists, err := run(&Options{KeyList: &list, KeyList2: &window, Algorithm: AlgorithmReference})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := &Mask{Data: allow, Shape: [4]int{1, 1, tq, tk}, Strides: [4]int{tq * tk, 0, tk, 1}}
+	withMask, err := run(&Options{Mask: mask, Algorithm: AlgorithmReference})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := run(&Options{KeyList: &list, KeyList2: &window, Algorithm: AlgorithmFused})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range withLists {
+		if math.Float32bits(withLists[i]) != math.Float32bits(withMask[i]) {
+			t.Fatalf("element %d: %v vs %v", i, withLists[i], withMask[i])
+		}
+		if math.Abs(float64(fused[i]-withMask[i])) > 1e-5 {
+			t.Fatalf("fused element %d: %v vs %v", i, fused[i], withMask[i])
+		}
+	}
+	bad := list
+	bad.Indices = append([]int32{int32(tk)}, indices[1:]...) // past the cache
+	if _, err := run(&Options{KeyList: &bad}); !IsStatus(err, InvalidOption) {
+		t.Fatal(err)
+	}
+	short := list
+	short.Counts = counts[:3]
+	if _, err := run(&Options{KeyList: &short}); !IsStatus(err, InvalidShape) {
+		t.Fatal(err)
+	}
+}
+
 func TestATreeGivesTheBytesOfItsMaskTensor(t *testing.T) {
 	// 2 entries, 6 draft tokens over 5 prefix keys: entry 0 a binary tree (node c's
 	// parent (c+1)/2-1), entry 1 a chain.

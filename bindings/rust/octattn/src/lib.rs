@@ -414,6 +414,23 @@ pub struct Options<'a> {
     pub tree: Option<(&'a [u8], usize, usize)>,
     /// A block mask (SEMANTICS: Block masks): flex_attention's BlockMask lists.
     pub blocks: Option<BlockMask<'a>>,
+    /// Token-sparse attention (SEMANTICS: Key lists): each query row's key rows, and a
+    /// second list joined to the first (a local window).
+    pub key_list: Option<KeyList<'a>>,
+    pub key_list2: Option<KeyList<'a>>,
+}
+
+/// A key list, C-contiguous: `indices` [entries, heads, rows, n] (each query row's key
+/// rows from its sequence's first valid key, -1 for none, any order) and `counts`
+/// [entries, heads, rows] (None: all n read); entries and heads (kv heads) of 1 broadcast.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyList<'a> {
+    pub indices: &'a [i32],
+    pub counts: Option<&'a [i32]>,
+    pub entries: usize,
+    pub heads: usize,
+    pub rows: usize,
+    pub n: usize,
 }
 
 /// A block mask's lists, C-contiguous: `counts` [entries, heads, q_blocks] and `indices`
@@ -461,6 +478,8 @@ impl Default for Options<'_> {
             qk_int8: false,
             tree: None,
             blocks: None,
+            key_list: None,
+            key_list2: None,
         }
     }
 }
@@ -468,13 +487,13 @@ impl Default for Options<'_> {
 impl Options<'_> {
     // The C struct; the per-head arrays are checked against the query heads.
     // The tensors it points at are held in `held` (bias, mask, k_scale, v_scale, then a
-    // block mask's four).
+    // block mask's four, then the key lists' indices and counts).
     fn raw(
         &self,
         batch: i64,
         q_heads: i64,
         q_rows: i64,
-        held: &mut [sys::octattn_tensor; 8],
+        held: &mut [sys::octattn_tensor; 12],
     ) -> Result<sys::octattn_attention_options> {
         let mut o = std::mem::MaybeUninit::<sys::octattn_attention_options>::uninit();
         // The sized init: it writes this crate's struct, whatever library is loaded.
@@ -634,6 +653,46 @@ impl Options<'_> {
             }
             o.block_q = m.block_q as i64;
             o.block_kv = m.block_kv as i64;
+        }
+        for (x, l) in [self.key_list, self.key_list2].iter().enumerate() {
+            let Some(l) = l else { continue };
+            let (e, h, r, n) = (l.entries as i64, l.heads as i64, l.rows as i64, l.n as i64);
+            // The lengths the shapes claim, checked here: the library reads them all.
+            let counts_ok = l.counts.map_or(true, |c| c.len() as i64 == e * h * r);
+            if l.indices.len() as i64 != e * h * r * n || !counts_ok || n < 1 {
+                return Err(invalid(
+                    sys::OCTATTN_ERROR_INVALID_SHAPE,
+                    format!(
+                        "key_list: {} indices and {} counts for [{e}, {h}, {r}, {n}]",
+                        l.indices.len(),
+                        l.counts.map_or(0, |c| c.len())
+                    ),
+                ));
+            }
+            held_lists[4 + x * 2] = raw(
+                l.indices.as_ptr() as *mut _,
+                sys::OCTATTN_DTYPE_INT32,
+                ([e, h, r, n], [h * r * n, r * n, n, 1]),
+            );
+            let indices: *const sys::octattn_tensor = &held_lists[4 + x * 2];
+            let counts: *const sys::octattn_tensor = match l.counts {
+                Some(c) => {
+                    held_lists[5 + x * 2] = raw(
+                        c.as_ptr() as *mut _,
+                        sys::OCTATTN_DTYPE_INT32,
+                        ([e, h, r, 1], [h * r, r, 1, 1]),
+                    );
+                    &held_lists[5 + x * 2]
+                }
+                None => std::ptr::null(),
+            };
+            if x == 0 {
+                o.key_indices = indices;
+                o.key_counts = counts;
+            } else {
+                o.key_indices2 = indices;
+                o.key_counts2 = counts;
+            }
         }
         Ok(o)
     }
@@ -803,7 +862,7 @@ impl Context {
         lse: Option<&mut TensorMut>,
         key_scores: Option<&mut TensorMut>,
     ) -> Result<()> {
-        let mut held = [q.raw; 8];
+        let mut held = [q.raw; 12];
         let mut opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         if let Some(ks) = key_scores {
             opts.key_scores = &mut ks.raw;
@@ -847,7 +906,7 @@ impl Context {
         dsinks: Option<&mut [f32]>,
         dbias: Option<&mut TensorMut>,
     ) -> Result<()> {
-        let mut held = [q.raw; 8];
+        let mut held = [q.raw; 12];
         let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let dsinks_ptr = match dsinks {
             Some(s) if s.len() as i64 != q.raw.shape[1] => {
@@ -896,7 +955,7 @@ impl Context {
         v: &Tensor,
         o: &TensorMut,
     ) -> Result<usize> {
-        let mut held = [q.raw; 8];
+        let mut held = [q.raw; 12];
         let opts = options.raw(q.raw.shape[0], q.raw.shape[1], q.raw.shape[2], &mut held)?;
         let mut bytes = 0usize;
         self.check(unsafe {
@@ -1368,6 +1427,104 @@ mod tests {
             blocks: Some(BlockMask {
                 full: Some((&full_counts, &bad)),
                 ..lists
+            }),
+            ..Options::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_INVALID_OPTION);
+    }
+
+    #[test]
+    fn key_lists_give_the_reference_bytes_of_their_mask_tensor() {
+        // 2 heads on one kv head, 6 rows over 40 keys: each row's list (unsorted, with a
+        // duplicate, -1 and a key past its position), the second list a local window.
+        let (hq, t, tk, d, n) = (2, 6, 40, 8, 5);
+        let (q, k) = (data(hq * t * d, 21), data(tk * d, 22));
+        let mut indices = vec![-1i32; t * n];
+        let mut counts = vec![0i32; t];
+        let mut local = vec![0i32; t * 2];
+        let mut allow = vec![false; t * tk];
+        for i in 0..t {
+            let pos = tk - t + i;
+            let row = [
+                (7 * i + 3) % tk,
+                (11 * i + 1) % tk,
+                (7 * i + 3) % tk,
+                tk - 1,
+            ];
+            counts[i] = if i == 2 { 0 } else { 5 };
+            for (x, &j) in row.iter().enumerate() {
+                indices[i * n + x] = j as i32;
+                if i != 2 && j <= pos {
+                    allow[i * tk + j] = true;
+                }
+            }
+            for x in 0..2 {
+                local[i * 2 + x] = (pos - x) as i32;
+                allow[i * tk + pos - x] = true;
+            }
+        }
+        let mut ctx = Context::new().unwrap();
+        let mut run = |opts: &Options| {
+            let mut o = vec![0.0f32; q.len()];
+            ctx.attention(
+                opts,
+                &Tensor::bhtd(&q, [1, hq, t, d]).unwrap(),
+                &Tensor::bhtd(&k, [1, 1, tk, d]).unwrap(),
+                &Tensor::bhtd(&k, [1, 1, tk, d]).unwrap(),
+                &mut TensorMut::bhtd(&mut o, [1, hq, t, d]).unwrap(),
+                None,
+            )
+            .map(|()| o)
+        };
+        let list = KeyList {
+            indices: &indices,
+            counts: Some(&counts),
+            entries: 1,
+            heads: 1,
+            rows: t,
+            n,
+        };
+        let window = KeyList {
+            indices: &local,
+            counts: None,
+            n: 2,
+            ..list
+        };
+        let lists = Options {
+            key_list: Some(list),
+            key_list2: Some(window),
+            algorithm: Algorithm::Reference,
+            ..Options::default()
+        };
+        let with_lists = run(&lists).unwrap();
+        let mask = MaskTensor::new(&allow, [1, 1, t, tk], [t * tk, 0, tk, 1]).unwrap();
+        let with_mask = run(&Options {
+            mask: Some(mask),
+            algorithm: Algorithm::Reference,
+            ..Options::default()
+        })
+        .unwrap();
+        assert!(with_lists
+            .iter()
+            .zip(&with_mask)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        let fused = run(&Options {
+            algorithm: Algorithm::Fused,
+            ..lists
+        })
+        .unwrap();
+        assert!(fused
+            .iter()
+            .zip(&with_mask)
+            .all(|(x, y)| (x - y).abs() < 1e-5));
+        // A key past the cache: the library's status.
+        let mut bad = indices.clone();
+        bad[0] = tk as i32;
+        let err = run(&Options {
+            key_list: Some(KeyList {
+                indices: &bad,
+                ..list
             }),
             ..Options::default()
         })
