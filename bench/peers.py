@@ -3,7 +3,7 @@
     python3 bench/peers.py --q-len 512,2048 --head-dim 64,128 [--q-heads 32 --kv-heads 8]
         [--threads 1] [--window W [--stride S]] [--mod MOD] [--rounds 3] [--ggml-lib DIR]
         [--check] [--backward] [--dtype bf16] [--target amx_bf16]
-        [--value-dim N [--v-of-k]]
+        [--value-dim N [--v-of-k]] [--index-topk K]
 
 --mod runs one score modifier (octattn's `bench` flag of the same name), and the peers
 with its equivalent: softcap=X, alibi, sinks, chunk=N, mask_tensor (a boolean mask equal
@@ -40,6 +40,12 @@ Peers, where installed:
   torch_flex runs PyTorch's flex_attention compiled by torch.compile with the BlockMask of
   create_block_mask (128 x 128 blocks; forward only: its CPU backward is not
   implemented).
+- With --index-topk K (token-sparse attention, DeepSeek's DSA: each query row reads K
+  random keys of those the mask allows, one list a row for every head), octattn takes the
+  lists as key_indices (`bench --index-topk`), torch_mla gathers each row's K key (and
+  value) rows and runs the explicit math on them, and torch_sdpa runs SDPA on the
+  gathered rows (enable_gqa: the kv head's query heads against its rows); the default
+  peers are those three. GFLOP/s count the listed pairs.
 With --backward the timed call is the backward of the attention (octattn: `bench
 --backward`; torch_sdpa: torch.autograd.grad of SDPA's output, its graph built once and
 retained, so only the backward is timed; the other peers have no backward) and GFLOP/s
@@ -103,8 +109,24 @@ def documents(args):
     return int(n)
 
 
+def top_keys(args, q_len, kv_len):
+    """--index-topk: [q_len, K] int64, each row's K distinct keys of those the mask allows
+    (all of them, then -1, where it allows fewer), seeded."""
+    import numpy as np
+    m = mask(q_len, kv_len, args.window, args.stride, np)
+    rng = np.random.default_rng(17)
+    idx = np.full((q_len, args.index_topk), -1, np.int64)
+    for i in range(q_len):
+        allowed = np.flatnonzero(m[i])
+        pick = rng.permutation(allowed)[:args.index_topk]
+        idx[i, :len(pick)] = pick
+    return idx
+
+
 def allowed_pairs(args, q_len, kv_len):
     import numpy as np
+    if args.index_topk:
+        return int((top_keys(args, q_len, kv_len) >= 0).sum())
     name, value = modifier(args)
     return int(mask(q_len, kv_len, args.window, args.stride, np,
                     int(value) if name == "chunk" else 0, documents(args)).sum())
@@ -174,6 +196,8 @@ def torch_call(peer, args, q_len, kv_len, dim):
     if args.v_of_k:  # the view again, after any conversion of k
         v = k[..., :value_dim(args, dim)]
     group = args.q_heads // (args.kv_heads or args.q_heads)
+    if args.index_topk:
+        return torch_sparse_call(peer, args, q, k, v, q_len, kv_len, dim, group)
     if peer == "torch_mla":
         return torch_mla_call(args, q, k, v, q_len, kv_len, dim, group)
     if group > 1:
@@ -275,12 +299,51 @@ def torch_mla_call(args, q, k, v, q_len, kv_len, dim, group):
     return call
 
 
+def torch_sparse_call(peer, args, q, k, v, q_len, kv_len, dim, group):
+    """--index-topk: each row's listed key and value rows gathered ([B, Hkv, Tq, K, D]),
+    then torch_mla's explicit math on them (the row's heads as a matmul's rows) or SDPA
+    (each (entry, kv head, row) a batch of its group's heads, enable_gqa)."""
+    import torch
+    if args.mod or args.block_mask or args.backward or args.kv_dtype not in ("", args.dtype):
+        raise SystemExit("--index-topk: the mask flags, one dtype, forward only")
+    if peer not in ("torch_mla", "torch_sdpa"):
+        raise SystemExit("--index-topk: torch_mla or torch_sdpa")
+    idx = torch.from_numpy(top_keys(args, q_len, kv_len))
+    if (idx < 0).any():
+        raise SystemExit("--index-topk: rows allowing fewer than K keys are left to octattn")
+    b, hkv, K = args.batch, args.kv_heads or args.q_heads, args.index_topk
+    rows = q.reshape(b, hkv, group, q_len, dim).transpose(2, 3)  # [B, Hkv, Tq, group, D]
+    flat = idx.reshape(-1)
+    scale = dim ** -0.5
+    F = torch.nn.functional
+
+    def call():
+        with torch.no_grad():
+            kk = k[:, :, flat].reshape(b, hkv, q_len, K, dim)
+            vv = v[:, :, flat].reshape(b, hkv, q_len, K, v.shape[-1])
+            if peer == "torch_sdpa":
+                o = F.scaled_dot_product_attention(
+                    rows.reshape(-1, group, 1, dim), kk.reshape(-1, 1, K, dim),
+                    vv.reshape(-1, 1, K, v.shape[-1]), enable_gqa=True)
+            else:
+                s = torch.matmul(rows, kk.transpose(-2, -1)).float() * scale
+                o = torch.matmul(s.softmax(dim=-1).to(v.dtype), vv)
+            return o.reshape(b, hkv, q_len, group, -1).transpose(2, 3).reshape(
+                b, args.q_heads, q_len, -1)
+    return call
+
+
 def numpy_call(args, q_len, kv_len, dim):
     import numpy as np
     q, k, v = inputs(args, q_len, kv_len, dim)
     group = args.q_heads // (args.kv_heads or args.q_heads)
     name, value = modifier(args)
     m = mask(q_len, kv_len, args.window, args.stride, np, int(value) if name == "chunk" else 0)
+    if args.index_topk:  # the listed pairs only
+        listed = np.zeros_like(m)
+        for i, row in enumerate(top_keys(args, q_len, kv_len)):
+            listed[i, row[row >= 0]] = True
+        m = m & listed
     slopes, sinks, bias = mod_arrays(args, q_len, kv_len, np)
     dist = np.arange(kv_len)[None, :] - (np.arange(q_len)[:, None] + (kv_len - q_len))
 
@@ -514,6 +577,8 @@ def octattn_case(args, q_len, kv_len, dim, dense_mask=False):
         cmd += ["--value-dim", str(args.value_dim)]
     if args.v_of_k:
         cmd.append("--v-of-k")
+    if args.index_topk:
+        cmd += ["--index-topk", str(args.index_topk)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError((r.stderr.strip().splitlines() or ["octattn bench failed"])[-1])
@@ -577,6 +642,8 @@ def main():
                     help="v's (and o's) head dimension (default: head_dim)")
     ap.add_argument("--v-of-k", action="store_true",
                     help="v a view of k's first value_dim columns (MLA's latent rows)")
+    ap.add_argument("--index-topk", type=int, default=0,
+                    help="token-sparse: each row reads K random keys of those the mask allows")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case in a child
     args = ap.parse_args()
     if args.one:
@@ -590,7 +657,7 @@ def main():
         args.peers = "octattn,octattn_dense_mask,torch_flex,torch_sdpa"
     if args.v_of_k and any(args.value_dim > d for _, _, d in shapes):
         raise SystemExit("--v-of-k views k's first --value-dim columns: at most --head-dim")
-    if (args.value_dim or args.v_of_k) and args.peers == ap.get_default("peers"):
+    if (args.value_dim or args.v_of_k or args.index_topk) and args.peers == ap.get_default("peers"):
         args.peers = "octattn,torch_mla,torch_sdpa"
     peers = args.peers.split(",")
     if args.backward:
@@ -609,6 +676,7 @@ def main():
                         "q_heads": args.q_heads, "kv_heads": args.kv_heads or args.q_heads,
                         "q_len": q_len, "kv_len": kv_len, "head_dim": dim,
                         "value_dim": value_dim(args, dim), "v_of_k": args.v_of_k,
+                        "index_topk": args.index_topk,
                         "window": args.window, "stride": args.stride, "mod": args.mod,
                         "block_mask": args.block_mask,
                         "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
@@ -631,6 +699,7 @@ def main():
             "threads": args.threads, "q_heads": args.q_heads,
             "kv_heads": args.kv_heads or args.q_heads, "q_len": q_len, "kv_len": kv_len,
             "head_dim": dim, "value_dim": value_dim(args, dim), "v_of_k": args.v_of_k,
+            "index_topk": args.index_topk,
             "window": args.window, "stride": args.stride, "mod": args.mod,
             "block_mask": args.block_mask,
             "dtype": args.dtype, "kv_dtype": args.kv_dtype or args.dtype,
