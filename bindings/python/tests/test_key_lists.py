@@ -72,7 +72,8 @@ def test_mla_sparse_decode_from_torch_against_gather_then_sdpa():
     o = octattn.attention(q, latent, latent[..., :Dv], key_indices=idx)
     kk = latent[0, 0, idx[0].long()].double()
     ref = torch.nn.functional.scaled_dot_product_attention(
-        q.double(), kk[None, None].expand(1, Hq, topk, D), kk[None, None, :, :Dv].expand(1, Hq, topk, Dv))
+        q.double(), kk[None, None].expand(1, Hq, topk, D),
+        kk[None, None, :, :Dv].expand(1, Hq, topk, Dv))
     torch.testing.assert_close(o.double(), ref, atol=2e-5, rtol=0)
     octattn.set_threads(1)
     one = octattn.attention(q, latent, latent[..., :Dv], key_indices=idx)
