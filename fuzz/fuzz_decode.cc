@@ -2,7 +2,9 @@
 // equals prefill row i byte for byte on the fused path, as the header promises, with
 // the score modifiers the input draws (the bias and mask tensors viewed at the rows), in
 // the dtypes it draws, and over the quantized caches it draws (the decode reading the first
-// rows of the same cache and scales).
+// rows of the same cache and scales), and with key lists (each row's entries within its
+// causal bound, as a decode step's keys hold them: unsorted, duplicates, -1, counts of 0;
+// long sequences' lists cross the 1024-key units), the decode reading its rows' lists.
 #include <algorithm>
 #include <utility>
 
@@ -48,6 +50,48 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   p.q_len = p.kv_len = n;
   p.ReadMods(in, n, !long_seq);  // long: no [n, n] bias or mask tensors, too slow per input
+  // Key lists in a quarter of the inputs: [1, 1 or kv_heads, n, cap], row i's entries in
+  // [-1, i] (a decode step over keys 0 .. i holds no other), counted. A row's entries come
+  // from a generator its bytes seed, and past the input's end its list is full: a long
+  // sequence's rows then list more than a 1024-key unit of distinct keys.
+  KeyLists lists;
+  if (in.Range(0, 3) == 3) {
+    const int64_t heads = in.Bool() ? p.kv_heads : 1;
+    const int64_t cap = in.Range(1, std::min<int64_t>(n + 8, 2600));
+    lists.idx[0].resize(static_cast<size_t>(heads * n * cap));
+    lists.cnt[0].resize(static_cast<size_t>(heads * n));
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        lists.cnt[0][static_cast<size_t>(h * n + i)] = static_cast<int32_t>(cap - in.Range(0, cap));
+        uint32_t x = in.U32() | 1;  // xorshift32
+        int32_t* row = lists.idx[0].data() + (h * n + i) * cap;
+        for (int64_t e = 0; e < cap; ++e) {
+          x ^= x << 13;
+          x ^= x >> 17;
+          x ^= x << 5;
+          row[e] = static_cast<int32_t>(x % static_cast<uint32_t>(i + 2)) - 1;
+        }
+      }
+    const int64_t is[4] = {1, heads, n, cap}, cs[4] = {1, heads, n, 1};
+    octattn_tensor_init(&lists.ti[0], lists.idx[0].data(), is, OCTATTN_LAYOUT_BHTD);
+    octattn_tensor_init(&lists.tc[0], lists.cnt[0].data(), cs, OCTATTN_LAYOUT_BHTD);
+    lists.ti[0].dtype = lists.tc[0].dtype = OCTATTN_DTYPE_INT32;
+    p.opt.key_indices = &lists.ti[0];
+    p.opt.key_counts = &lists.tc[0];
+  }
+  // The options of rows [first, first + rows) of the call's lists.
+  octattn_tensor rows_ti, rows_tc;
+  auto list_rows = [&](octattn_attention_options o, int64_t first, int64_t rows) {
+    if (!o.key_indices) return o;
+    rows_ti = lists.ti[0];
+    rows_tc = lists.tc[0];
+    rows_ti.data = static_cast<int32_t*>(rows_ti.data) + first * rows_ti.stride[2];
+    rows_tc.data = static_cast<int32_t*>(rows_tc.data) + first * rows_tc.stride[2];
+    rows_ti.shape[2] = rows_tc.shape[2] = rows;
+    o.key_indices = &rows_ti;
+    o.key_counts = &rows_tc;
+    return o;
+  };
   // A quantized cache: k and v in a format the sizes still allow, q and o as drawn.
   if (p.head_dim % quant.group) quant.group = p.head_dim;
   if (n % quant.k_rows) quant.k_rows = 1;
@@ -97,12 +141,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       qp.data = static_cast<float*>(qp.data) + first * qp.stride[2];
       op.data = static_cast<float*>(op.data) + first * op.stride[2];
       qp.shape[2] = op.shape[2] = i + 1 - first;
-      FUZZ_CHECK(run(p.opt, &qp, &k, &v, &op, i + 1) == OCTATTN_OK);
+      FUZZ_CHECK(run(list_rows(p.opt, first, i + 1 - first), &qp, &k, &v, &op, i + 1) ==
+                 OCTATTN_OK);
     }
     q.data = static_cast<float*>(q.data) + (i + 1 - rows) * q.stride[2];
     q.shape[2] = rows;
     Tensor o(p.batch, p.q_heads, rows, p.value_dim, kBHTD);
-    octattn_attention_options opt = p.opt;
+    octattn_attention_options opt = list_rows(p.opt, i + 1 - rows, rows);
     octattn_tensor bias{}, mask{};
     if (opt.bias) {  // rows i + 1 - rows .. i, keys 0 .. i of the same memory
       bias = *opt.bias;
@@ -136,7 +181,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // leading key spans are the same rows, which a long sequence's entries read once for
   // all), each entry's row the prefill's. Not over a quantized cache (its views take the
   // scales' rows) nor with modifier tensors (their rows are per entry).
-  if (quantized || p.opt.bias || p.opt.mask) return 0;
+  if (quantized || p.opt.bias || p.opt.mask || p.opt.key_indices) return 0;
   if (long_seq) {  // rows [n - kPrefillRows, n) of the prefill into full.o's rows
     const int64_t first = std::max<int64_t>(0, n - kPrefillRows);
     octattn_tensor qp = full.q.t, op = full.o.t;
