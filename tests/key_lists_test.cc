@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "lib/api/context.h"
+#include "lib/base/dtype.h"
 #include "support.h"
 
 namespace octtest {
@@ -276,6 +278,65 @@ TEST_CASE("key lists on every target: within the reference's bound", "[lists][di
     INFO(t.Name());
     Context ctx(t, 2);
     RequireWithinReference(ctx, lc.Options(c, OCTATTN_ALGORITHM_FUSED, true), lc.p);
+  }
+}
+
+// A kv head's few rows read a list's tiles in place (DirectTile::keys), more rows pack
+// them: the same bytes, whatever the tuning, on every target, f32 and 16-bit, over a
+// [T, H, D] cache (rows 4 KiB apart: staged or read in place) with lists of runs and
+// scattered keys.
+TEST_CASE("key lists: every tuning value gives the same bytes on every target",
+          "[lists][dispatch]") {
+  const int64_t kv = SmallSized(1500, 600), n = SmallSized(700, 300);
+  Problem p(1, 16, 8, 2, kv, 128, 128, 43, 1.0f, Layout::kBTHD);
+  Lists l(1, 8, 2, n);
+  std::mt19937 rng(5);
+  for (int64_t g = 0; g < 8; ++g)
+    for (int64_t i = 0; i < 2; ++i) {
+      l.count(0, g, i) = static_cast<int32_t>(n);
+      for (int64_t x = 0; x < n; ++x)  // runs of consecutive keys, then scattered ones
+        l.at(0, g, i, x) = static_cast<int32_t>(x < n / 2 ? x * 2 / 3 + 10 : rng() % (kv - 1));
+    }
+  for (octattn_dtype type : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16}) {
+    std::vector<uint16_t> q16(p.q.buf.size()), k16(p.k.buf.size()), v16(p.v.buf.size());
+    octattn_tensor q = p.q.t, k = p.k.t, v = p.v.t;
+    if (type != OCTATTN_DTYPE_F32) {
+      auto narrow = [&](const std::vector<float>& src, std::vector<uint16_t>& dst,
+                        octattn_tensor* t) {
+        for (size_t i = 0; i < src.size(); ++i) dst[i] = octattn::base::F32ToBf16(src[i]);
+        t->data = dst.data();
+        t->dtype = type;
+      };
+      narrow(p.q.buf, q16, &q);
+      narrow(p.k.buf, k16, &k);
+      narrow(p.v.buf, v16, &v);
+    }
+    octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
+    opt.key_indices = &l.ti;
+    opt.key_counts = &l.tc;
+    for (const Target& t : AllTargets()) {
+      INFO("dtype " << type << " " << t.Name());
+      Tensor first = p.Out();
+      bool have_first = false;
+      for (int tuning = 0; tuning < 8; ++tuning) {
+        const int direct_rows = tuning & 4 ? 1 : 16;  // 1: a kv head's two rows pack
+        INFO("in_place_rows " << (tuning & 1) << " vendor_fetch " << (tuning >> 1 & 1)
+                              << " direct_rows " << direct_rows);
+        Context ctx(t, 2);
+        octattn_context* raw = ctx;
+        raw->tuning.in_place_rows = tuning & 1;
+        raw->tuning.vendor_fetch = tuning >> 1 & 1;
+        raw->tuning.direct_rows = direct_rows;
+        Tensor o = p.Out();
+        REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) ==
+                OCTATTN_OK);
+        if (!have_first) {
+          first = o;
+          have_first = true;
+        }
+        CHECK(BytesEqual(o, first));
+      }
+    }
   }
 }
 

@@ -65,6 +65,21 @@ static inline bool FlashDirectWidened(const FlashTask& t, int64_t step) {
          ValuesDirect(1, t.op.value_dim) && !t.op.mods.Scores() && !t.op.qk_block;
 }
 
+// Whether a task of key lists reads the whole tiles of listed keys [t0, t1) in place
+// (DirectTile::keys) as FlashDirect reads real keys: f32 or 16-bit keys and values (not
+// as bf16 pairs), no score modifier or mask tensor, and keys that lie mostly in runs
+// (spanning at most 5/4 of their count), which the core's prefetchers stream as they
+// stream a dense tile; scattered keys are gathered (WidenTile), whose copies hide their
+// latency better.
+static inline bool ListedDirect(const FlashTask& t, const int32_t* keys, int64_t t0, int64_t t1) {
+  const Operands& op = t.op;
+  if (4 * (int64_t{keys[t1 - 1]} - keys[t0] + 1) > 5 * (t1 - t0)) return false;
+  return S::kBlockTranspose && FlashRows(t) <= DirectRows(t) && op.k_type == op.v_type &&
+         !Quantized(op.k_type) && op.k_dim == 1 && op.head_dim % 8 == 0 &&
+         (op.q_type != kBf16 || op.head_dim % 16 == 0) && !FlashPairs(op) &&
+         ValuesDirect(op.v_dim, op.value_dim) && !op.mods.Modifies();
+}
+
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
 // share a few L1 sets (4 KiB an L1 way on the x86 cores measured here).
 static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * bytes) % 4096 == 0; }
@@ -138,11 +153,15 @@ struct DirectTile {
   int64_t s0 = 0;
   AmxTiles* amx = nullptr;  // the task's tiles (FlashAmx)
 
-  const float* SrcK(int64_t g) const { return KeyRow(*op, first + g); }
+  // Key lists (else null): space key g is key keys[g] of op (f32 and 16-bit rows only).
+  const int32_t* keys = nullptr;
+
+  int64_t Key(int64_t g) const { return keys ? keys[g] : first + g; }
+  const float* SrcK(int64_t g) const { return KeyRow(*op, Key(g)); }
   OCTATTN_INLINE const float* K(int64_t g) const {
     return ks ? ElemAt(ks, (g - s0) * op->head_dim, op->k_type) : SrcK(g);
   }
-  const float* V(int64_t g) const { return ValueRow(*op, first + g); }
+  const float* V(int64_t g) const { return ValueRow(*op, Key(g)); }
   // Copies the key rows of [a, b) (at most kDirectKeys) into dst and reads them from
   // there.
   void Stage(int64_t a, int64_t b, float* dst) {
@@ -164,6 +183,13 @@ struct DirectTile {
   int64_t VStride() const { return op->v_row; }
   // One past the last key from g (< end) whose row is a row stride after g's.
   int64_t Run(int64_t g, int64_t end) const {
+    if (keys) {  // listed keys: those that follow each other in one block
+      int64_t x = g + 1;
+      while (x < end && keys[x] == keys[x - 1] + 1 &&
+             (!op->paging || (op->paging->first + keys[x]) % op->paging->size != 0))
+        ++x;
+      return x;
+    }
     if (!op->paging) return end;  // (staged keys are never paged: StageRows)
     const int64_t size = op->paging->size, r = op->paging->first + first + g;
     return base::MinI(end, g + size - r % size);
@@ -300,7 +326,7 @@ static OCTATTN_INLINE const float* KeyVectorRows(const DirectTile& dt, int64_t j
                                                  int64_t hd, int64_t* row) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   *row = dt.KStride();
-  if (dt.Run(j0, j0 + L) >= j0 + L) return dt.K(j0);
+  if (dt.ks || dt.Run(j0, j0 + L) >= j0 + L) return dt.K(j0);  // (staged rows: one apart)
   float* copy = ElemAt(dt.scratch, g * L * hd, T);
   for (int64_t e = 0; e < L; ++e)
     memcpy(ElemAt(copy, e * hd, T), dt.K(j0 + e), static_cast<size_t>(hd * DtypeBytes(T)));

@@ -543,7 +543,8 @@ static void FlashStackedRun(const FlashTask& task, float* scratch) {
 
 // Key lists: `n` listed keys (`keys`, ascending) of a task of one query row into the fresh
 // states st, a tile of them at a time gathered (widened) into rows of scratch, then packed
-// and read by the rows in blocks as real keys are.
+// and read by the rows in blocks as real keys are; or, a few rows' tile of keys mostly in
+// runs (ListedDirect), read in place as a dense decode tile is. The same bytes either way.
 static void FlashListedUnit(const FlashTask& t, const FlashScratch& f, const int32_t* keys,
                             int64_t n, float* st, AmxTiles* amx) {
   const int64_t rows = FlashRows(t);
@@ -562,6 +563,23 @@ static void FlashListedUnit(const FlashTask& t, const FlashScratch& f, const int
   FlashPrefetch pf;
   for (int64_t t0 = 0; t0 < n; t0 += kTileKeys) {
     const int64_t t1 = base::MinI(t0 + kTileKeys, n);
+    if (t1 - t0 == kTileKeys && ListedDirect(t, keys, t0, t1)) {  // in place, as FlashDirect
+      DirectTile dt{&t.op, 0, t0, t1, t1, base::MinI(t1 + kTileKeys, n), f.kt};
+      dt.keys = keys;
+      dt.vbuf = f.vpack;
+      const FetchTo to = DirectFetch(t.op, t.tuning);
+      dt.fetch = to != kFetchNone;
+      dt.fetch_l2 = to == kFetchL2;
+      if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dt.far = kDirectFar;
+      if (t.op.k_type == kBf16) {
+        FlashDirectTileHeads<kBf16>(&t, &dt, &f, 1, rows, &st, stride);
+      } else if (t.op.k_type == kF16) {
+        FlashDirectTileHeads<kF16>(&t, &dt, &f, 1, rows, &st, stride);
+      } else {
+        FlashDirectTileHeads<kF32>(&t, &dt, &f, 1, rows, &st, stride);
+      }
+      continue;
+    }
     FlashTask wide = t;
     wide.op = WidenTile(t, f, t0, t0, t1, 0, 1, none, keys);
     const FlashTile tile = PackTile(wide, f, t0, t0, t1, -t0, 1, none);
