@@ -50,9 +50,10 @@ static inline bool FlashPairs(const Operands& op) {
 
 // Whether its weighted sums run on bf16 pairs too (S::DotBf16 on weights rounded to
 // bf16 and pairs of bf16 value rows): FlashPairs, bf16 v, and dense runs of keys (no
-// score modifier, no strided columns), so that every row's keys are a run of pairs.
+// score modifier, no strided columns), so that every row's keys are a run of pairs. Key
+// lists qualify: a row's listed keys are a dense space of their own (FlashListedUnit).
 static inline bool FlashPairsV(const Operands& op) {
-  return FlashPairs(op) && op.v_type == kBf16 && !op.mods.Scores() &&
+  return FlashPairs(op) && op.v_type == kBf16 && !op.mods.Modifies() &&
          !(op.mask.causal && op.mask.window > 0 && op.mask.stride > 0);
 }
 
