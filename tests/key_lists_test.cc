@@ -15,6 +15,22 @@
 namespace octtest {
 namespace {
 
+// A tensor's values rounded to bf16, as a tensor of its shape and strides (f32: itself).
+struct Typed {
+  std::vector<uint16_t> bits;
+  octattn_tensor t{};
+  Typed(const Tensor& src, octattn_dtype type) : t(src.t) {
+    if (type == OCTATTN_DTYPE_F32) return;
+    bits.resize(src.buf.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = octattn::base::F32ToBf16(src.buf[i]);
+    t.data = bits.data();
+    t.dtype = type;
+  }
+  Typed(const Typed&) = delete;
+  Typed& operator=(const Typed&) = delete;
+  const octattn_tensor* ptr() const { return &t; }
+};
+
 // INT32 [entries, heads, rows, n] indices and [entries, heads, rows, 1] counts.
 struct Lists {
   int64_t e = 0, h = 0, rows = 0, n = 0;
@@ -221,53 +237,57 @@ TEST_CASE("key lists: thread count and layouts change no byte", "[lists][invaria
 
 // Decode equals prefill: a row alone (q_len 1 at its position, its list as row 0's) gives
 // the prefill row's bytes, MLA's shape (one latent kv head, v a view of k) included.
+// (bf16: the weighted sums on bf16 pairs where the target has them, FlashPairsV.)
 TEST_CASE("key lists: a decode row's bytes are its prefill row's", "[lists]") {
-  for (const Case& c : {Case{1, 8, 2, 40, 3000, 64, 64, 1100, 1, 0, 0, 0, true, 2 | 16},
-                        Case{1, 32, 1, 6, 2200, 96, 64, 2100, 1, 0, 0, 0, false, 0}}) {
-    INFO(Name(c));
-    const ListCall lc(c, 9);
-    Problem p = lc.p;
-    const bool view = c.hkv == 1;  // v: k's first dv columns
-    octattn_tensor vk = p.k.t;
-    vk.shape[3] = c.dv;
-    Context ctx(2);
-    octattn_attention_options opt = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
-    Tensor o = p.Out(), lse = p.Lse();
-    REQUIRE(octattn_attention(ctx, &opt, p.q.ptr(), p.k.ptr(), view ? &vk : p.v.ptr(), o.ptr(),
-                              lse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
-    for (int64_t i : {int64_t{0}, c.tq / 2, c.tq - 1}) {
-      INFO("row " << i);
-      Problem one(1, c.hq, c.hkv, 1, c.tk, c.d, c.dv, 1);
-      one.k.CopyValuesFrom(p.k);
-      one.v.CopyValuesFrom(p.v);
-      one.q.ForEach([&](int64_t, int64_t h, int64_t, int64_t x) {
-        one.q.at(0, h, 0, x) = p.q.at(0, h, i, x);
-      });
-      octattn_tensor ovk = one.k.t;
-      ovk.shape[3] = c.dv;
-      Lists row(1, lc.lists.h, 1, c.n);
-      for (int64_t g = 0; g < row.h; ++g) {
-        const Lists& src = lc.lists;
-        row.count(0, g, 0) = src.count(0, g, i);
-        for (int64_t x = 0; x < c.n; ++x) row.at(0, g, 0, x) = src.at(0, g, i, x);
-      }
-      octattn_attention_options dopt = opt;
-      dopt.q_start = c.tk - c.tq + i;
-      dopt.key_indices = &row.ti;
-      dopt.key_counts = &row.tc;
-      for (int threads : {1, 2}) {
-        Context dctx(threads);
-        Tensor d = one.Out(), dlse = one.Lse();
-        REQUIRE(octattn_attention(dctx, &dopt, one.q.ptr(), one.k.ptr(), view ? &ovk : one.v.ptr(),
-                                  d.ptr(), dlse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
-        for (int64_t h = 0; h < c.hq; ++h) {
-          REQUIRE(std::memcmp(&dlse.at(0, h, 0, 0), &lse.at(0, h, i, 0), 4) == 0);
-          for (int64_t x = 0; x < c.dv; ++x)
-            REQUIRE(std::memcmp(&d.at(0, h, 0, x), &o.at(0, h, i, x), 4) == 0);
+  for (octattn_dtype type : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16})
+    for (const Case& c : {Case{1, 8, 2, 40, 3000, 64, 64, 1100, 1, 0, 0, 0, true, 2 | 16},
+                          Case{1, 32, 1, 6, 2200, 96, 64, 2100, 1, 0, 0, 0, false, 0}}) {
+      INFO(Name(c) << " dtype " << type);
+      const ListCall lc(c, 9);
+      Problem p = lc.p;
+      const bool view = c.hkv == 1;  // v: k's first dv columns
+      const Typed q(p.q, type), k(p.k, type), v(p.v, type);
+      octattn_tensor vk = k.t;
+      vk.shape[3] = c.dv;
+      Context ctx(2);
+      octattn_attention_options opt = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
+      Tensor o = p.Out(), lse = p.Lse();
+      REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), view ? &vk : v.ptr(), o.ptr(),
+                                lse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
+      for (int64_t i : {int64_t{0}, c.tq / 2, c.tq - 1}) {
+        INFO("row " << i);
+        Problem one(1, c.hq, c.hkv, 1, c.tk, c.d, c.dv, 1);
+        one.k.CopyValuesFrom(p.k);
+        one.v.CopyValuesFrom(p.v);
+        one.q.ForEach([&](int64_t, int64_t h, int64_t, int64_t x) {
+          one.q.at(0, h, 0, x) = p.q.at(0, h, i, x);
+        });
+        const Typed oq(one.q, type), ok(one.k, type), ov(one.v, type);
+        octattn_tensor ovk = ok.t;
+        ovk.shape[3] = c.dv;
+        Lists row(1, lc.lists.h, 1, c.n);
+        for (int64_t g = 0; g < row.h; ++g) {
+          const Lists& src = lc.lists;
+          row.count(0, g, 0) = src.count(0, g, i);
+          for (int64_t x = 0; x < c.n; ++x) row.at(0, g, 0, x) = src.at(0, g, i, x);
+        }
+        octattn_attention_options dopt = opt;
+        dopt.q_start = c.tk - c.tq + i;
+        dopt.key_indices = &row.ti;
+        dopt.key_counts = &row.tc;
+        for (int threads : {1, 2}) {
+          Context dctx(threads);
+          Tensor d = one.Out(), dlse = one.Lse();
+          REQUIRE(octattn_attention(dctx, &dopt, oq.ptr(), ok.ptr(), view ? &ovk : ov.ptr(),
+                                    d.ptr(), dlse.ptr(), nullptr, nullptr, 0) == OCTATTN_OK);
+          for (int64_t h = 0; h < c.hq; ++h) {
+            REQUIRE(std::memcmp(&dlse.at(0, h, 0, 0), &lse.at(0, h, i, 0), 4) == 0);
+            for (int64_t x = 0; x < c.dv; ++x)
+              REQUIRE(std::memcmp(&d.at(0, h, 0, x), &o.at(0, h, i, x), 4) == 0);
+          }
         }
       }
     }
-  }
 }
 
 TEST_CASE("key lists on every target: within the reference's bound", "[lists][dispatch]") {
@@ -298,19 +318,7 @@ TEST_CASE("key lists: every tuning value gives the same bytes on every target",
         l.at(0, g, i, x) = static_cast<int32_t>(x < n / 2 ? x * 2 / 3 + 10 : rng() % (kv - 1));
     }
   for (octattn_dtype type : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16}) {
-    std::vector<uint16_t> q16(p.q.buf.size()), k16(p.k.buf.size()), v16(p.v.buf.size());
-    octattn_tensor q = p.q.t, k = p.k.t, v = p.v.t;
-    if (type != OCTATTN_DTYPE_F32) {
-      auto narrow = [&](const std::vector<float>& src, std::vector<uint16_t>& dst,
-                        octattn_tensor* t) {
-        for (size_t i = 0; i < src.size(); ++i) dst[i] = octattn::base::F32ToBf16(src[i]);
-        t->data = dst.data();
-        t->dtype = type;
-      };
-      narrow(p.q.buf, q16, &q);
-      narrow(p.k.buf, k16, &k);
-      narrow(p.v.buf, v16, &v);
-    }
+    const Typed q(p.q, type), k(p.k, type), v(p.v, type);
     octattn_attention_options opt = Options(1, 0, 0, OCTATTN_ALGORITHM_FUSED);
     opt.key_indices = &l.ti;
     opt.key_counts = &l.tc;
@@ -328,8 +336,8 @@ TEST_CASE("key lists: every tuning value gives the same bytes on every target",
         raw->tuning.vendor_fetch = tuning >> 1 & 1;
         raw->tuning.direct_rows = direct_rows;
         Tensor o = p.Out();
-        REQUIRE(octattn_attention(ctx, &opt, &q, &k, &v, o.ptr(), nullptr, nullptr, nullptr, 0) ==
-                OCTATTN_OK);
+        REQUIRE(octattn_attention(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), nullptr, nullptr,
+                                  nullptr, 0) == OCTATTN_OK);
         if (!have_first) {
           first = o;
           have_first = true;
