@@ -155,6 +155,8 @@ struct DirectTile {
 
   // Key lists (else null): space key g is key keys[g] of op (f32 and 16-bit rows only).
   const int32_t* keys = nullptr;
+  // Whether v is a view of k (ValuesInKeys): the value rows are key rows, not fetched.
+  bool values_in_keys = false;
 
   int64_t Key(int64_t g) const { return keys ? keys[g] : first + g; }
   const float* SrcK(int64_t g) const { return KeyRow(*op, Key(g)); }
@@ -202,6 +204,7 @@ struct DirectTile {
       *bytes = RowBytes(op->k_type, op->head_dim);
       row = SrcK(t0 + i);
     } else if (i < 2 * n) {
+      if (values_in_keys) return nullptr;  // (the key rows, which the key pass read)
       *bytes = RowBytes(op->v_type, op->value_dim);
       row = V(t0 + i - n);
     } else if (i - 2 * n < next1 - next0) {

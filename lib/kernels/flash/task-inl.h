@@ -310,6 +310,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         dts[x].vbuf = fs[x].vpack;
         dts[x].fetch = to != kFetchNone;
         dts[x].fetch_l2 = to == kFetchL2;
+        dts[x].values_in_keys = ValuesInKeys(ts[x].op);
         if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dts[x].far = kDirectFar;
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
         if (WholeRows(t.op, nh)) {
@@ -570,6 +571,7 @@ static void FlashListedUnit(const FlashTask& t, const FlashScratch& f, const int
       const FetchTo to = DirectFetch(t.op, t.tuning);
       dt.fetch = to != kFetchNone;
       dt.fetch_l2 = to == kFetchL2;
+      dt.values_in_keys = ValuesInKeys(t.op);
       if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dt.far = kDirectFar;
       if (t.op.k_type == kBf16) {
         FlashDirectTileHeads<kBf16>(&t, &dt, &f, 1, rows, &st, stride);
