@@ -303,8 +303,8 @@ TEST_CASE("key lists on every target: within the reference's bound", "[lists][di
 
 // A kv head's few rows read a list's tiles in place (DirectTile::keys), more rows pack
 // them: the same bytes, whatever the tuning, on every target, f32 and 16-bit, over a
-// [T, H, D] cache (rows 4 KiB apart: staged or read in place) with lists of runs and
-// scattered keys.
+// [T, H, D] cache (rows 4 KiB apart: staged or read in place) with lists of runs with
+// gaps (tiles read in place: ListedDirect) and of scattered keys (tiles gathered).
 TEST_CASE("key lists: every tuning value gives the same bytes on every target",
           "[lists][dispatch]") {
   const int64_t kv = SmallSized(1500, 600), n = SmallSized(700, 300);
@@ -314,8 +314,8 @@ TEST_CASE("key lists: every tuning value gives the same bytes on every target",
   for (int64_t g = 0; g < 8; ++g)
     for (int64_t i = 0; i < 2; ++i) {
       l.count(0, g, i) = static_cast<int32_t>(n);
-      for (int64_t x = 0; x < n; ++x)  // runs of consecutive keys, then scattered ones
-        l.at(0, g, i, x) = static_cast<int32_t>(x < n / 2 ? x * 2 / 3 + 10 : rng() % (kv - 1));
+      for (int64_t x = 0; x < n; ++x)  // runs with a gap every 8 keys, then scattered keys
+        l.at(0, g, i, x) = static_cast<int32_t>(x < n / 2 ? x + x / 8 + 10 : rng() % (kv - 1));
     }
   for (octattn_dtype type : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16}) {
     const Typed q(p.q, type), k(p.k, type), v(p.v, type);
