@@ -482,17 +482,7 @@ func (c *call) blocks(m *BlockMask, opts *C.octattn_attention_options) error {
 			return &Error{InvalidShape, fmt.Sprintf("Blocks: %d counts and %d indices for [%d, %d, %d, %d]", len(l[0]), len(l[1]), e, h, qb, n)}
 		}
 		for y, sizes := range [2][4]int{{e, h, qb, 1}, {e, h, qb, n}} {
-			t := &C.octattn_tensor{dtype: C.OCTATTN_DTYPE_INT32}
-			c.pin.Pin(&l[y][0])
-			t.data = unsafe.Pointer(&l[y][0])
-			stride := 1
-			for i := 3; i >= 0; i-- {
-				t.shape[i] = C.int64_t(sizes[i])
-				t.stride[i] = C.int64_t(stride)
-				stride *= sizes[i]
-			}
-			c.pin.Pin(t)
-			*dst[x][y] = t
+			*dst[x][y] = c.int32Tensor(l[y], sizes)
 		}
 	}
 	opts.block_q = C.int64_t(m.BlockQ)
@@ -516,31 +506,27 @@ func (c *call) keyList(l *KeyList, indices, counts **C.octattn_tensor) error {
 		(l.Counts != nil && len(l.Counts) != e*h*r) {
 		return &Error{InvalidShape, fmt.Sprintf("KeyList: %d indices and %d counts for [%d, %d, %d, %d]", len(l.Indices), len(l.Counts), e, h, r, n)}
 	}
-	for y, a := range [2][]int32{l.Indices, l.Counts} {
-		if a == nil {
-			continue
-		}
-		sizes := [4]int{e, h, r, n}
-		if y == 1 {
-			sizes[3] = 1
-		}
-		t := &C.octattn_tensor{dtype: C.OCTATTN_DTYPE_INT32}
-		c.pin.Pin(&a[0])
-		t.data = unsafe.Pointer(&a[0])
-		stride := 1
-		for i := 3; i >= 0; i-- {
-			t.shape[i] = C.int64_t(sizes[i])
-			t.stride[i] = C.int64_t(stride)
-			stride *= sizes[i]
-		}
-		c.pin.Pin(t)
-		if y == 0 {
-			*indices = t
-		} else {
-			*counts = t
-		}
+	*indices = c.int32Tensor(l.Indices, [4]int{e, h, r, n})
+	if l.Counts != nil {
+		*counts = c.int32Tensor(l.Counts, [4]int{e, h, r, 1})
 	}
 	return nil
+}
+
+// int32Tensor is a C-contiguous INT32 tensor of the given sizes over a (len(a) is their
+// product), pinned for the call.
+func (c *call) int32Tensor(a []int32, sizes [4]int) *C.octattn_tensor {
+	t := &C.octattn_tensor{dtype: C.OCTATTN_DTYPE_INT32}
+	c.pin.Pin(&a[0])
+	t.data = unsafe.Pointer(&a[0])
+	stride := 1
+	for i := 3; i >= 0; i-- {
+		t.shape[i] = C.int64_t(sizes[i])
+		t.stride[i] = C.int64_t(stride)
+		stride *= sizes[i]
+	}
+	c.pin.Pin(t)
+	return t
 }
 
 func (c *call) options(o *Options, batch, qHeads, qRows int) (*C.octattn_attention_options, error) {
