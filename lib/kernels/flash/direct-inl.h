@@ -30,16 +30,19 @@ static inline int64_t DirectRows(const FlashTask& t) {
   return t.op.head_dim > 256 ? base::MinI(n, 8) : n;
 }
 
-// Whether a task reads its whole tiles in place: decode-sized row lists, keys in rows of
-// whole 8-dimension blocks, values in rows of whole vectors, real keys one apart, keys
-// and values of one element type (16-bit ones widened in registers), no score
-// modifiers, on a target with a fast block transpose.
+// Whether a task reads its whole tiles in place (FlashDirect): decode-sized row lists,
+// keys in rows of whole 8-dimension blocks, values in rows of whole vectors, keys and
+// values of one element type (16-bit ones widened in registers), on a target with a fast
+// block transpose (DirectReadable: these); real keys one apart, no score modifiers.
 // bf16 pairs (FlashPairs) take sixteen dimensions a step.
+static inline bool DirectReadable(const FlashTask& t) {
+  return S::kBlockTranspose && FlashRows(t) <= DirectRows(t) && t.op.k_type == t.op.v_type &&
+         !Quantized(t.op.k_type) && t.op.k_dim == 1 && t.op.head_dim % 8 == 0 &&
+         (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
+         ValuesDirect(t.op.v_dim, t.op.value_dim);
+}
 static inline bool FlashDirect(const FlashTask& t, int64_t step) {
-  return S::kBlockTranspose && step == 1 && FlashRows(t) <= DirectRows(t) &&
-         t.op.k_type == t.op.v_type && !Quantized(t.op.k_type) && t.op.k_dim == 1 &&
-         t.op.head_dim % 8 == 0 && (t.op.q_type != kBf16 || t.op.head_dim % 16 == 0) &&
-         ValuesDirect(t.op.v_dim, t.op.value_dim) && !t.op.mods.Scores();
+  return step == 1 && DirectReadable(t) && !t.op.mods.Scores();
 }
 
 // Whether a task's quantized tiles are read in place and dequantized in registers
@@ -72,12 +75,8 @@ static inline bool FlashDirectWidened(const FlashTask& t, int64_t step) {
 // stream a dense tile; scattered keys are gathered (WidenTile), whose copies hide their
 // latency better.
 static inline bool ListedDirect(const FlashTask& t, const int32_t* keys, int64_t t0, int64_t t1) {
-  const Operands& op = t.op;
-  if (4 * (int64_t{keys[t1 - 1]} - keys[t0] + 1) > 5 * (t1 - t0)) return false;
-  return S::kBlockTranspose && FlashRows(t) <= DirectRows(t) && op.k_type == op.v_type &&
-         !Quantized(op.k_type) && op.k_dim == 1 && op.head_dim % 8 == 0 &&
-         (op.q_type != kBf16 || op.head_dim % 16 == 0) && !FlashPairs(op) &&
-         ValuesDirect(op.v_dim, op.value_dim) && !op.mods.Modifies();
+  return 4 * (int64_t{keys[t1 - 1]} - keys[t0] + 1) <= 5 * (t1 - t0) && DirectReadable(t) &&
+         !FlashPairs(t.op) && !t.op.mods.Modifies();
 }
 
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then

@@ -9,6 +9,16 @@
 // same way. A row's operations do not depend on nh or on its block. T: the rows' element
 // type; kI8 stands for every quantized type (FlashDirectQuant: the loops read the
 // operands' own, and blocks of two rows run as two of one).
+// A direct tile's fetches (DirectTile::Fetch): where DirectFetch says, value rows
+// skipped where they are key rows, f32 rows also far ahead into L2 (kDirectFar).
+static inline void SetDirectFetches(const FlashTask& t, DirectTile* dt) {
+  const FetchTo to = DirectFetch(t.op, t.tuning);
+  dt->fetch = to != kFetchNone;
+  dt->fetch_l2 = to == kFetchL2;
+  dt->values_in_keys = ValuesInKeys(t.op);
+  if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dt->far = kDirectFar;
+}
+
 template <Dtype T>
 static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, const FlashScratch* fs,
                                  int64_t nh, int64_t n, float* const* sts, size_t stride) {
@@ -303,15 +313,11 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         base::Classify(sp.mask, qfirst, qlast + 1, t0, t1, sp.kv_len) == base::kTileFull) {
       DirectTile dts[kMaxTaskKvHeads];
       const int64_t t_next = next_tile(t1);
-      const FetchTo to = DirectFetch(t.op, t.tuning);
       for (int64_t x = 0; x < nh; ++x) {
         dts[x] = DirectTile{&ts[x].op, first, t0, t1, 0, 0, fs[x].kt};
         dts[x].amx = amx;
         dts[x].vbuf = fs[x].vpack;
-        dts[x].fetch = to != kFetchNone;
-        dts[x].fetch_l2 = to == kFetchL2;
-        dts[x].values_in_keys = ValuesInKeys(ts[x].op);
-        if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dts[x].far = kDirectFar;
+        SetDirectFetches(ts[x], &dts[x]);
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
         if (WholeRows(t.op, nh)) {
           dts[x].heads = dts;
@@ -568,11 +574,7 @@ static void FlashListedUnit(const FlashTask& t, const FlashScratch& f, const int
       DirectTile dt{&t.op, 0, t0, t1, t1, base::MinI(t1 + kTileKeys, n), f.kt};
       dt.keys = keys;
       dt.vbuf = f.vpack;
-      const FetchTo to = DirectFetch(t.op, t.tuning);
-      dt.fetch = to != kFetchNone;
-      dt.fetch_l2 = to == kFetchL2;
-      dt.values_in_keys = ValuesInKeys(t.op);
-      if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dt.far = kDirectFar;
+      SetDirectFetches(t, &dt);
       if (t.op.k_type == kBf16) {
         FlashDirectTileHeads<kBf16>(&t, &dt, &f, 1, rows, &st, stride);
       } else if (t.op.k_type == kF16) {
