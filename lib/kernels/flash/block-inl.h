@@ -204,40 +204,52 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
 }
 
 // The scaled, masked scores of the block's rows into s[r] (the modifiers applied, the
-// holes masked), a K panel at a time: f32, bf16 pairs, or bf16 pairs on AMX tiles.
+// holes masked), a K panel at a time: f32, bf16 pairs, or bf16 pairs on AMX tiles. A
+// panel the block's columns [block_a, block_b) end inside (a window's or the diagonal's
+// edge) is scored a vector at a time, its vectors outside left alone: no row reads
+// them, and a score's chains are the same at any width.
 template <int R>
 OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
                                      const FlashTile& tile, const FlashRow* rows, BlockKeys<R>* bk,
                                      float* const* s, FlashPrefetch* pf) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const bool all = bk->full || bk->modded;
-  for (int64_t j0 = bk->block_a / kQkPanel * kQkPanel; j0 < bk->block_b; j0 += kQkPanel) {
-    pf->Step();
+  // Pack columns [j, j + C * L) of the panel that starts at j0.
+  auto score = [&](auto vecs, int64_t j0, int64_t j) OCTATTN_LAMBDA_INLINE {
+    constexpr int C = decltype(vecs)::value;
+    const float* kt = tile.kt + j0 * t.op.head_dim + (j - j0);
     if (t.op.qk_block) {  // integer keys and rows (OCTATTN_QK_INT8)
-      QkTile<R, kFlashQkVecs, false, false, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
-                                                  t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                                                  sp.mask, bk->qpos, t.op.scale, s, all, nullptr,
-                                                  IntKeys{t.op.qk_block, tile.ksc + j0});
-      continue;
+      QkTile<R, C, false, false, true>(bk->q, 1, kt, kQkPanel, t.op.head_dim, j, tile.t0, tile.t1,
+                                       sp.kv_len, sp.mask, bk->qpos, t.op.scale, s, all, nullptr,
+                                       IntKeys{t.op.qk_block, tile.ksc + j});
+      return;
     }
     if constexpr (S::kDotBf16) {
       if (t.op.q_type == kBf16) {  // bf16 pairs (FlashPairs): head_dim counts pairs
-        if constexpr (S::kAmx) {
-          if (t.op.head_dim % 16 == 0) {  // FlashAmx
-            QkTile<R, kFlashQkVecs, true, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
-                                                t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                                                sp.mask, bk->qpos, t.op.scale, s, all, sp.amx);
-            continue;
-          }
-        }
-        QkTile<R, kFlashQkVecs, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
-                                      t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len, sp.mask,
-                                      bk->qpos, t.op.scale, s, all);
+        QkTile<R, C, true>(bk->q, 1, kt, kQkPanel, t.op.head_dim, j, tile.t0, tile.t1, sp.kv_len,
+                           sp.mask, bk->qpos, t.op.scale, s, all);
+        return;
+      }
+    }
+    QkTile<R, C>(bk->q, t.op.q_dim, kt, kQkPanel, t.op.head_dim, j, tile.t0, tile.t1, sp.kv_len,
+                 sp.mask, bk->qpos, t.op.scale, s, all);
+  };
+  for (int64_t j0 = bk->block_a / kQkPanel * kQkPanel; j0 < bk->block_b; j0 += kQkPanel) {
+    pf->Step();
+    if constexpr (S::kAmx) {
+      if (t.op.q_type == kBf16 && !t.op.qk_block && t.op.head_dim % 16 == 0) {  // FlashAmx
+        QkTile<R, kFlashQkVecs, true, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
+                                            t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
+                                            sp.mask, bk->qpos, t.op.scale, s, all, sp.amx);
         continue;
       }
     }
-    QkTile<R, kFlashQkVecs>(bk->q, t.op.q_dim, tile.kt + j0 * t.op.head_dim, kQkPanel,
-                            t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len, sp.mask, bk->qpos,
-                            t.op.scale, s, all);
+    const int64_t ja = base::MaxI(j0, bk->block_a), jb = base::MinI(j0 + kQkPanel, bk->block_b);
+    if (ja == j0 && jb == j0 + kQkPanel) {
+      score(std::integral_constant<int, kFlashQkVecs>(), j0, j0);
+    } else {
+      for (int64_t j = ja; j < jb; j += L) score(std::integral_constant<int, 1>(), j0, j);
+    }
   }
   if (bk->modded)  // the raw scores get the modifiers, then the mask and the holes
     for (int r = 0; r < R; ++r) {
