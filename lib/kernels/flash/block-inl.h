@@ -239,8 +239,8 @@ OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
     if constexpr (S::kAmx) {
       if (t.op.q_type == kBf16 && !t.op.qk_block && t.op.head_dim % 16 == 0) {  // FlashAmx
         QkTile<R, kFlashQkVecs, true, true>(bk->q, 1, tile.kt + j0 * t.op.head_dim, kQkPanel,
-                                            t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len,
-                                            sp.mask, bk->qpos, t.op.scale, s, all, sp.amx);
+                                            t.op.head_dim, j0, tile.t0, tile.t1, sp.kv_len, sp.mask,
+                                            bk->qpos, t.op.scale, s, all, sp.amx);
         continue;
       }
     }

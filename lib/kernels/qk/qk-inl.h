@@ -267,20 +267,27 @@ OCTATTN_INLINE void QkTile(const float* const* q, int64_t q_dim, const float* kt
     QkStore<R, C, P>(q, q_dim, kt, kt_stride, head_dim, scale, out);
   }
   if (kind == base::kTilePartial || a1 < a0 + C * L) {
-    // Each row's keys as ranges (the mask's own description of a row): a dense run and
-    // the strided columns below it, stepped to without a division per key.
+    // Each row's keys as ranges (the mask's own description of a row): its dense run
+    // [lo, hi) of the columns, and the strided columns outside it, whose scores are set
+    // aside while the rest is masked in runs.
+    constexpr int64_t n = C * L;
+    const int64_t end = a1 - a0;
     for (int r = 0; r < R; ++r) {
       const base::RowKeys k = base::KeysOf(mask, qpos[r], kv_len);
-      int64_t column = k.stride > 0 ? base::NextOnStride(a0, k.stride, k.phase) : a1;
-      for (int64_t jj = 0; jj < C * L; ++jj) {
-        const int64_t j = a0 + jj;
-        bool allowed = j < a1 && j >= k.lo && j < k.hi;
-        if (j == column) {
-          allowed |= j < a1 && j < k.strided_end && j >= k.strided_begin;
-          column += k.stride;
-        }
-        if (!allowed) out[r][jj] = -__builtin_inff();
-      }
+      const int64_t lo = base::MinI(base::MaxI(k.lo - a0, 0), end);
+      const int64_t hi = base::MinI(base::MaxI(k.hi - a0, lo), end);
+      float kept[n];
+      int64_t at[n], m = 0;
+      if (k.stride > 0)
+        for (int64_t j = base::NextOnStride(base::MaxI(a0, k.strided_begin), k.stride, k.phase);
+             j < base::MinI(a1, k.strided_end); j += k.stride)
+          if (j - a0 < lo || j - a0 >= hi) {
+            at[m] = j - a0;
+            kept[m++] = out[r][j - a0];
+          }
+      for (int64_t x = 0; x < lo; ++x) out[r][x] = -__builtin_inff();
+      for (int64_t x = hi; x < n; ++x) out[r][x] = -__builtin_inff();
+      for (int64_t i = 0; i < m; ++i) out[r][at[i]] = kept[i];
     }
   }
 }
