@@ -112,9 +112,13 @@ struct S {
   }
 #include "lib/kernels/common/tanh-inl.h"
   static HWY_INLINE float ReduceSum(V v) { return hn::GetLane(hn::SumOfLanes(D(), H(v))); }
-  // Not MaxOfLanes: on EMU128 it starts from the lowest finite value, so a vector of
-  // -inf (a fully masked row) would come back as -FLT_MAX.
+  // Not MaxOfLanes on EMU128: there it starts from the lowest finite value, so a vector
+  // of -inf (a fully masked row) would come back as -FLT_MAX. The x86 targets' is a
+  // shuffle tree.
   static HWY_INLINE float ReduceMax(V v) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+    return hn::GetLane(hn::MaxOfLanes(D(), H(v)));
+#endif
     alignas(64) float lanes[kLanes];
     hn::StoreU(H(v), D(), lanes);
     float m = lanes[0];
