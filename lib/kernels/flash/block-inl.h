@@ -203,6 +203,45 @@ OCTATTN_INLINE bool FlashBlockKeys(const FlashTask& t, const FlashSpace& sp, con
   return true;
 }
 
+// Whether a row of the block reads one of the n keys from key j (its dense run or one
+// of its strided columns).
+template <int R>
+OCTATTN_INLINE bool ReadsVector(const BlockKeys<R>& bk, int64_t j, int64_t n) {
+  for (int r = 0; r < R; ++r) {
+    const base::RowKeys& k = bk.keys[r];
+    if (k.lo < k.hi && k.lo < j + n && k.hi > j) return true;
+    if (k.stride > 0 && k.strided_begin < k.strided_end &&
+        base::NextOnStride(base::MaxI(j, k.strided_begin), k.stride, k.phase) <
+            base::MinI(j + n, k.strided_end))
+      return true;
+  }
+  return false;
+}
+
+// Pack columns [ja, jb) of the panel at j0 where strided columns lie among the keys:
+// the whole panel if a row reads a key of each of its vectors, else the vectors a row
+// reads one at a time, the others masked without being scored. Out of line: the dense
+// blocks' code stays as it was.
+template <int R, class Score>
+__attribute__((noinline)) static void ScoreSparsePanel(const BlockKeys<R>& bk, int64_t t0,
+                                                       int64_t j0, int64_t ja, int64_t jb,
+                                                       float* const* s, Score&& score) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  bool whole = ja == j0 && jb == j0 + kQkPanel;
+  for (int c = 0; c < kFlashQkVecs && whole; ++c) whole = ReadsVector(bk, t0 + j0 + c * L, L);
+  if (whole) {
+    score(std::integral_constant<int, kFlashQkVecs>(), j0, j0);
+    return;
+  }
+  for (int64_t j = ja; j < jb; j += L) {
+    if (ReadsVector(bk, t0 + j, L)) {
+      score(std::integral_constant<int, 1>(), j0, j);
+    } else {
+      for (int r = 0; r < R; ++r) S::Store(S::Set(-__builtin_inff()), s[r] + j);
+    }
+  }
+}
+
 // The scaled, masked scores of the block's rows into s[r] (the modifiers applied, the
 // holes masked), a K panel at a time: f32, bf16 pairs, or bf16 pairs on AMX tiles. A
 // panel the block's columns [block_a, block_b) end inside (a window's or the diagonal's
@@ -214,6 +253,10 @@ OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
                                      float* const* s, FlashPrefetch* pf) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const bool all = bk->full || bk->modded;
+  // With strided columns among the real keys, a row's first tile holds a few of them
+  // below its window: the vectors between them, which no row reads, are not scored.
+  const bool sparse = !all && sp.first == 0 && sp.step == 1 && !sp.keys && sp.mask.causal &&
+                      sp.mask.window > 0 && sp.mask.stride > 0;
   // Pack columns [j, j + C * L) of the panel that starts at j0.
   auto score = [&](auto vecs, int64_t j0, int64_t j) OCTATTN_LAMBDA_INLINE {
     constexpr int C = decltype(vecs)::value;
@@ -245,10 +288,12 @@ OCTATTN_INLINE void FlashBlockScores(const FlashTask& t, const FlashSpace& sp,
       }
     }
     const int64_t ja = base::MaxI(j0, bk->block_a), jb = base::MinI(j0 + kQkPanel, bk->block_b);
-    if (ja == j0 && jb == j0 + kQkPanel) {
+    if (ja == j0 && jb == j0 + kQkPanel && !sparse) {
       score(std::integral_constant<int, kFlashQkVecs>(), j0, j0);
-    } else {
+    } else if (!sparse) {
       for (int64_t j = ja; j < jb; j += L) score(std::integral_constant<int, 1>(), j0, j);
+    } else {
+      ScoreSparsePanel(*bk, tile.t0, j0, ja, jb, s, score);
     }
   }
   if (bk->modded)  // the raw scores get the modifiers, then the mask and the holes
