@@ -92,17 +92,33 @@ constexpr int64_t kDotBlock = 64;
 
 // One 64-dimension block's chains stored as scores: added to the blocks' before
 // (`after`), scaled after the last block (`last`). Every score of every path ends so.
+// The four cases are separate loops with no branch inside, which the compiler unrolls
+// with the chains still in registers (one loop with the branches stored them all to the
+// stack and read them back).
 template <int R, int C>
 OCTATTN_INLINE void StoreDotBlock(const typename S::V (&acc)[R][C], float* const* out, bool after,
                                   bool last, typename S::V vs) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      typename S::V x = acc[r][c];
-      if (after) x = S::Add(S::Load(out[r] + c * L), x);
-      if (last) x = S::Mul(x, vs);
-      S::Store(x, out[r] + c * L);
-    }
+  auto store = [&](auto add, auto scale) OCTATTN_LAMBDA_INLINE {
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        typename S::V x = acc[r][c];
+        if constexpr (decltype(add)::value) x = S::Add(S::Load(out[r] + c * L), x);
+        if constexpr (decltype(scale)::value) x = S::Mul(x, vs);
+        S::Store(x, out[r] + c * L);
+      }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (after && last) {
+    store(Yes(), Yes());
+  } else if (after) {
+    store(Yes(), No());
+  } else if (last) {
+    store(No(), Yes());
+  } else {
+    store(No(), No());
+  }
 }
 
 // OCTATTN_QK_INT8 (Operands::qk_block): one block's integer dot products `dot` (exact,
