@@ -131,15 +131,32 @@ OCTATTN_INLINE void StoreIntBlock(const typename S::V (&dot)[R][C], const float*
                                   int64_t b, const typename S::V (&kv)[C], float* const* out,
                                   bool after, bool last, typename S::V vs) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  for (int r = 0; r < R; ++r) {
-    const typename S::V u = S::Set(qs[r][b]);
-    for (int c = 0; c < C; ++c) {
-      const typename S::V f = S::Mul(u, kv[c]);
-      typename S::V x =
-          after ? S::MulAdd(dot[r][c], f, S::Load(out[r] + c * L)) : S::Mul(dot[r][c], f);
-      if (last) x = S::Mul(x, vs);
-      S::Store(x, out[r] + c * L);
+  auto store = [&](auto add, auto scale) OCTATTN_LAMBDA_INLINE {  // as StoreDotBlock's
+    for (int r = 0; r < R; ++r) {
+      const typename S::V u = S::Set(qs[r][b]);
+      for (int c = 0; c < C; ++c) {
+        const typename S::V f = S::Mul(u, kv[c]);
+        typename S::V x;
+        if constexpr (decltype(add)::value) {
+          x = S::MulAdd(dot[r][c], f, S::Load(out[r] + c * L));
+        } else {
+          x = S::Mul(dot[r][c], f);
+        }
+        if constexpr (decltype(scale)::value) x = S::Mul(x, vs);
+        S::Store(x, out[r] + c * L);
+      }
     }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (after && last) {
+    store(Yes(), Yes());
+  } else if (after) {
+    store(Yes(), No());
+  } else if (last) {
+    store(No(), Yes());
+  } else {
+    store(No(), No());
   }
 }
 
