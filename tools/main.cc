@@ -35,9 +35,17 @@ int RunInfo(int, char**) {
               octattn_algorithm_name(info.algorithm), octattn_backend_name(info.backend),
               octattn_target_name(info.target));
   std::printf("threads: %d\n", threads);
-  // The element types octattn_attention takes, each tried on a one-token call.
-  std::printf("dtypes of q, k, v (o: f32 or q's), computed in f32:");
+  // What auto runs for each element type of q, k and v, each tried on a one-token call
+  // (the context's target serves them all; which arithmetic it runs depends on the type).
+  std::printf("auto, per element type of q, k and v (o: f32 or q's; computed in f32):\n");
   const uint16_t halves[2] = {0x3F80, 0x3C00};  // 1.0 in bf16 and in f16
+  bool amx_runs = false;
+  {
+    octattn_target targets[8];
+    size_t n = 0;
+    octattn_available_targets(OCTATTN_BACKEND_HIGHWAY, targets, 8, &n);
+    for (size_t i = 0; i < n && i < 8; ++i) amx_runs |= targets[i] == OCTATTN_TARGET_AMX_BF16;
+  }
   for (octattn_dtype t : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
     uint16_t h = t == OCTATTN_DTYPE_BF16 ? halves[0] : halves[1], h_out = 0;
     octattn_tensor qt = q, ot = o;
@@ -46,18 +54,33 @@ int RunInfo(int, char**) {
       ot.data = &h_out;
       qt.dtype = ot.dtype = t;
     }
-    if (octattn_attention(ctx, nullptr, &qt, &qt, &qt, &ot, nullptr, nullptr, nullptr, 0) ==
-        OCTATTN_OK)
-      std::printf(" %s", t == OCTATTN_DTYPE_F32 ? "f32" : t == OCTATTN_DTYPE_BF16 ? "bf16" : "f16");
+    const char* name = t == OCTATTN_DTYPE_F32 ? "f32" : t == OCTATTN_DTYPE_BF16 ? "bf16" : "f16";
+    if (octattn_attention(ctx, nullptr, &qt, &qt, &qt, &ot, nullptr, nullptr, nullptr, 0) !=
+        OCTATTN_OK) {
+      std::printf("  %-5s not taken here\n", name);
+      continue;
+    }
+    octattn_run_info ti{};
+    ti.struct_size = sizeof(ti);
+    octattn_context_last_run(ctx, &ti);
+    const bool dot =
+        ti.target == OCTATTN_TARGET_AVX512_BF16 || ti.target == OCTATTN_TARGET_AMX_BF16;
+    const char* how = "f32 FMAs";
+    if (t == OCTATTN_DTYPE_F16) how = "widened to f32 as it is read";
+    if (t == OCTATTN_DTYPE_BF16)
+      how = ti.target == OCTATTN_TARGET_AMX_BF16
+                ? "fused q.k and weighted sums on AMX tiles where head_dim is a multiple of 32, "
+                  "else vdpbf16ps"
+            : dot ? "fused q.k on vdpbf16ps, the weighted sums too where v is bf16 and no score "
+                    "modifier or strided column applies (the header's bound for it)"
+                  : "widened to f32 as it is read (this target has no bf16 dot product)";
+    std::printf("  %-5s %s %s: %s\n", name, octattn_backend_name(ti.backend),
+                octattn_target_name(ti.target), how);
   }
-  std::printf("\n");
-  if (info.target == OCTATTN_TARGET_AVX512_BF16)
+  if (amx_runs && info.target != OCTATTN_TARGET_AMX_BF16)
     std::printf(
-        "bf16 q and k (and v) on the fused path: vdpbf16ps, with the header's bound for it\n");
-  if (info.target == OCTATTN_TARGET_AMX_BF16)
-    std::printf(
-        "bf16 q and k on the fused path: q.k and the weighted sums (bf16 v) on AMX tiles\n"
-        "where head_dim is a multiple of 32 (else vdpbf16ps), with the header's bound\n");
+        "amx_bf16 runs here only when asked for (OCTATTN_TARGET=amx_bf16): its bf16 prefill ran "
+        "2.6-2.9x avx512_bf16's, its decode 0.72-0.88x (docs/PERFORMANCE.md)\n");
   octattn_context_destroy(ctx);
   return 0;
 }
