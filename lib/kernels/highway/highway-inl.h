@@ -118,12 +118,13 @@ struct S {
   static HWY_INLINE float ReduceMax(V v) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
     return hn::GetLane(hn::MaxOfLanes(D(), H(v)));
-#endif
+#else
     alignas(64) float lanes[kLanes];
     hn::StoreU(H(v), D(), lanes);
     float m = lanes[0];
     for (size_t i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
     return m;
+#endif
   }
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
 #define OCTATTN_AVX_TRANSPOSE 1

@@ -85,16 +85,27 @@ OCTATTN_INLINE void QkChain(const float* const* q, int64_t q_dim, const float* k
 // length, so a long head dimension is summed in blocks of this many.
 constexpr int64_t kDotBlock = 64;
 
-// out[r][c * lanes + lane] = scale * sum_d q_r[d] * kt[d][c * lanes + lane], for R rows
-// and C key vectors: one FMA chain per block of kDotBlock dimensions, each block's sum
-// added to the sum of the blocks before it in block order (through `out`, so that the
-// partial sums take no registers), then scaled. The order is fixed by head_dim alone, so
+// f(add, scale) with after and last as compile-time bools: a block's end runs as one
+// loop per case with no branch inside, which the compiler unrolls with the chains still
+// in registers (one loop with the branches stored them all to the stack and read them
+// back).
+template <class F>
+OCTATTN_INLINE void ByCase(bool after, bool last, F&& f) {
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (after && last) {
+    f(Yes(), Yes());
+  } else if (after) {
+    f(Yes(), No());
+  } else if (last) {
+    f(No(), Yes());
+  } else {
+    f(No(), No());
+  }
+}
 
 // One 64-dimension block's chains stored as scores: added to the blocks' before
 // (`after`), scaled after the last block (`last`). Every score of every path ends so.
-// The four cases are separate loops with no branch inside, which the compiler unrolls
-// with the chains still in registers (one loop with the branches stored them all to the
-// stack and read them back).
 template <int R, int C>
 OCTATTN_INLINE void StoreDotBlock(const typename S::V (&acc)[R][C], float* const* out, bool after,
                                   bool last, typename S::V vs) {
@@ -108,17 +119,7 @@ OCTATTN_INLINE void StoreDotBlock(const typename S::V (&acc)[R][C], float* const
         S::Store(x, out[r] + c * L);
       }
   };
-  using Yes = std::true_type;
-  using No = std::false_type;
-  if (after && last) {
-    store(Yes(), Yes());
-  } else if (after) {
-    store(Yes(), No());
-  } else if (last) {
-    store(No(), Yes());
-  } else {
-    store(No(), No());
-  }
+  ByCase(after, last, store);
 }
 
 // OCTATTN_QK_INT8 (Operands::qk_block): one block's integer dot products `dot` (exact,
@@ -131,7 +132,7 @@ OCTATTN_INLINE void StoreIntBlock(const typename S::V (&dot)[R][C], const float*
                                   int64_t b, const typename S::V (&kv)[C], float* const* out,
                                   bool after, bool last, typename S::V vs) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  auto store = [&](auto add, auto scale) OCTATTN_LAMBDA_INLINE {  // as StoreDotBlock's
+  auto store = [&](auto add, auto scale) OCTATTN_LAMBDA_INLINE {
     for (int r = 0; r < R; ++r) {
       const typename S::V u = S::Set(qs[r][b]);
       for (int c = 0; c < C; ++c) {
@@ -147,17 +148,7 @@ OCTATTN_INLINE void StoreIntBlock(const typename S::V (&dot)[R][C], const float*
       }
     }
   };
-  using Yes = std::true_type;
-  using No = std::false_type;
-  if (after && last) {
-    store(Yes(), Yes());
-  } else if (after) {
-    store(Yes(), No());
-  } else if (last) {
-    store(No(), Yes());
-  } else {
-    store(No(), No());
-  }
+  ByCase(after, last, store);
 }
 
 // The integer scores of R rows (QRecords: integers as floats, then their block scales)
@@ -183,6 +174,10 @@ OCTATTN_INLINE void QkStoreInt(const float* const* q, const float* kt, int64_t k
   }
 }
 
+// out[r][c * lanes + lane] = scale * sum_d q_r[d] * kt[d][c * lanes + lane], for R rows
+// and C key vectors: one FMA chain per block of kDotBlock dimensions, each block's sum
+// added to the sum of the blocks before it in block order (through `out`, so that the
+// partial sums take no registers), then scaled. The order is fixed by head_dim alone, so
 // a score has the same bits in every call. P: bf16 pairs (QkChain), head_dim counts
 // pairs, kDotBlock / 2 of them per block.
 template <int R, int C, bool P = false>
