@@ -887,7 +887,7 @@ TEST_CASE("16-bit o: every target narrows as the scalar conversions do", "[dtype
 // octattn_weighted_sum (scores, weights and o stay f32), with the bytes of the f32 stage
 // on the widened values on every target; the head layout calls copy 16-bit elements bit
 // for bit (src's and dst's dtype the same).
-TEST_CASE("the stages take 16-bit q, k and v; the head layout calls copy 16-bit elements",
+TEST_CASE("the stages take 16-bit q, k and v, and the head layout calls copy 16-bit elements",
           "[dtype][dispatch]") {
   for (const Target& t : AllTargets())
     for (Layout layout : {Layout::kBHTD, Layout::kDimSlowest})

@@ -175,7 +175,7 @@ const Case kCases[] = {
     {1, 16, 1, 2, 2600, 64, 48, 1500, 1, 0, 0, 0, false, 0},  // many units, split keys
 };
 
-TEST_CASE("the reference over key lists: the mask tensor's bytes; fused within its bound",
+TEST_CASE("the reference over key lists: the mask tensor's bytes, fused within its bound",
           "[lists]") {
   uint32_t seed = 100;
   for (const Case& c : kCases)
