@@ -241,8 +241,9 @@
  * name, not on their order, duplicates or lengths, and a decode step equals its prefill
  * row as above; they are not those of the call with a mask tensor of the same pairs (its
  * tiles group other keys), which they agree with to the accuracy below. The reference
- * algorithm takes lists; the naive algorithm, key_scores, block masks, the backward and
- * the stages do not (UNSUPPORTED, INVALID_OPTION for a block mask).
+ * algorithm and the backward take lists (since 0.11: octattn_attention_backward, with
+ * the forward call's lists); the naive algorithm, key_scores, block masks and the stages
+ * do not (UNSUPPORTED, INVALID_OPTION for a block mask).
  *
  * Key scores (since 0.11). With options.key_scores, octattn_attention also writes, for
  * every key row j of every kv head g, the sum of the weights it received: over the query
@@ -780,6 +781,11 @@ OCTATTN_API octattn_status octattn_kv_store(octattn_context* ctx, const octattn_
  * Algorithms: AUTO and FUSED run the fused backward (FlashAttention-2's: the
  * probabilities recomputed tile by tile from q, k and lse, D from dout and o; scratch
  * bounded by the tile sizes whatever q_len and kv_len are, tiles no row reads skipped).
+ * Over key lists it takes the query rows 64 at a time, their lists as sets (each key
+ * once, ascending), and reads only the tiles of 64 keys that one of those rows names,
+ * checking each pair: its cost follows the tiles the lists touch (scattered
+ * top-k lists touch most of a short cache's), and its scratch holds 64 rows' lists (4
+ * bytes for each entry of the lists' capacity n + n2).
  * Its o and lse must be what octattn_attention returned for these inputs and options.
  * REFERENCE is the double-accumulating oracle: it recomputes o and the softmax from q,
  * k and v and does not read o and lse. NAIVE: UNSUPPORTED. Tasks are (batch, kv head)

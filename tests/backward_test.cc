@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 
@@ -326,6 +327,51 @@ TEST_CASE("reference backward agrees with finite differences", "[backward]") {
   }
 }
 
+namespace {
+
+// p's gradients under opt (from the o, lse and dout given) keep the bytes of base (one
+// thread, BHTD, with dbias) on 2 and 3 threads and, on one, in each of `layouts`;
+// target null: the context's own.
+void RequireGradientInvariance(const Target* target, const octattn_attention_options& opt,
+                               const Problem& p, const Tensor& o, const Tensor& lse,
+                               const Tensor& dout, const Grads& base,
+                               std::initializer_list<Layout> layouts) {
+  auto context = [&](int threads) {
+    return target ? std::make_unique<Context>(*target, threads)
+                  : std::make_unique<Context>(threads);
+  };
+  for (int threads : {2, 3}) {
+    INFO("threads " << threads);
+    const auto ctx = context(threads);
+    Grads g(p, true, false);
+    RequireBackward(*ctx, opt, p, o, lse, dout, g);
+    CHECK(BytesEqual(g.dq, base.dq));
+    CHECK(BytesEqual(g.dk, base.dk));
+    CHECK(BytesEqual(g.dv, base.dv));
+    CHECK(BytesEqual(g.dbias, base.dbias));
+  }
+  const auto one = context(1);
+  for (Layout layout : layouts) {
+    INFO("layout " << layout);
+    Problem l(p.q.shape[0], p.q.shape[1], p.k.shape[1], p.q.shape[2], p.k.shape[2], p.q.shape[3],
+              p.v.shape[3], 1, 1.0f, layout);
+    l.q.CopyValuesFrom(p.q);
+    l.k.CopyValuesFrom(p.k);
+    l.v.CopyValuesFrom(p.v);
+    Tensor lo(o.shape, layout), ll(lse.shape, layout), ld(dout.shape, layout);
+    lo.CopyValuesFrom(o);
+    ll.CopyValuesFrom(lse);
+    ld.CopyValuesFrom(dout);
+    Grads g(l, false, false, layout);
+    RequireBackward(*one, opt, l, lo, ll, ld, g);
+    CHECK(BytesEqual(g.dq, base.dq));
+    CHECK(BytesEqual(g.dk, base.dk));
+    CHECK(BytesEqual(g.dv, base.dv));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("backward bytes do not depend on threads, layouts or the batch", "[backward][dispatch]") {
   const int64_t t = Sized(140, 70);
   for (const Target& target : AllTargets()) {
@@ -339,30 +385,8 @@ TEST_CASE("backward bytes do not depend on threads, layouts or the batch", "[bac
     Attend(one, opt, p.q, p.k, p.v, o, &lse);
     Grads base(p, true, false);
     RequireBackward(one, opt, p, o, lse, dout, base);
-    for (int threads : {2, 3}) {
-      Context ctx(target, threads);
-      Grads g(p, true, false);
-      RequireBackward(ctx, opt, p, o, lse, dout, g);
-      CHECK(BytesEqual(g.dq, base.dq));
-      CHECK(BytesEqual(g.dk, base.dk));
-      CHECK(BytesEqual(g.dv, base.dv));
-      CHECK(BytesEqual(g.dbias, base.dbias));
-    }
-    for (Layout layout : {Layout::kBTHD, Layout::kPadded, Layout::kDimSlowest}) {
-      Problem l(3, 4, 2, t, t, 16, 16, 31, 1.0f, layout);
-      l.q.CopyValuesFrom(p.q);
-      l.k.CopyValuesFrom(p.k);
-      l.v.CopyValuesFrom(p.v);
-      Tensor lo(o.shape, layout), ll(lse.shape, layout), ld(dout.shape, layout);
-      lo.CopyValuesFrom(o);
-      ll.CopyValuesFrom(lse);
-      ld.CopyValuesFrom(dout);
-      Grads g(l, false, false, layout);
-      RequireBackward(one, opt, l, lo, ll, ld, g);
-      CHECK(BytesEqual(g.dq, base.dq));
-      CHECK(BytesEqual(g.dk, base.dk));
-      CHECK(BytesEqual(g.dv, base.dv));
-    }
+    RequireGradientInvariance(&target, opt, p, o, lse, dout, base,
+                              {Layout::kBTHD, Layout::kPadded, Layout::kDimSlowest});
     // Batch item 1 alone.
     Problem s(1, 4, 2, t, t, 16, 16, 31);
     Tensor so = s.Out(), sl = s.Lse(), sd = s.Out();
@@ -471,6 +495,164 @@ TEST_CASE("backward gradients are causal, also with NaN and Inf", "[backward][di
         }
       }
     }
+  }
+}
+
+namespace {
+
+// Random key lists of p: per (batch entry, kv head or one for all, row) up to n entries
+// from the whole cache (past a row's causal bound too), unsorted, with duplicates and -1.
+Lists RandomLists(const Problem& p, int64_t n, bool per_head, uint32_t seed) {
+  const int64_t tq = p.q.shape[2], tk = p.k.shape[2];
+  Lists l(p.q.shape[0], per_head ? p.k.shape[1] : 1, tq, n);
+  std::mt19937 rng(seed);
+  for (int64_t b = 0; b < l.e; ++b)
+    for (int64_t g = 0; g < l.h; ++g)
+      for (int64_t i = 0; i < tq; ++i) {
+        const int64_t c = rng() % 6 == 0 ? n : static_cast<int64_t>(rng() % (n + 1));
+        l.count(b, g, i) = static_cast<int32_t>(c);
+        for (int64_t x = 0; x < c; ++x) {
+          const uint32_t r = rng() % 16;
+          l.at(b, g, i, x) = r == 0            ? -1
+                             : r == 1 && x > 0 ? l.at(b, g, i, rng() % x)
+                                               : static_cast<int32_t>(rng() % tk);
+        }
+      }
+  return l;
+}
+
+// The bool mask tensor of the pairs lists l name (and own's bits, where given).
+std::unique_ptr<BoolTensor> ListedPairs(const Problem& p, const Lists& l, BoolTensor* own) {
+  const int64_t s[4] = {p.q.shape[0], p.q.shape[1], p.q.shape[2], p.k.shape[2]};
+  auto pairs = std::make_unique<BoolTensor>(s);
+  const int64_t group = p.q.shape[1] / p.k.shape[1];
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t h = 0; h < s[1]; ++h)
+      for (int64_t i = 0; i < s[2]; ++i)
+        for (int64_t j = 0; j < s[3]; ++j)
+          pairs->at(b, h, i, j) =
+              (!own || own->at(b, h, i, j)) && l.Has(b, l.h > 1 ? h / group : 0, i, j);
+  return pairs;
+}
+
+}  // namespace
+
+// Over key lists the reference backward gives the bytes of the reference backward over
+// the mask tensor of the same pairs; the fused backward is within the header's bound of
+// it on every target, several query and key tiles, modifiers and masks included.
+TEST_CASE("backward over key lists: the mask tensor's reference bytes, fused within the bound",
+          "[backward][lists][dispatch]") {
+  const auto targets = AllTargets();
+  const int64_t t = Sized(150, 70);
+  struct ListCase {
+    Case c;
+    int64_t n;
+    bool per_head;
+    int mods;  // 1 softcap, 2 ALiBi, 4 bias, 8 mask tensor, 16 sinks
+  };
+  const ListCase cases[] = {
+      {{1, 2, 2, t, t, 16, 16, 1, 0, 0, kDef}, 40, true, 0},
+      {{2, 4, 2, 70, 130, 8, 12, 1, 0, 0, kDef}, 24, false, 1 | 16},
+      {{1, 4, 1, 33, 300, 32, 32, 0, 0, 0, kDef}, 100, false, 2 | 4 | 8},
+      {{1, 2, 2, t, t, 8, 8, 1, 9, 7, kDef}, 30, true, 16},
+      {{1, 2, 1, 1, 200, 64, 64, 1, 0, 0, kDef}, 50, false, 0},  // decode
+  };
+  uint32_t seed = 600;
+  for (const ListCase& lc : cases) {
+    const Case& c = lc.c;
+    INFO(Describe(c) << " n " << lc.n << " mods " << lc.mods);
+    Problem p(c.batch, c.hq, c.hkv, c.tq, c.tk, c.d, c.dv, ++seed, c.range);
+    octattn_attention_options opt =
+        Options(c.causal, c.window, c.stride, OCTATTN_ALGORITHM_AUTO, c.q_start);
+    Mods m;
+    m.softcap = lc.mods & 1 ? 1.5f : 0.0f;
+    m.alibi = lc.mods & 2;
+    m.bias = lc.mods & 4;
+    m.mask = lc.mods & 8;
+    m.sinks = lc.mods & 16;
+    m.Apply(p, seed, &opt);
+    const Lists lists = RandomLists(p, lc.n, lc.per_head, seed + 1);
+    const std::unique_ptr<BoolTensor> pairs = ListedPairs(p, lists, m.mask_t.get());
+    octattn_attention_options listed = opt, masked = opt;
+    listed.key_indices = &lists.ti;
+    listed.key_counts = &lists.tc;
+    masked.mask = &pairs->t;
+    Tensor dout = p.Out(), dlse = p.Lse();
+    dout.Fill(seed + 3);
+    dlse.Fill(seed + 4);
+    Context ref_ctx;
+    octattn_attention_options rl = listed, rm = masked;
+    rl.algorithm = rm.algorithm = OCTATTN_ALGORITHM_REFERENCE;
+    Tensor o = p.Out(), lse = p.Lse();
+    Attend(ref_ctx, rl, p.q, p.k, p.v, o, &lse);
+    Grads ref(p, true, m.sinks), by_mask(p, true, m.sinks);
+    RequireBackward(ref_ctx, rl, p, o, lse, dout, ref, &dlse);
+    RequireBackward(ref_ctx, rm, p, o, lse, dout, by_mask, &dlse);
+    CHECK(BytesEqual(ref.dq, by_mask.dq));
+    CHECK(BytesEqual(ref.dk, by_mask.dk));
+    CHECK(BytesEqual(ref.dv, by_mask.dv));
+    CHECK(BytesEqual(ref.dbias, by_mask.dbias));
+    CHECK(ref.dsinks == by_mask.dsinks);
+    const Bounds bounds = MakeBounds(p, m, listed, dout, &dlse);
+    for (const Target& target : targets) {
+      INFO(target.Name());
+      Context ctx(target, 2);
+      Tensor fo = p.Out(), flse = p.Lse();
+      Attend(ctx, listed, p.q, p.k, p.v, fo, &flse);
+      Grads g(p, true, m.sinks);
+      RequireBackward(ctx, listed, p, fo, flse, dout, g, &dlse);
+      CheckAgainst(g, ref, bounds);
+    }
+  }
+}
+
+// The fused backward over key lists: the same bytes on 1, 2 and 3 threads and in other
+// layouts; k and v rows that no list names (NaN or Inf) change no gradient, and their own
+// dk and dv are 0.
+TEST_CASE("backward over key lists: threads and layouts change no byte, unlisted keys nothing",
+          "[backward][lists]") {
+  const int64_t t = Sized(150, 70);
+  Problem p(2, 4, 2, t, t, 16, 16, 71);
+  const octattn_attention_options opt = Options(1, 40, 9);
+  Lists lists = RandomLists(p, 30, true, 72);
+  // Keys 3 and t - 5 on no list.
+  for (int32_t& x : lists.idx)
+    if (x == 3 || x == t - 5) x = -1;
+  octattn_attention_options listed = opt;
+  listed.key_indices = &lists.ti;
+  listed.key_counts = &lists.tc;
+  Tensor dout = p.Out();
+  dout.Fill(73);
+  Context one(1);
+  Tensor o = p.Out(), lse = p.Lse();
+  Attend(one, listed, p.q, p.k, p.v, o, &lse);
+  Grads base(p, true, false);
+  RequireBackward(one, listed, p, o, lse, dout, base);
+  RequireGradientInvariance(nullptr, listed, p, o, lse, dout, base,
+                            {Layout::kBTHD, Layout::kPadded});
+  for (float poison : {kNaN, kInf}) {
+    INFO("poison " << poison);
+    Problem e = p;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t g = 0; g < 2; ++g)
+        for (int64_t key : {int64_t{3}, t - 5})
+          for (int64_t d = 0; d < 16; ++d) {
+            e.k.at(b, g, key, d) = poison;
+            e.v.at(b, g, key, d) = poison;
+          }
+    Grads g(e, true, false);
+    RequireBackward(one, listed, e, o, lse, dout, g);
+    CHECK(BytesEqual(g.dq, base.dq));
+    CHECK(BytesEqual(g.dbias, base.dbias));
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t j = 0; j < t; ++j) {
+          CHECK(RowBytesEqual(g.dk, base.dk, b, h, j));
+          CHECK(RowBytesEqual(g.dv, base.dv, b, h, j));
+          if (j == 3 || j == t - 5)
+            for (int64_t d = 0; d < 16; ++d)
+              CHECK((g.dk.at(b, h, j, d) == 0.0f && g.dv.at(b, h, j, d) == 0.0f));
+        }
   }
 }
 

@@ -4,7 +4,7 @@
 // bound of it on every target; a row's bytes depend on its set of keys only (order,
 // duplicates, padding, the split between two lists), on no thread count or layout, and a
 // decode row's are its prefill row's; an unlisted key never reaches a row; every bad list
-// is a status with nothing written.
+// is a status with nothing written (the backward over lists: backward_test.cc).
 #include <algorithm>
 #include <limits>
 
@@ -29,55 +29,6 @@ struct Typed {
   Typed(const Typed&) = delete;
   Typed& operator=(const Typed&) = delete;
   const octattn_tensor* ptr() const { return &t; }
-};
-
-// INT32 [entries, heads, rows, n] indices and [entries, heads, rows, 1] counts.
-struct Lists {
-  int64_t e = 0, h = 0, rows = 0, n = 0;
-  std::vector<int32_t> idx, cnt;
-  octattn_tensor ti{}, tc{};
-  Lists(int64_t entries, int64_t heads, int64_t r, int64_t cap)
-      : e(entries),
-        h(heads),
-        rows(r),
-        n(cap),
-        idx(entries * heads * r * cap, -1),
-        cnt(entries * heads * r, 0) {
-    Build();
-  }
-  Lists(const Lists& o) : e(o.e), h(o.h), rows(o.rows), n(o.n), idx(o.idx), cnt(o.cnt) { Build(); }
-  Lists& operator=(const Lists&) = delete;
-  int32_t& at(int64_t b, int64_t g, int64_t i, int64_t x) {
-    return idx[((b * h + g) * rows + i) * n + x];
-  }
-  int32_t& count(int64_t b, int64_t g, int64_t i) { return cnt[(b * h + g) * rows + i]; }
-  int32_t count(int64_t b, int64_t g, int64_t i) const { return cnt[(b * h + g) * rows + i]; }
-  int32_t at(int64_t b, int64_t g, int64_t i, int64_t x) const {
-    return idx[((b * h + g) * rows + i) * n + x];
-  }
-  void Build() {
-    const int64_t is[4] = {e, h, rows, n}, cs[4] = {e, h, rows, 1};
-    for (int w = 0; w < 2; ++w) {
-      octattn_tensor& t = w ? tc : ti;
-      t = octattn_tensor{};
-      t.dtype = OCTATTN_DTYPE_INT32;
-      t.data = w ? static_cast<void*>(cnt.data()) : static_cast<void*>(idx.data());
-      int64_t stride = 1;
-      for (int d = 3; d >= 0; --d) {
-        t.shape[d] = w ? cs[d] : is[d];
-        t.stride[d] = stride;
-        stride *= t.shape[d];
-      }
-    }
-  }
-  // Whether row i of entry b, kv head g lists key j.
-  bool Has(int64_t b, int64_t g, int64_t i, int64_t j) const {
-    const int64_t base = ((b * h + g) * rows + i) * n;
-    const int64_t c = cnt[(b * h + g) * rows + i];
-    for (int64_t x = 0; x < c; ++x)
-      if (idx[base + x] == j) return true;
-    return false;
-  }
 };
 
 struct Case {
@@ -633,20 +584,25 @@ TEST_CASE("bad key lists: a status, nothing written", "[lists][api]") {
     REQUIRE(st == OCTATTN_ERROR_ALIASING);
   }
   {
-    // The backward and the mask stage take no lists.
+    // The backward checks every entry as the forward does (nothing written); the mask
+    // stage takes no lists.
     Tensor o = lc.p.Out(), lse = lc.p.Lse(), dout = lc.p.Out();
-    octattn_attention_options plain = base;
-    plain.key_indices = nullptr;
-    plain.key_counts = nullptr;
-    Attend(ctx, plain, lc.p.q, lc.p.k, lc.p.v, o, &lse);
+    octattn_attention_options fused = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
+    Attend(ctx, fused, lc.p.q, lc.p.k, lc.p.v, o, &lse);
+    Lists l = lc.lists;
+    l.count(1, 1, 5) = 3;
+    l.at(1, 1, 5, 2) = static_cast<int32_t>(c.tk);  // one past the cache
+    fused.key_indices = &l.ti;
+    fused.key_counts = &l.tc;
     Tensor dq = lc.p.q, dk = lc.p.k, dv = lc.p.v;
-    const Tensor dq0 = dq;
-    const octattn_attention_options fused = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
+    const Tensor dq0 = dq, dk0 = dk, dv0 = dv;
     REQUIRE(octattn_attention_backward(ctx, &fused, lc.p.q.ptr(), lc.p.k.ptr(), lc.p.v.ptr(),
                                        o.ptr(), lse.ptr(), dout.ptr(), nullptr, dq.ptr(), dk.ptr(),
                                        dv.ptr(), nullptr, nullptr, nullptr,
-                                       0) == OCTATTN_ERROR_UNSUPPORTED);
+                                       0) == OCTATTN_ERROR_INVALID_OPTION);
     REQUIRE(BytesEqual(dq, dq0));
+    REQUIRE(BytesEqual(dk, dk0));
+    REQUIRE(BytesEqual(dv, dv0));
     Tensor scores(c.batch, c.hq, c.tq, c.tk);
     REQUIRE(octattn_mask(ctx, &fused, scores.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
   }

@@ -154,6 +154,56 @@ void RequireSameGradients(Context& ctx, const octattn_attention_options& a,
   for (int x = 0; x < 3; ++x) REQUIRE(BytesEqual(g[0][x], g[1][x]));
 }
 
+// Key lists (options.key_indices, key_counts): INT32 [entries, heads, rows, n] indices,
+// -1 for none, and [entries, heads, rows, 1] counts.
+struct Lists {
+  int64_t e = 0, h = 0, rows = 0, n = 0;
+  std::vector<int32_t> idx, cnt;
+  octattn_tensor ti{}, tc{};
+  Lists(int64_t entries, int64_t heads, int64_t r, int64_t cap)
+      : e(entries),
+        h(heads),
+        rows(r),
+        n(cap),
+        idx(entries * heads * r * cap, -1),
+        cnt(entries * heads * r, 0) {
+    Build();
+  }
+  Lists(const Lists& o) : e(o.e), h(o.h), rows(o.rows), n(o.n), idx(o.idx), cnt(o.cnt) { Build(); }
+  Lists& operator=(const Lists&) = delete;
+  int32_t& at(int64_t b, int64_t g, int64_t i, int64_t x) {
+    return idx[((b * h + g) * rows + i) * n + x];
+  }
+  int32_t& count(int64_t b, int64_t g, int64_t i) { return cnt[(b * h + g) * rows + i]; }
+  int32_t count(int64_t b, int64_t g, int64_t i) const { return cnt[(b * h + g) * rows + i]; }
+  int32_t at(int64_t b, int64_t g, int64_t i, int64_t x) const {
+    return idx[((b * h + g) * rows + i) * n + x];
+  }
+  void Build() {
+    const int64_t is[4] = {e, h, rows, n}, cs[4] = {e, h, rows, 1};
+    for (int w = 0; w < 2; ++w) {
+      octattn_tensor& t = w ? tc : ti;
+      t = octattn_tensor{};
+      t.dtype = OCTATTN_DTYPE_INT32;
+      t.data = w ? static_cast<void*>(cnt.data()) : static_cast<void*>(idx.data());
+      int64_t stride = 1;
+      for (int d = 3; d >= 0; --d) {
+        t.shape[d] = w ? cs[d] : is[d];
+        t.stride[d] = stride;
+        stride *= t.shape[d];
+      }
+    }
+  }
+  // Whether row i of entry b, kv head g lists key j.
+  bool Has(int64_t b, int64_t g, int64_t i, int64_t j) const {
+    const int64_t base = ((b * h + g) * rows + i) * n;
+    const int64_t c = cnt[(b * h + g) * rows + i];
+    for (int64_t x = 0; x < c; ++x)
+      if (idx[base + x] == j) return true;
+    return false;
+  }
+};
+
 // A full problem: q, k, v seeded; `range` scales q and k so that scores reach the
 // range where an unstable softmax overflows.
 struct Problem {

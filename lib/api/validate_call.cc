@@ -402,9 +402,6 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
                             const octattn_tensor* dbias, run::BackwardCall* c, Sequences* seqs) {
   OCTATTN_CHECK(api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, seqs,
                                        api::Role::kInput));
-  if (c->fwd.shape.mods.Listed())
-    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
-                     "the backward takes no key lists (options.key_indices)");
   for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
     if (t->type != octattn::base::kF32)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");

@@ -49,6 +49,20 @@ bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j, const ui
   return true;
 }
 
+// Key lists: listed[j] = whether row i's lists name key j (entries validated: in [0,
+// kv_len), or -1).
+void MarkListed(const Operands& t, int64_t i, uint8_t* listed) {
+  for (int64_t j = 0; j < t.kv_len; ++j) listed[j] = 0;
+  for (const kernels::Mods::KeyList& l : t.mods.keys) {
+    if (!l.idx) continue;
+    const int64_t c = l.count ? l.count[i * l.count_row] : l.n;
+    for (int64_t x = 0; x < c; ++x) {
+      const int32_t j = l.idx[i * l.idx_row + x * l.idx_col];
+      if (j >= 0) listed[j] = 1;
+    }
+  }
+}
+
 }  // namespace
 
 void AttentionHead(const Operands& t, double* scratch) {
@@ -68,17 +82,7 @@ void AttentionHead(const Operands& t, double* scratch) {
   for (int64_t i = 0; i < t.q_len; ++i) {
     const int64_t qpos = t.mask.q_start + i;
     const float* q = base::ElemAt(t.q, i * t.q_row, t.q_type);
-    if (listed) {  // the keys row i's lists name (validated: in [0, kv_len), or -1)
-      for (int64_t j = 0; j < t.kv_len; ++j) listed[j] = 0;
-      for (const kernels::Mods::KeyList& l : t.mods.keys) {
-        if (!l.idx) continue;
-        const int64_t c = l.count ? l.count[i * l.count_row] : l.n;
-        for (int64_t x = 0; x < c; ++x) {
-          const int32_t j = l.idx[i * l.idx_row + x * l.idx_col];
-          if (j >= 0) listed[j] = 1;
-        }
-      }
-    }
+    if (listed) MarkListed(t, i, listed);
     if (t.qk_block) {
       for (int64_t d = 0; d < t.head_dim; ++d) qf[d] = LoadElem(q, d * t.q_dim, t.q_type);
       for (int64_t d0 = 0; d0 < t.head_dim; d0 += t.qk_block) {
@@ -152,7 +156,9 @@ void AttentionHead(const Operands& t, double* scratch) {
 size_t BackwardScratchDoubles(const kernels::BackwardTask& t) {
   const Operands& op = t.op;
   size_t n = base::SatMul(base::Count(op.kv_len), base::Count(op.head_dim + op.value_dim + 3));
-  return base::SatAdd(n, base::Count(op.value_dim + op.head_dim));
+  n = base::SatAdd(n, base::Count(op.value_dim + op.head_dim));
+  if (op.mods.Listed()) n = base::SatAdd(n, base::Count(op.kv_len / 8 + 1));  // a row's listed keys
+  return n;
 }
 
 namespace {
@@ -183,6 +189,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
   double* p = th + n;
   double* o = p + n;
   double* dq = o + vd;
+  uint8_t* listed = t.op.mods.Listed() ? reinterpret_cast<uint8_t*>(dq + hd) : nullptr;
   for (int64_t x = 0; x < n * (hd + vd); ++x) dk[x] = 0.0;
   for (int64_t h = 0; h < t.heads; ++h) {
     const Operands op = HeadOf(t.op, h);
@@ -196,10 +203,11 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       float* dq_out = t.dq + h * t.dq_head + i * t.dq_row;
       float* db = t.dbias ? t.dbias + h * t.db_head + i * t.db_row : nullptr;
       double m = kNegInf;
+      if (listed) MarkListed(op, i, listed);
       for (int64_t j = 0; j < n; ++j) {
         s[j] = kNegInf;
         if (db) db[j * t.db_col] = 0.0f;
-        if (!PairAllowed(op, i, qpos, j, nullptr)) continue;
+        if (!PairAllowed(op, i, qpos, j, listed)) continue;
         const float* k = KeyRow(op, j);
         double dot = 0.0;
         for (int64_t d = 0; d < hd; ++d)
@@ -229,7 +237,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       }
       for (int64_t d = 0; d < vd; ++d) o[d] = 0.0;
       for (int64_t j = 0; j < n; ++j) {
-        if (!PairAllowed(op, i, qpos, j, nullptr)) continue;
+        if (!PairAllowed(op, i, qpos, j, listed)) continue;
         p[j] /= sum;
         const float* v = ValueRow(op, j);
         for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * v[d * op.v_dim];
@@ -239,7 +247,7 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
       if (sink != kNegInf) dsink -= std::exp(sink - m) / sum * dd;
       for (int64_t d = 0; d < hd; ++d) dq[d] = 0.0;
       for (int64_t j = 0; j < n; ++j) {
-        if (!PairAllowed(op, i, qpos, j, nullptr)) continue;
+        if (!PairAllowed(op, i, qpos, j, listed)) continue;
         const float* v = ValueRow(op, j);
         const float* k = KeyRow(op, j);
         double dp = 0.0;

@@ -201,7 +201,8 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
                        q_start=None, k_start=0, chunk=0, softcap=0.0, alibi_slopes=None,
                        sinks=None, bias=None, mask=None, return_dsinks=False,
                        return_dbias=False, algorithm="auto", layout="bhtd", context=None,
-                       q_starts=None, kv_starts=None, kv_lens=None, tree=None, blocks=None):
+                       q_starts=None, kv_starts=None, kv_lens=None, tree=None, blocks=None,
+                       key_indices=None, key_counts=None, key_indices2=None, key_counts2=None):
     """The gradients of octattn.attention (octattn_attention_backward, include/octattn.h).
 
     q, k, v and the options as the forward call had them; o and lse ([B, Hq, Tq]) as it
@@ -209,8 +210,9 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     (return_dsinks, with sinks) and dbias [B, Hq, Tq, Tk] (return_dbias: the gradient of
     the scores, that is of a bias tensor before any broadcast) as asked. The gradients
     are new arrays of q's kind in q's layout. algorithm: "auto"/"fused" or "reference".
-    q_starts, kv_starts, kv_lens: a padded batch's sequences, tree (octattn.pack_tree) and
-    blocks (octattn.block_mask), as the forward call had them.
+    q_starts, kv_starts, kv_lens: a padded batch's sequences, tree (octattn.pack_tree),
+    blocks (octattn.block_mask) and key lists (key_indices ...: token-sparse attention), as
+    the forward call had them.
     """
     ctx = _ctx_for(q, context)
     bthd = layout == "bthd"
@@ -228,7 +230,8 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     ctx.backward(q, k, v, o, lse, dout, dlse, dq, dk, dv, dsinks, dbias, bthd, bool(causal), window,
                  stride, q_start, k_start, scale, chunk, float(softcap),
                  _per_head(alibi_slopes, q), _per_head(sinks, q), bias, mask,
-                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens, tree, blocks)
+                 _ALGORITHMS[algorithm], q_starts, kv_starts, kv_lens, tree, blocks,
+                 key_indices, key_counts, key_indices2, key_counts2)
     out = (dq, dk, dv)
     if return_dsinks:
         out += (dsinks,)

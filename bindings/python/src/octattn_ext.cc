@@ -564,7 +564,9 @@ class Context {
                 int64_t window, int64_t stride, std::optional<int64_t> q_start, int64_t k_start,
                 std::optional<float> scale, int64_t chunk, float softcap, OptArray alibi,
                 OptArray sinks, OptArray bias, OptArray mask, int32_t algorithm, OptArray q_starts,
-                OptArray kv_starts, OptArray kv_lens, nb::handle tree, nb::handle blocks) {
+                OptArray kv_starts, OptArray kv_lens, nb::handle tree, nb::handle blocks,
+                nb::handle key_indices, nb::handle key_counts, nb::handle key_indices2,
+                nb::handle key_counts2) {
     const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
                          to = View(o, "o", bthd), tl = View(lse, "lse"),
                          td = View(dout, "dout", bthd);
@@ -595,6 +597,12 @@ class Context {
     opt.o.tree_stride = trees.tree_stride;
     BlocksOf(blocks, &trees);
     trees.ApplyBlocks(&opt.o);
+    KeyListOf(key_indices, key_counts, 0, &trees);
+    KeyListOf(key_indices2, key_counts2, 1, &trees);
+    opt.o.key_indices = trees.has[0] ? &trees.keys[0] : nullptr;
+    opt.o.key_counts = trees.has[1] ? &trees.keys[1] : nullptr;
+    opt.o.key_indices2 = trees.has[2] ? &trees.keys[2] : nullptr;
+    opt.o.key_counts2 = trees.has[3] ? &trees.keys[3] : nullptr;
     octattn_status s;
     {
       nb::gil_scoped_release release;
@@ -932,7 +940,9 @@ NB_MODULE(_octattn, m) {
            nb::arg("alibi").none(), nb::arg("sinks").none(), nb::arg("bias").none(),
            nb::arg("mask").none(), nb::arg("algorithm"), nb::arg("q_starts").none(),
            nb::arg("kv_starts").none(), nb::arg("kv_lens").none(),
-           nb::arg("tree").none() = nb::none(), nb::arg("blocks").none() = nb::none())
+           nb::arg("tree").none() = nb::none(), nb::arg("blocks").none() = nb::none(),
+           nb::arg("key_indices").none() = nb::none(), nb::arg("key_counts").none() = nb::none(),
+           nb::arg("key_indices2").none() = nb::none(), nb::arg("key_counts2").none() = nb::none())
       .def("scores", &Context::Scores)
       .def("scale", &Context::Scale)
       .def("mask", &Context::Mask, nb::arg("scores"), nb::arg("causal"), nb::arg("window"),

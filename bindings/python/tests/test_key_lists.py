@@ -1,7 +1,8 @@
 """Token-sparse attention from Python (attention(..., key_indices=)): DeepSeek's indexer
 top-k as int32 lists, one a token for every head; against an explicit gather in float64
 and PyTorch's gather-then-SDPA, from numpy and torch; a second list, counts and -1
-padding; MLA's latent rows (v a view of k); a ragged batch; and the errors."""
+padding; MLA's latent rows (v a view of k); a ragged batch; the backward against
+PyTorch's autograd; and the errors."""
 import numpy as np
 import pytest
 
@@ -98,6 +99,37 @@ def test_ragged_rows_read_their_own_lists():
         vs = v[cu_k[s]:cu_k[s + 1]].transpose(1, 0, 2)[None]
         own = octattn.attention(qs, ks, vs, key_indices=idx[cu_q[s]:cu_q[s + 1]])
         assert own[0].transpose(1, 0, 2).tobytes() == o[cu_q[s]:cu_q[s + 1]].tobytes()
+
+
+def test_backward_over_lists_against_torch_autograd_of_the_masked_math():
+    """octattn.attention_backward over [B, Hkv, Tq, n] lists (unsorted, duplicates, -1,
+    keys past the causal bound) against PyTorch's autograd of float64 attention masked to
+    the listed pairs, over GQA, several query and key tiles."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    B, Hq, Hkv, Tq, Tk, D, n = 2, 4, 2, 70, 150, 32, 24
+    q, k, v = randn(rng, B, Hq, Tq, D), randn(rng, B, Hkv, Tk, D), randn(rng, B, Hkv, Tk, D)
+    idx = rng.integers(-1, Tk, size=(B, Hkv, Tq, n), dtype=np.int32)
+    idx[..., 3] = idx[..., 2]
+    idx[..., 0] = np.arange(Tk - Tq, Tk, dtype=np.int32)[None, None, :]  # a key a row at least
+    o, lse = octattn.attention(q, k, v, key_indices=idx, return_lse=True)
+    dout = randn(rng, B, Hq, Tq, D)
+    dq, dk, dv = octattn.attention_backward(q, k, v, o, lse, dout, key_indices=idx)
+    group = Hq // Hkv
+    mask = np.zeros((B, Hq, Tq, Tk), dtype=bool)
+    for b in range(B):
+        for h in range(Hq):
+            for i in range(Tq):
+                for j in idx[b, h // group, i]:
+                    if 0 <= j <= Tk - Tq + i:
+                        mask[b, h, i, j] = True
+    tq, tk, tv = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v))
+    kr, vr = tk.repeat_interleave(group, dim=1), tv.repeat_interleave(group, dim=1)
+    s = (tq @ kr.transpose(-1, -2)) / np.sqrt(D)
+    p = torch.softmax(s.masked_fill(~torch.from_numpy(mask), float("-inf")), dim=-1)
+    ((p @ vr) * torch.tensor(dout, dtype=torch.float64)).sum().backward()
+    for got, want in ((dq, tq.grad), (dk, tk.grad), (dv, tv.grad)):
+        np.testing.assert_allclose(got, want.numpy(), atol=5e-5, rtol=0)
 
 
 def test_bad_lists_raise():

@@ -99,7 +99,14 @@ struct BwdScratch {
   float *s, *g;     // scores then probabilities, dP then the scores' gradient [kBwdRows][kp]
   float* row;       // one row's temporaries (2 * dvp or kp floats)
   float *lse, *dd;  // per query row: lse, do . o
-  uint8_t* ok;      // [kBwdRows][kp]: whether the pair is read
+  // Key lists (BackwardListedRun): each row of the query tile's listed keys (ListedKeys,
+  // ascending; row r's at keys + r * cap), their counts, the first not yet passed
+  // (cursor), ListedKeys' bitmap.
+  int32_t* keys;
+  int64_t *counts, *cursor;
+  uint64_t* bits;
+  int64_t cap;
+  uint8_t* ok;  // [kBwdRows][kp]: whether the pair is read
 };
 
 static inline int64_t BwdKp() { return PadKeys(kBwdKeys); }
@@ -115,6 +122,12 @@ static size_t BackwardScratchFloats(const BackwardTask& t) {
   n = base::SatAdd(n, base::SatMul(2, Piece2(kBwdRows, kp)));
   n = base::SatAdd(n, Piece(base::Count(base::MaxI(2 * dvp, kp))));  // dvp < 2^61
   n = base::SatAdd(n, base::SatMul(2, Piece(kBwdRows)));
+  const int64_t cap = t.op.mods.ListCapacity();  // key lists: a query tile's
+  if (cap > 0) {
+    n = base::SatAdd(n, Piece2(kBwdRows, cap));
+    n = base::SatAdd(n, base::SatMul(2, Piece(2 * kBwdRows)));
+    n = base::SatAdd(n, Piece(base::SatMul(base::Count(ListBitWords(cap)), 2)));
+  }
   return base::SatAdd(n, Piece(base::Count(kBwdRows * kp / 4 + 1)));
 }
 
@@ -139,6 +152,17 @@ static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
   f.row = take(Piece(base::Count(base::MaxI(2 * dvp, kp))));
   f.lse = take(Piece(kBwdRows));
   f.dd = take(Piece(kBwdRows));
+  f.cap = t.op.mods.ListCapacity();
+  f.keys = nullptr;
+  f.counts = f.cursor = nullptr;
+  f.bits = nullptr;
+  if (f.cap > 0) {
+    f.keys = reinterpret_cast<int32_t*>(take(Piece2(kBwdRows, f.cap)));
+    f.counts = reinterpret_cast<int64_t*>(take(Piece(2 * kBwdRows)));
+    f.cursor = reinterpret_cast<int64_t*>(take(Piece(2 * kBwdRows)));
+    f.bits =
+        reinterpret_cast<uint64_t*>(take(Piece(base::SatMul(base::Count(ListBitWords(f.cap)), 2))));
+  }
   f.ok = reinterpret_cast<uint8_t*>(p);
   return f;
 }
@@ -265,7 +289,8 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
   }
   // Whether every pair is read (then no pair is checked).
   // (A tree's prefix, the keys below its first column, is read unchecked.)
-  bool kept = !op.mods.keep || (op.mods.keep_bits && j0 + nk <= op.mods.keep_from);
+  const bool listed = op.mods.Listed();
+  bool kept = !listed && (!op.mods.keep || (op.mods.keep_bits && j0 + nk <= op.mods.keep_from));
   if (op.mods.block_kv > 0)  // every row's blocks here listed full (or partial, unread)
     for (int64_t r = 0; r < nq && kept; ++r) {
       const unsigned kinds = base::BlockKinds(RowBlocksOf(op.mods, h, i0 + r), j0, j0 + nk);
@@ -282,10 +307,18 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
       const bool live = f.lse[r] != -__builtin_inff();
       uint8_t* ok = f.ok + r * kp;
       base::BlockKind kind_j = base::kBlockFull;
+      // Key lists: the row's entries from the first at or past j0 (BackwardListedRun).
+      const int32_t* e = listed ? f.keys + r * f.cap + f.cursor[r] : nullptr;
+      const int32_t* e_end = listed ? f.keys + r * f.cap + f.counts[r] : nullptr;
       for (int64_t j = 0; j < nk; ++j) {
         if (m.blocks.size > 0 && (j == 0 || (j0 + j) % m.blocks.size == 0))
           kind_j = base::BlockKindOf(m.blocks, j0 + j);
-        ok[j] = live && BwdPairRead(op.mask, m, qpos, j0 + j, kind_j);
+        bool named = true;
+        if (listed) {
+          named = e < e_end && *e == j0 + j;
+          e += named;
+        }
+        ok[j] = live && named && BwdPairRead(op.mask, m, qpos, j0 + j, kind_j);
         all &= ok[j] != 0;
         any |= ok[j] != 0;
       }
@@ -324,11 +357,91 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     }
 }
 
+// The key tile [j0, j0 + nk) into f: transposed (kt, vt) and, where BwdTilePair does not
+// read k in place, as rows (kr); zeros past nk.
+static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, int64_t nk) {
+  const Operands& op = t.op;
+  const int64_t dp = PadKeys(op.head_dim), kp = BwdKp();
+  const bool k_direct = op.k_dim == 1 && dp == op.head_dim;
+  for (int64_t j = 0; j < kp; ++j) {
+    const bool real = j < nk;
+    const float* k = op.k + (j0 + j) * op.k_row;
+    const float* v = op.v + (j0 + j) * op.v_row;
+    for (int64_t d = 0; d < op.head_dim; ++d) f.kt[d * kp + j] = real ? k[d * op.k_dim] : 0.0f;
+    for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = real ? v[d * op.v_dim] : 0.0f;
+    if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
+  }
+}
+
+// The tile's dk and dv accumulators to (load: from) the caller's rows [j0, j0 + nk).
+static void BwdMoveTileGrads(const BackwardTask& t, const BwdScratch& f, int64_t j0, int64_t nk,
+                             bool load) {
+  const Operands& op = t.op;
+  const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim);
+  for (int64_t j = 0; j < nk; ++j) {
+    float* dk = t.dk + (j0 + j) * t.dk_row;
+    float* dv = t.dv + (j0 + j) * t.dv_row;
+    if (!load) {
+      for (int64_t d = 0; d < op.head_dim; ++d) dk[d * t.dk_dim] = f.dk[j * dp + d];
+      for (int64_t d = 0; d < op.value_dim; ++d) dv[d * t.dv_dim] = f.dv[j * dvp + d];
+      continue;
+    }
+    for (int64_t d = 0; d < dp; ++d) f.dk[j * dp + d] = d < op.head_dim ? dk[d * t.dk_dim] : 0.0f;
+    for (int64_t d = 0; d < dvp; ++d)
+      f.dv[j * dvp + d] = d < op.value_dim ? dv[d * t.dv_dim] : 0.0f;
+  }
+}
+
+// Row i's listed keys (ListedKeys) into row slot r of f; returns their count.
+static inline int64_t BwdListRow(const BackwardTask& t, const BwdScratch& f, int64_t r, int64_t i) {
+  const Operands& op = t.op;
+  return ListedKeys(op.mods, i, op.mask, op.mask.q_start + i, op.kv_len, f.keys + r * f.cap,
+                    f.bits);
+}
+
+// Key lists: query tiles in row order, each tile's rows' listed keys found once (their
+// cursors then step through them); for each key tile that a row of the query tile lists,
+// in key order, every head's rows of the tile in order. dk and dv accumulate in the
+// caller's rows (zeroed first) over the query tiles in order, dq over the key tiles in
+// order: the same order for any thread count. A key tile that no row of a query tile
+// lists is not read with it, so the cost follows the tiles the lists touch, and the
+// scratch the capacity of a tile's lists.
+static void BackwardListedRun(const BackwardTask& t, const BwdScratch& f) {
+  const Operands& op = t.op;
+  for (int64_t j = 0; j < op.kv_len; ++j) {
+    for (int64_t d = 0; d < op.head_dim; ++d) t.dk[j * t.dk_row + d * t.dk_dim] = 0.0f;
+    for (int64_t d = 0; d < op.value_dim; ++d) t.dv[j * t.dv_row + d * t.dv_dim] = 0.0f;
+  }
+  for (int64_t i0 = 0; i0 < op.q_len; i0 += kBwdRows) {
+    const int64_t nq = base::MinI(kBwdRows, op.q_len - i0);
+    for (int64_t r = 0; r < nq; ++r) {
+      f.counts[r] = BwdListRow(t, f, r, i0 + r);
+      f.cursor[r] = 0;
+    }
+    for (;;) {
+      // The next key tile: the one holding the least entry not yet passed.
+      int64_t next = INT64_MAX;
+      for (int64_t r = 0; r < nq; ++r)
+        if (f.cursor[r] < f.counts[r]) next = base::MinI(next, f.keys[r * f.cap + f.cursor[r]]);
+      if (next == INT64_MAX) break;
+      const int64_t j0 = next / kBwdKeys * kBwdKeys, nk = base::MinI(kBwdKeys, op.kv_len - j0);
+      BwdPackTile(t, f, j0, nk);
+      BwdMoveTileGrads(t, f, j0, nk, true);
+      for (int64_t h = 0; h < t.heads; ++h)
+        BwdTilePair(t, f, h, i0, nq, j0, nk, base::kTilePartial);
+      BwdMoveTileGrads(t, f, j0, nk, false);
+      for (int64_t r = 0; r < nq; ++r)
+        while (f.cursor[r] < f.counts[r] && f.keys[r * f.cap + f.cursor[r]] < j0 + nk)
+          ++f.cursor[r];
+    }
+  }
+}
+
 static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
   const Operands& op = t.op;
-  const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
   const BwdScratch f = BwdCarve(t, scratch);
   const base::Mask& mask = op.mask;
+  const int64_t dvp = PadKeys(op.value_dim);
   for (int64_t h = 0; h < t.heads; ++h)
     for (int64_t i = 0; i < op.q_len; ++i) {
       float* dq = t.dq + h * t.dq_head + i * t.dq_row;
@@ -345,7 +458,11 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
         const float lse = op.lse[h * op.lse_head + i * op.lse_row];
         // A row with no key: o = 0 and lse = the sink; only dlse reaches the sink.
         float dd = -BwdDlse(t, h, i);
-        if (base::AllowedCount(base::KeysOf(mask, mask.q_start + i, op.kv_len)) > 0) {
+        const bool reads =
+            op.mods.Listed()
+                ? BwdListRow(t, f, 0, i) > 0
+                : base::AllowedCount(base::KeysOf(mask, mask.q_start + i, op.kv_len)) > 0;
+        if (reads) {
           BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop);
           dd +=
               BwdRowDot(f.dop, op.o + h * op.o_head + i * op.o_row, op.o_dim, op.value_dim, f.row);
@@ -354,9 +471,10 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
       }
       t.dsinks[h] = sum;
     }
+  if (op.mods.Listed()) return BackwardListedRun(t, f);
 
   const int64_t key_end = base::KeyEnd(mask, mask.q_start + op.q_len, op.kv_len);
-  const bool k_direct = op.k_dim == 1 && dp == op.head_dim;  // BwdTilePair reads k in place
+  const int64_t dp = PadKeys(op.head_dim);
   for (int64_t j0 = 0; j0 < op.kv_len; j0 += kBwdKeys) {
     const int64_t nk = base::MinI(kBwdKeys, op.kv_len - j0);
     for (int64_t j = 0; j < nk; ++j) {
@@ -377,26 +495,10 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
             listed = base::BlocksAny(RowBlocksOf(op.mods, h, i), j0, j0 + nk);
           if (!listed) continue;
         }
-        if (!packed) {  // the tile's keys, transposed and as rows; zeros past nk
-          for (int64_t j = 0; j < kp; ++j) {
-            const bool real = j < nk;
-            const float* k = op.k + (j0 + j) * op.k_row;
-            const float* v = op.v + (j0 + j) * op.v_row;
-            for (int64_t d = 0; d < op.head_dim; ++d)
-              f.kt[d * kp + j] = real ? k[d * op.k_dim] : 0.0f;
-            for (int64_t d = 0; d < op.value_dim; ++d)
-              f.vt[d * kp + j] = real ? v[d * op.v_dim] : 0.0f;
-            if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
-          }
-          packed = true;
-        }
+        if (!packed) BwdPackTile(t, f, j0, nk);
+        packed = true;
         BwdTilePair(t, f, h, i0, nq, j0, nk, kind);
       }
-    for (int64_t j = 0; j < nk; ++j) {
-      float* dk = t.dk + (j0 + j) * t.dk_row;
-      float* dv = t.dv + (j0 + j) * t.dv_row;
-      for (int64_t d = 0; d < op.head_dim; ++d) dk[d * t.dk_dim] = f.dk[j * dp + d];
-      for (int64_t d = 0; d < op.value_dim; ++d) dv[d * t.dv_dim] = f.dv[j * dvp + d];
-    }
+    BwdMoveTileGrads(t, f, j0, nk, false);
   }
 }
