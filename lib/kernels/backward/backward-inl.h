@@ -72,20 +72,42 @@ static void BwdProduct(const float* a, int64_t am, int64_t at, const float* b, i
 }
 
 // BwdProduct over the pairs (m, t) with ok[m * om + t * ot] != 0 only: the same
-// FMAs in the same order, the others skipped.
+// FMAs in the same order, the others skipped. Each row's read t are listed first, then
+// its columns accumulate in registers, C vectors at a time, over them (t_len at most
+// kBwdRows or kBwdKeys).
+template <int C>
+static OCTATTN_INLINE void BwdRowMasked(const float* a, int64_t at, const int32_t* ts, int64_t n_ts,
+                                        const float* b, int64_t ldb, float* cm, int64_t n) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  typename S::V acc[C];
+  for (int k = 0; k < C; ++k) acc[k] = S::Load(cm + n + k * L);
+  for (int64_t x = 0; x < n_ts; ++x) {
+    const int64_t t = ts[x];
+    const typename S::V av = S::Set(a[t * at]);
+    const float* bt = b + t * ldb + n;
+    for (int k = 0; k < C; ++k) acc[k] = S::MulAdd(av, S::Load(bt + k * L), acc[k]);
+  }
+  for (int k = 0; k < C; ++k) S::Store(acc[k], cm + n + k * L);
+}
 static void BwdProductMasked(const float* a, int64_t am, int64_t at, const uint8_t* ok, int64_t om,
                              int64_t ot, const float* b, int64_t ldb, float* c, int64_t ldc,
                              int64_t m_len, int64_t n_len, int64_t t_len) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  static_assert(kBwdRows <= 64 && kBwdKeys <= 64, "a row's read t fit the list");
+  int32_t ts[64];
   for (int64_t m = 0; m < m_len; ++m) {
-    float* cm = c + m * ldc;
+    int64_t n_ts = 0;
     for (int64_t t = 0; t < t_len; ++t) {
-      if (!ok[m * om + t * ot]) continue;
-      const typename S::V av = S::Set(a[m * am + t * at]);
-      const float* bt = b + t * ldb;
-      for (int64_t n = 0; n < n_len; n += L)
-        S::Store(S::MulAdd(av, S::Load(bt + n), S::Load(cm + n)), cm + n);
+      ts[n_ts] = static_cast<int32_t>(t);
+      n_ts += ok[m * om + t * ot] != 0;
     }
+    if (n_ts == 0) continue;
+    const float* am_row = a + m * am;
+    float* cm = c + m * ldc;
+    int64_t n = 0;
+    for (; n + kBwdC * L <= n_len; n += kBwdC * L)
+      BwdRowMasked<kBwdC>(am_row, at, ts, n_ts, b, ldb, cm, n);
+    for (; n < n_len; n += L) BwdRowMasked<1>(am_row, at, ts, n_ts, b, ldb, cm, n);
   }
 }
 
