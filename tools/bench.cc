@@ -510,12 +510,11 @@ bool Parse(int argc, char** argv, Args* a) {
       std::exit(2);
     }
   }
-  if (a->base.index_topk > 0 &&
-      (!a->base.block_mask.empty() || a->base.key_scores || a->base.backward ||
-       !a->seq_kv_lens.empty() || a->store || a->base.mask_tensor)) {
+  if (a->base.index_topk > 0 && (!a->base.block_mask.empty() || a->base.key_scores ||
+                                 !a->seq_kv_lens.empty() || a->store || a->base.mask_tensor)) {
     std::fprintf(stderr,
                  "--index-topk times one call of --batch entries: not with --block-mask, "
-                 "--key-scores, --backward, --seq-kv-lens, --store or --mask-tensor\n");
+                 "--key-scores, --seq-kv-lens, --store or --mask-tensor\n");
     std::exit(2);
   }
   if (!a->base.block_mask.empty() && (!a->seq_kv_lens.empty() || a->store || a->base.tree)) {
