@@ -240,10 +240,12 @@
  * gathered into tiles of their own, so a row's bytes depend on the set of keys its lists
  * name, not on their order, duplicates or lengths, and a decode step equals its prefill
  * row as above; they are not those of the call with a mask tensor of the same pairs (its
- * tiles group other keys), which they agree with to the accuracy below. The reference
- * algorithm and the backward take lists (since 0.11: octattn_attention_backward, with
- * the forward call's lists); the naive algorithm, key_scores, block masks and the stages
- * do not (UNSUPPORTED, INVALID_OPTION for a block mask).
+ * tiles group other keys), which they agree with to the accuracy below. The naive and
+ * reference algorithms give the bytes of the mask tensor of the same pairs (their
+ * weights, 0 off the lists, and key scores included). The backward takes the forward
+ * call's lists, and octattn_mask masks every pair off them. key_scores over lists run
+ * naive or reference (AUTO picks naive; FUSED: UNSUPPORTED); a block mask with lists is
+ * INVALID_OPTION.
  *
  * Key scores (since 0.11). With options.key_scores, octattn_attention also writes, for
  * every key row j of every kv head g, the sum of the weights it received: over the query
@@ -252,8 +254,9 @@
  * [e, g, j, 0] is key row j of batch entry e (ragged: of entry 0, the call's key rows;
  * paged: logical row j of sequence e, so a ragged paged call's key_scores has one entry
  * per sequence); every element is written, and a key that no row reads gets 0 (whatever
- * its bits). Every algorithm computes them, the fused one without materializing the
- * weights: each task keeps its rows' weights of the tiles it reads until their lse is
+ * its bits). Every algorithm computes them (over key lists: naive and reference, see
+ * Key lists), the fused one without materializing the weights: each task keeps its
+ * rows' weights of the tiles it reads until their lse is
  * known (prefill: in its thread's scratch, 4 bytes per (row, key) of a task of about 256
  * rows, fewer where that would take more than 16 MiB; decode: 4 bytes per (query head,
  * row, key) of the call), then adds them up. Each task's sum of a key (rows in order, in
@@ -876,9 +879,11 @@ OCTATTN_API octattn_status octattn_scores(octattn_context* ctx, const octattn_te
  * not finite). */
 OCTATTN_API octattn_status octattn_scale(octattn_context* ctx, octattn_tensor* scores, float scale);
 /* Sets masked entries of scores to -inf, in place, by the options' causal, window,
- * stride, chunk, q_start, k_start and mask tensor (kv_len = scores' last size; the
- * modifiers are octattn_modify_scores'). Also INVALID_OPTION, STRUCT_SIZE, and
- * UNSUPPORTED for options with sequences (q_starts, kv_starts, kv_lens, sequences). */
+ * stride, chunk, q_start, k_start, mask tensor, tree, block mask and key lists (kv_len =
+ * scores' last size; a list's head dimension is 1 or a divisor of q_heads, each list
+ * serving its group of heads; the modifiers are octattn_modify_scores'). Also
+ * INVALID_OPTION, STRUCT_SIZE, and UNSUPPORTED for options with sequences (q_starts,
+ * kv_starts, kv_lens, sequences). */
 OCTATTN_API octattn_status octattn_mask(octattn_context* ctx,
                                         const octattn_attention_options* options,
                                         octattn_tensor* scores);

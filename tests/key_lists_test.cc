@@ -379,32 +379,98 @@ TEST_CASE("key lists over bf16 and int8 caches: the fused path within the refere
   }
 }
 
+// The naive algorithm and the reference over lists: o, lse, the weights and the key
+// scores of the mask tensor of the same pairs, byte for byte; auto with weights or key
+// scores runs naive; octattn_mask over lists: the mask tensor's bytes.
+TEST_CASE("naive, key scores and octattn_mask over key lists: the mask tensor's bytes", "[lists]") {
+  uint32_t seed = 250;
+  for (const Case& c : kCases) {
+    INFO(Name(c));
+    const ListCall lc(c, ++seed);
+    Context ctx(2);
+    for (octattn_algorithm algo :
+         {OCTATTN_ALGORITHM_NAIVE, OCTATTN_ALGORITHM_REFERENCE, OCTATTN_ALGORITHM_AUTO}) {
+      INFO("algorithm " << algo);
+      Tensor o[2] = {lc.p.Out(), lc.p.Out()}, lse[2] = {lc.p.Lse(), lc.p.Lse()},
+             w[2] = {lc.p.Weights(), lc.p.Weights()};
+      Tensor ks[2] = {Tensor(c.batch, c.hkv, c.tk, 1), Tensor(c.batch, c.hkv, c.tk, 1)};
+      for (int m = 0; m < 2; ++m) {
+        octattn_attention_options opt = lc.Options(c, algo, m == 0);
+        opt.key_scores = ks[m].ptr();
+        Attend(ctx, opt, lc.p.q, lc.p.k, lc.p.v, o[m], &lse[m], &w[m]);
+        if (algo == OCTATTN_ALGORITHM_AUTO) {
+          octattn_run_info info{};
+          info.struct_size = sizeof(info);
+          REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+          CHECK(info.algorithm == OCTATTN_ALGORITHM_NAIVE);
+        }
+      }
+      CHECK(BytesEqual(o[0], o[1]));
+      CHECK(BytesEqual(lse[0], lse[1]));
+      CHECK(BytesEqual(w[0], w[1]));
+      CHECK(BytesEqual(ks[0], ks[1]));
+    }
+    // Key scores alone (no weights): auto runs naive over lists, the same bytes.
+    Tensor o = lc.p.Out(), ks = Tensor(c.batch, c.hkv, c.tk, 1), ks_naive = ks;
+    octattn_attention_options opt = lc.Options(c, OCTATTN_ALGORITHM_AUTO, true);
+    opt.key_scores = ks.ptr();
+    Attend(ctx, opt, lc.p.q, lc.p.k, lc.p.v, o);
+    opt.algorithm = OCTATTN_ALGORITHM_NAIVE;
+    opt.key_scores = ks_naive.ptr();
+    Attend(ctx, opt, lc.p.q, lc.p.k, lc.p.v, o);
+    CHECK(BytesEqual(ks, ks_naive));
+    Tensor scores[2] = {lc.p.Weights(), lc.p.Weights()};
+    for (int m = 0; m < 2; ++m) {
+      scores[m].Fill(seed + 5, -3.0f, 3.0f);
+      const octattn_attention_options mopt = lc.Options(c, OCTATTN_ALGORITHM_AUTO, m == 0);
+      REQUIRE(octattn_mask(ctx, &mopt, scores[m].ptr()) == OCTATTN_OK);
+    }
+    CHECK(BytesEqual(scores[0], scores[1]));
+  }
+}
+
+TEST_CASE("naive over key lists on every target: the mask tensor's bytes", "[lists][dispatch]") {
+  const Case cases[] = {{2, 4, 2, 12, Sized(300, 90), 32, 32, 24, 1, 0, 0, 0, true, 0},
+                        {1, 4, 1, 10, Sized(400, 90), 32, 16, 40, 0, 0, 0, 0, false, 4 | 8}};
+  uint32_t seed = 280;
+  for (const Case& c : cases) {
+    const ListCall lc(c, ++seed);
+    for (const Target& t : AllTargets()) {
+      INFO(Name(c) << " " << t.Name());
+      Context ctx(t, 2);
+      RequireSameOutputs(ctx, lc.Options(c, OCTATTN_ALGORITHM_NAIVE, true),
+                         lc.Options(c, OCTATTN_ALGORITHM_NAIVE, false), lc.p);
+    }
+  }
+}
+
 TEST_CASE("a key no list names never reaches a row, whatever its bits", "[lists]") {
   const Case c{1, 4, 2, 24, 900, 32, 32, 60, 1, 0, 0, 0, true, 0};
   const ListCall lc(c, 31);
   Context ctx(2);
-  const octattn_attention_options opt = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
-  Tensor o = lc.p.Out(), lse = lc.p.Lse();
-  Attend(ctx, opt, lc.p.q, lc.p.k, lc.p.v, o, &lse);
-  for (int64_t i = 0; i < c.tq; i += 5) {
-    INFO("row " << i);
-    Problem hostile = lc.p;
-    for (int64_t g = 0; g < c.hkv; ++g)
-      for (int64_t j = 0; j < c.tk; ++j) {
-        if (lc.lists.Has(0, g, i, j)) continue;
-        const float bad = j % 2 ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
-        for (int64_t x = 0; x < c.d; ++x) {
-          hostile.k.at(0, g, j, x) = bad;
-          hostile.v.at(0, g, j, x) = -bad;
+  for (octattn_algorithm algo : {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_NAIVE})
+    for (int64_t i = 0; i < c.tq; i += 5) {
+      INFO("algorithm " << algo << " row " << i);
+      const octattn_attention_options opt = lc.Options(c, algo, true);
+      Tensor o = lc.p.Out(), lse = lc.p.Lse();
+      Attend(ctx, opt, lc.p.q, lc.p.k, lc.p.v, o, &lse);
+      Problem hostile = lc.p;
+      for (int64_t g = 0; g < c.hkv; ++g)
+        for (int64_t j = 0; j < c.tk; ++j) {
+          if (lc.lists.Has(0, g, i, j)) continue;
+          const float bad = j % 2 ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
+          for (int64_t x = 0; x < c.d; ++x) {
+            hostile.k.at(0, g, j, x) = bad;
+            hostile.v.at(0, g, j, x) = -bad;
+          }
         }
+      Tensor ho = lc.p.Out(), hlse = lc.p.Lse();
+      Attend(ctx, opt, hostile.q, hostile.k, hostile.v, ho, &hlse);
+      for (int64_t h = 0; h < c.hq; ++h) {
+        REQUIRE(RowBytesEqual(o, ho, 0, h, i));
+        REQUIRE(RowBytesEqual(lse, hlse, 0, h, i));
       }
-    Tensor ho = lc.p.Out(), hlse = lc.p.Lse();
-    Attend(ctx, opt, hostile.q, hostile.k, hostile.v, ho, &hlse);
-    for (int64_t h = 0; h < c.hq; ++h) {
-      REQUIRE(RowBytesEqual(o, ho, 0, h, i));
-      REQUIRE(RowBytesEqual(lse, hlse, 0, h, i));
     }
-  }
 }
 
 // A ragged batch reads its lists at q's packed rows (entry 0), each entry counted from
@@ -554,10 +620,9 @@ TEST_CASE("bad key lists: a status, nothing written", "[lists][api]") {
     fails(o, OCTATTN_ERROR_INVALID_OPTION, "key_counts2 without key_indices2");
   }
   {
-    octattn_attention_options o = lc.Options(c, OCTATTN_ALGORITHM_NAIVE, true);
-    fails(o, OCTATTN_ERROR_UNSUPPORTED, "the naive algorithm");
+    octattn_attention_options o = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
     Tensor w = lc.p.Weights();
-    fails(base, OCTATTN_ERROR_UNSUPPORTED, "weights (auto: naive)", w.ptr());
+    fails(o, OCTATTN_ERROR_UNSUPPORTED, "weights, fused", w.ptr());
     BlockMask bm(1, 1, 1, 1, c.tq, c.tk);
     bm.at(0, 0, 0, 0) = 1;
     bm.Build();
@@ -565,9 +630,9 @@ TEST_CASE("bad key lists: a status, nothing written", "[lists][api]") {
     bm.Into(&o);
     fails(o, OCTATTN_ERROR_INVALID_OPTION, "a block mask too");
     Tensor ks(c.batch, c.hkv, c.tk, 1);
-    o = base;
+    o = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
     o.key_scores = ks.ptr();
-    fails(o, OCTATTN_ERROR_UNSUPPORTED, "key scores");
+    fails(o, OCTATTN_ERROR_UNSUPPORTED, "key scores, fused");
   }
   {
     // o's extent over a list: ALIASING.
@@ -584,8 +649,7 @@ TEST_CASE("bad key lists: a status, nothing written", "[lists][api]") {
     REQUIRE(st == OCTATTN_ERROR_ALIASING);
   }
   {
-    // The backward checks every entry as the forward does (nothing written); the mask
-    // stage takes no lists.
+    // The backward checks every entry as the forward does (nothing written).
     Tensor o = lc.p.Out(), lse = lc.p.Lse(), dout = lc.p.Out();
     octattn_attention_options fused = lc.Options(c, OCTATTN_ALGORITHM_FUSED, true);
     Attend(ctx, fused, lc.p.q, lc.p.k, lc.p.v, o, &lse);
@@ -603,8 +667,18 @@ TEST_CASE("bad key lists: a status, nothing written", "[lists][api]") {
     REQUIRE(BytesEqual(dq, dq0));
     REQUIRE(BytesEqual(dk, dk0));
     REQUIRE(BytesEqual(dv, dv0));
+    // octattn_mask checks them as well: a bad entry, lists for heads that do not divide
+    // the scores' heads.
     Tensor scores(c.batch, c.hq, c.tq, c.tk);
-    REQUIRE(octattn_mask(ctx, &fused, scores.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
+    scores.Fill(7);
+    const Tensor scores0 = scores;
+    REQUIRE(octattn_mask(ctx, &fused, scores.ptr()) == OCTATTN_ERROR_INVALID_OPTION);
+    REQUIRE(BytesEqual(scores, scores0));
+    Lists three(c.batch, 3, c.tq, c.n);
+    fused.key_indices = &three.ti;
+    fused.key_counts = &three.tc;
+    REQUIRE(octattn_mask(ctx, &fused, scores.ptr()) == OCTATTN_ERROR_INVALID_SHAPE);
+    REQUIRE(BytesEqual(scores, scores0));
   }
 }
 

@@ -52,6 +52,21 @@ api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t
   return api::Check();
 }
 
+// Key lists (validated): named[j] = whether row i of list head g of batch entry b names
+// key j.
+void MarkListed(const kernels::Mods& m, int64_t b, int64_t g, int64_t i, int64_t kv_len,
+                uint8_t* named) {
+  for (int64_t j = 0; j < kv_len; ++j) named[j] = 0;
+  for (const kernels::Mods::KeyList& l : m.keys) {
+    if (!l.idx) continue;
+    const int64_t c =
+        l.count ? l.count[b * l.count_entry + g * l.count_head + i * l.count_row] : l.n;
+    const int32_t* e = l.idx + b * l.idx_entry + g * l.idx_head + i * l.idx_row;
+    for (int64_t x = 0; x < c; ++x)
+      if (e[x * l.idx_col] >= 0) named[e[x * l.idx_col]] = 1;
+  }
+}
+
 void Record(octattn_context* ctx, const kernels::Table* table) {
   octattn::api::RecordRun(ctx, plan::Algorithm::kNaive, table);
 }
@@ -156,10 +171,6 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
     OCTATTN_CHECK(api::ValidateTensor(scores, "scores", api::Role::kOutput, false, &ts));
     const int64_t q_len = ts.shape[2], kv_len = ts.shape[3];
     const base::Mask mask = api::ResolveMask(opt, q_len, kv_len);
-    if (opt.key_indices)
-      return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
-                       "octattn_mask takes no key lists (options.key_indices): octattn_attention "
-                       "does");
     // Only the mask tensor of the modifiers: the others are octattn_modify_scores'.
     octattn_attention_options only_mask;
     octattn_attention_options_init(&only_mask);
@@ -181,21 +192,37 @@ octattn_status octattn_mask(octattn_context* ctx, const octattn_attention_option
           api::CheckDisjoint(ts, "scores", tm, opt.tree ? "options.tree" : "options.mask"));
     for (const api::TensorInfo& t : blocks)
       if (t.hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", t, "a block mask's tensor"));
-    OCTATTN_CHECK(RunPerHead(ctx, ts.shape[0], ts.shape[1], 0, [&](int64_t b, int64_t h, float*) {
-      const kernels::Matrix m = HeadOf(ts, b, h);
-      table->mask_rows(m, q_len, kv_len, mask);
-      if (!mods.keep && mods.block_kv == 0) return;
-      kernels::Mods at = octattn::run::ModsAt(mods, tb, tm, b, h);
-      kernels::AdvanceLists(&at, b, 0);
-      for (int64_t i = 0; i < q_len; ++i) {
-        const base::RowBlocks rb = kernels::RowBlocksOf(at, 0, i);
-        const uint8_t* keep = at.keep ? at.keep + i * at.keep_row : nullptr;
-        for (int64_t j = 0; j < kv_len; ++j)
-          if (!base::RowKeeps(rb, base::BlockKindOf(rb, j), keep, at.keep_col, at.keep_bits,
-                              at.keep_from, j))
-            m.data[i * m.row + j * m.col] = -HUGE_VALF;
-      }
-    }));
+    api::TensorInfo lists[4];
+    int64_t group = 0;  // query heads a list serves (0: no lists)
+    OCTATTN_CHECK(api::ValidateStageKeyLists(opt, ts.shape, &mods, lists, &group));
+    for (const api::TensorInfo& t : lists)
+      if (t.hi != 0) OCTATTN_CHECK(api::CheckDisjoint(ts, "scores", t, "a key list's tensor"));
+    // Key lists: a byte per key of a row (scratch), whether its lists name it.
+    const size_t marks = group > 0 ? static_cast<size_t>(kv_len / 4 + 1) : 0;
+    OCTATTN_CHECK(
+        RunPerHead(ctx, ts.shape[0], ts.shape[1], marks, [&](int64_t b, int64_t h, float* scratch) {
+          const kernels::Matrix m = HeadOf(ts, b, h);
+          table->mask_rows(m, q_len, kv_len, mask);
+          if (group > 0) {
+            uint8_t* named = reinterpret_cast<uint8_t*>(scratch);
+            for (int64_t i = 0; i < q_len; ++i) {
+              MarkListed(mods, b, h / group, i, kv_len, named);
+              for (int64_t j = 0; j < kv_len; ++j)
+                if (!named[j]) m.data[i * m.row + j * m.col] = -HUGE_VALF;
+            }
+          }
+          if (!mods.keep && mods.block_kv == 0) return;
+          kernels::Mods at = octattn::run::ModsAt(mods, tb, tm, b, h);
+          kernels::AdvanceLists(&at, b, 0);
+          for (int64_t i = 0; i < q_len; ++i) {
+            const base::RowBlocks rb = kernels::RowBlocksOf(at, 0, i);
+            const uint8_t* keep = at.keep ? at.keep + i * at.keep_row : nullptr;
+            for (int64_t j = 0; j < kv_len; ++j)
+              if (!base::RowKeeps(rb, base::BlockKindOf(rb, j), keep, at.keep_col, at.keep_bits,
+                                  at.keep_from, j))
+                m.data[i * m.row + j * m.col] = -HUGE_VALF;
+          }
+        }));
     Record(ctx, table);
     return api::Check();
   });

@@ -126,6 +126,13 @@ Check CheckTreeRows(const octattn_attention_options& opt, int64_t rows);
 // shape SEMANTICS gives (sizes of 1 broadcast: stride 0), into *out (hi == 0: none).
 Check ValidateScales(const octattn_tensor* scale, int64_t rows, const TensorInfo& cache,
                      const char* name, bool paged, run::ScaleInfo* out);
+// The key lists of a stage over scores [batch, q_heads, q_len, kv_len] (octattn_mask):
+// checked as octattn_attention checks them, every entry included, the lists' head
+// dimension 1 or a divisor of q_heads (a list shared by a group of heads: *group heads,
+// group 0 for one list for every head), into mods->keys (at batch 0, list head 0) and
+// their extents lists[0..3].
+Check ValidateStageKeyLists(const octattn_attention_options& opt, const int64_t shape[4],
+                            kernels::Mods* mods, TensorInfo lists[4], int64_t* group);
 // NULL_POINTER if the context is NULL.
 Check NeedContext(const octattn_context* ctx);
 

@@ -50,13 +50,10 @@ api::Check ValidateKeyLists(const octattn_attention_options& opt, run::Call* c) 
     if (ts[l] && !ts[l / 2 * 2])
       return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
                        std::string(kNames[l]) + " needs " + kNames[l / 2 * 2]);
-  if (!opt.key_indices) return api::Check();
+  if (!opt.key_indices) return api::Check();  // (c may be null then)
   if (opt.block_counts)
     return api::Fail(OCTATTN_ERROR_INVALID_OPTION,
                      "a call takes key lists (options.key_indices) or a block mask, not both");
-  if (c->has_key_scores)
-    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
-                     "options.key_scores are not computed over key lists (options.key_indices)");
   plan::CallShape& sh = c->shape;
   static const char* const kDims[4] = {"batch", "kv_heads", "q_len", "1"};
   for (int l = 0; l < 4; ++l) {
@@ -150,6 +147,31 @@ api::Check CheckKeyListEntries(const run::Call* c, const Sequences& seqs) {
 }
 
 }  // namespace
+
+api::Check ValidateStageKeyLists(const octattn_attention_options& opt, const int64_t shape[4],
+                                 kernels::Mods* mods, TensorInfo lists[4], int64_t* group) {
+  *group = 0;
+  if (!opt.key_indices) return ValidateKeyLists(opt, nullptr);  // (counts without lists)
+  // The lists' heads stand for the kv heads: one (every head's) or a divisor of q_heads.
+  const int64_t heads = opt.key_indices->shape[1];
+  if (heads < 1 || shape[1] % heads != 0)
+    return api::Fail(OCTATTN_ERROR_INVALID_SHAPE, "options.key_indices: shape[1] is " +
+                                                      std::to_string(heads) +
+                                                      ", expected 1 or a divisor of the scores' " +
+                                                      std::to_string(shape[1]) + " heads");
+  run::Call c;
+  c.shape.batch = shape[0];
+  c.shape.q_heads = shape[1];
+  c.shape.kv_heads = heads;
+  c.shape.q_len = shape[2];
+  c.shape.kv_len = shape[3];
+  OCTATTN_CHECK(ValidateKeyLists(opt, &c));
+  OCTATTN_CHECK(CheckKeyListEntries(&c, Sequences{}));
+  for (int x = 0; x < 2; ++x) mods->keys[x] = c.shape.mods.keys[x];
+  for (int l = 0; l < 4; ++l) lists[l] = c.lists[l];
+  *group = shape[1] / heads;
+  return api::Check();
+}
 
 api::Check NeedContext(const octattn_context* ctx) {
   if (!ctx) return api::Fail(OCTATTN_ERROR_NULL_POINTER, "context is NULL");
@@ -300,14 +322,20 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   }
 
   octattn_algorithm algorithm = opt.algorithm;
+  // (Key scores over key lists: the naive algorithm's, as the weights.)
+  const bool listed_scores = c->has_key_scores && sh.mods.Listed();
   if (algorithm == OCTATTN_ALGORITHM_AUTO)
-    algorithm = c->has_weights ? OCTATTN_ALGORITHM_NAIVE : OCTATTN_ALGORITHM_FUSED;
+    algorithm = c->has_weights || listed_scores ? OCTATTN_ALGORITHM_NAIVE : OCTATTN_ALGORITHM_FUSED;
   c->algorithm = algorithm == OCTATTN_ALGORITHM_REFERENCE ? plan::Algorithm::kReference
                  : algorithm == OCTATTN_ALGORITHM_NAIVE   ? plan::Algorithm::kNaive
                                                           : plan::Algorithm::kFused;
   if (algorithm == OCTATTN_ALGORITHM_FUSED && c->has_weights)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the fused algorithm never holds the weights: use naive to get them");
+  if (algorithm == OCTATTN_ALGORITHM_FUSED && listed_scores)
+    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                     "options.key_scores over key lists (options.key_indices) run naive or "
+                     "reference, not fused");
   if (algorithm == OCTATTN_ALGORITHM_REFERENCE) {
     c->table = reference::Table();
   } else {
@@ -332,10 +360,6 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
       OCTATTN_CHECK(api::CheckTreeRows(opt, seq.q_len));
     }
   OCTATTN_CHECK(CheckKeyListEntries(c, *seqs));
-  if (sh.mods.Listed() && algorithm == OCTATTN_ALGORITHM_NAIVE)
-    return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
-                     "the naive algorithm takes no key lists (options.key_indices): they run fused "
-                     "(no weights) or reference");
   if (paged && algorithm == OCTATTN_ALGORITHM_NAIVE)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the naive algorithm reads contiguous keys: a paged cache runs fused (no "

@@ -271,9 +271,12 @@ def scale(s, factor, *, context=None):
 
 
 def mask(s, *, causal=True, window=0, stride=0, q_start=None, k_start=0, chunk=0,
-         mask=None, context=None):
-    """Sets the masked scores to -inf, in place; returns s."""
-    _ctx_for(s, context).mask(s, bool(causal), window, stride, q_start, k_start, chunk, mask)
+         mask=None, key_indices=None, key_counts=None, key_indices2=None, key_counts2=None,
+         context=None):
+    """Sets the masked scores to -inf, in place; returns s. key_indices ...: key lists as
+    attention takes them (their head dimension 1 or a divisor of s's heads)."""
+    _ctx_for(s, context).mask(s, bool(causal), window, stride, q_start, k_start, chunk, mask,
+                              key_indices, key_counts, key_indices2, key_counts2)
     return s
 
 

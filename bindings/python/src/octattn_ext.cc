@@ -299,6 +299,12 @@ struct Batch {
     o->block_q = block_q;
     o->block_kv = block_kv;
   }
+  void ApplyKeyLists(octattn_attention_options* o) const {
+    o->key_indices = has[0] ? &keys[0] : nullptr;
+    o->key_counts = has[1] ? &keys[1] : nullptr;
+    o->key_indices2 = has[2] ? &keys[2] : nullptr;
+    o->key_counts2 = has[3] ? &keys[3] : nullptr;
+  }
   void Apply(octattn_attention_options* o) const {
     ApplyBlocks(o);
     o->qk_precision = qk;
@@ -308,10 +314,7 @@ struct Batch {
     o->k_scale = k_scale;
     o->v_scale = v_scale;
     o->key_scores = key_scores;
-    o->key_indices = has[0] ? &keys[0] : nullptr;
-    o->key_counts = has[1] ? &keys[1] : nullptr;
-    o->key_indices2 = has[2] ? &keys[2] : nullptr;
-    o->key_counts2 = has[3] ? &keys[3] : nullptr;
+    ApplyKeyLists(o);
     o->k_scale_rows = k_scale_rows;
     o->v_scale_rows = v_scale_rows;
     o->q_starts = q_starts;
@@ -599,10 +602,7 @@ class Context {
     trees.ApplyBlocks(&opt.o);
     KeyListOf(key_indices, key_counts, 0, &trees);
     KeyListOf(key_indices2, key_counts2, 1, &trees);
-    opt.o.key_indices = trees.has[0] ? &trees.keys[0] : nullptr;
-    opt.o.key_counts = trees.has[1] ? &trees.keys[1] : nullptr;
-    opt.o.key_indices2 = trees.has[2] ? &trees.keys[2] : nullptr;
-    opt.o.key_counts2 = trees.has[3] ? &trees.keys[3] : nullptr;
+    trees.ApplyKeyLists(&opt.o);
     octattn_status s;
     {
       nb::gil_scoped_release release;
@@ -638,12 +638,18 @@ class Context {
     Check(octattn_scale(ctx_, &ts, scale));
   }
   void Mask(Array scores, bool causal, int64_t window, int64_t stride,
-            std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, OptArray mask) {
+            std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, OptArray mask,
+            nb::handle key_indices, nb::handle key_counts, nb::handle key_indices2,
+            nb::handle key_counts2) {
     octattn_tensor ts = View(scores, "scores");
     Options opt;
     const nb::handle none = nb::none();
     FillOptions(&opt, causal, window, stride, q_start, k_start, 0.0f, chunk, 0.0f, none, none, none,
                 mask, OCTATTN_ALGORITHM_AUTO, ts.shape[1]);
+    Batch lists;
+    KeyListOf(key_indices, key_counts, 0, &lists);
+    KeyListOf(key_indices2, key_counts2, 1, &lists);
+    lists.ApplyKeyLists(&opt.o);
     Check(octattn_mask(ctx_, &opt.o, &ts));
   }
   void ModifyScores(Array scores, std::optional<int64_t> q_start, int64_t k_start, float softcap,
@@ -947,7 +953,9 @@ NB_MODULE(_octattn, m) {
       .def("scale", &Context::Scale)
       .def("mask", &Context::Mask, nb::arg("scores"), nb::arg("causal"), nb::arg("window"),
            nb::arg("stride"), nb::arg("q_start").none(), nb::arg("k_start"), nb::arg("chunk"),
-           nb::arg("mask").none())
+           nb::arg("mask").none(), nb::arg("key_indices").none() = nb::none(),
+           nb::arg("key_counts").none() = nb::none(), nb::arg("key_indices2").none() = nb::none(),
+           nb::arg("key_counts2").none() = nb::none())
       .def("modify_scores", &Context::ModifyScores, nb::arg("scores"), nb::arg("q_start").none(),
            nb::arg("k_start"), nb::arg("softcap"), nb::arg("alibi").none(), nb::arg("bias").none())
       .def("softmax", &Context::Softmax, nb::arg("scores"), nb::arg("sinks").none(),

@@ -132,6 +132,39 @@ def test_backward_over_lists_against_torch_autograd_of_the_masked_math():
         np.testing.assert_allclose(got, want.numpy(), atol=5e-5, rtol=0)
 
 
+def test_weights_key_scores_and_mask_over_lists():
+    """return_weights and return_key_scores over lists (auto runs naive): the weights of
+    float64 math masked to the listed pairs, the key scores their sums over a kv head's
+    rows and heads; octattn.mask over lists: the bytes of the bool mask of the pairs."""
+    rng = np.random.default_rng(9)
+    B, Hq, Hkv, Tq, Tk, D, n = 1, 4, 2, 6, 90, 16, 12
+    q, k, v = randn(rng, B, Hq, Tq, D), randn(rng, B, Hkv, Tk, D), randn(rng, B, Hkv, Tk, D)
+    idx = rng.integers(-1, Tk, size=(B, Hkv, Tq, n), dtype=np.int32)
+    idx[..., 0] = np.arange(Tk - Tq, Tk, dtype=np.int32)
+    o, w, ks = octattn.attention(q, k, v, key_indices=idx, return_weights=True,
+                                 return_key_scores=True)
+    group = Hq // Hkv
+    pairs = np.zeros((B, Hq, Tq, Tk), dtype=bool)
+    for h in range(Hq):
+        for i in range(Tq):
+            for j in idx[0, h // group, i]:
+                if 0 <= j <= Tk - Tq + i:
+                    pairs[0, h, i, j] = True
+    kr = np.repeat(k, group, axis=1).astype(np.float64)
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), kr) / np.sqrt(D)
+    s = np.where(pairs, s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(w, p, atol=2e-6, rtol=0)
+    assert np.all(w[~pairs] == 0)
+    want = p.reshape(B, Hkv, group, Tq, Tk).sum(axis=(2, 3))
+    np.testing.assert_allclose(ks, want, atol=1e-5, rtol=0)
+    scores = randn(rng, B, Hq, Tq, Tk)
+    by_lists = octattn.mask(scores.copy(), key_indices=idx)
+    by_mask = octattn.mask(scores.copy(), mask=pairs)
+    assert by_lists.tobytes() == by_mask.tobytes()
+
+
 def test_bad_lists_raise():
     rng = np.random.default_rng(7)
     q, k, v = randn(rng, 1, 2, 2, 16), randn(rng, 1, 2, 50, 16), randn(rng, 1, 2, 50, 16)
@@ -142,5 +175,6 @@ def test_bad_lists_raise():
                           key_counts=np.array([5, 1], dtype=np.int32))
     with pytest.raises(TypeError):
         octattn.attention(q, k, v, key_indices=np.zeros((2, 4), dtype=np.int64))
-    with pytest.raises(octattn.Error, match="naive"):
-        octattn.attention(q, k, v, key_indices=np.zeros((2, 4), dtype=np.int32), algorithm="naive")
+    with pytest.raises(octattn.Error, match="run naive or reference"):
+        octattn.attention(q, k, v, key_indices=np.zeros((2, 4), dtype=np.int32), algorithm="fused",
+                          return_key_scores=True)

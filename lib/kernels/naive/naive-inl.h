@@ -12,7 +12,8 @@ static size_t NaiveF32ScratchFloats(const Operands& t) {
   n = base::SatAdd(n, Piece2(kRowBlock, PadKeys(t.value_dim)));
   // With modifiers: each row's hole bits (two floats per word).
   if (t.mods.Scores()) n = base::SatAdd(n, Piece2(t.q_len, 2 * HoleWords(kpad)));
-  if (t.key_acc) n = base::SatAdd(n, Piece(base::Count(kend)));  // key scores' sums
+  if (t.mods.Listed()) n = base::SatAdd(n, Piece2(1, 2 * HoleWords(kpad)));  // a row's lists
+  if (t.key_acc) n = base::SatAdd(n, Piece(base::Count(kend)));              // key scores' sums
   return n;
 }
 
@@ -58,13 +59,32 @@ static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p,
     for (int64_t d = 0; d < t.value_dim; ++d) t.o[i * t.o_row + d * t.o_dim] = dst[d];
 }
 
+// Key lists: the keys of [0, kend) that row i's lists name, as bits of `words` words.
+static void NaiveListedBits(const Operands& t, int64_t i, int64_t kend, uint64_t* bits,
+                            int64_t words) {
+  for (int64_t w = 0; w < words; ++w) bits[w] = 0;
+  for (const Mods::KeyList& l : t.mods.keys) {
+    if (!l.idx) continue;
+    const int64_t c = l.count ? l.count[i * l.count_row] : l.n;
+    for (int64_t x = 0; x < c; ++x) {
+      const int64_t j = l.idx[i * l.idx_row + x * l.idx_col];
+      if (j >= 0 && j < kend) SetHole(bits, j);
+    }
+  }
+}
+
 // With modifiers: each row's raw scores (s, kpad apart) get them, then the analytic mask
-// and the row's holes (hole_words words a row from `holes`).
+// and the row's holes (hole_words words a row from `holes`). With key lists (`listed`:
+// a row of hole_words words), every key a row's lists do not name is a hole.
 static void NaiveModRows(const Operands& t, float* s, int64_t kpad, int64_t kend, uint64_t* holes,
-                         int64_t hole_words) {
+                         int64_t hole_words, uint64_t* listed) {
   for (int64_t i = 0; i < t.q_len; ++i) {
     uint64_t* h = holes + i * hole_words;
     for (int64_t w = 0; w < hole_words; ++w) h[w] = 0;
+    if (listed) {
+      NaiveListedBits(t, i, kend, listed, hole_words);
+      for (int64_t w = 0; w < hole_words; ++w) h[w] = ~listed[w];
+    }
     const int64_t qpos = t.mask.q_start + i;
     const RowMods m = RowModsOf(t.mods, 0, i, qpos);
     const base::RowKeys k = base::KeysOf(t.mask, qpos, t.kv_len);
@@ -99,6 +119,9 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
   float* vpack = row_any + Piece(base::Count(t.q_len));
   float* otmp = vpack + ValuesScratch(kend, t.value_dim, t.v_dim);
   uint64_t* holes = reinterpret_cast<uint64_t*>(otmp + Piece2(kRowBlock, PadKeys(t.value_dim)));
+  const size_t hole_floats = modded ? Piece2(t.q_len, 2 * hole_words) : 0;
+  const size_t list_floats = t.mods.Listed() ? Piece2(1, 2 * hole_words) : 0;
+  uint64_t* listed = t.mods.Listed() ? holes + hole_floats / 2 : nullptr;
   PackKeysT(t.k, t.k_row, t.k_dim, 0, kbegin, kend, below, kpad, t.head_dim, kt,
             KeyLayout::Flat(KtStride(kpad)));
 
@@ -118,7 +141,7 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
   const base::RowKeys none{0, 0, 0, 0, 0};
   auto keys_of = [&](int64_t row) { return base::KeysOf(t.mask, t.mask.q_start + row, t.kv_len); };
   auto row_holes = [&](int64_t row) { return holes + row * hole_words; };
-  if (modded) NaiveModRows(t, s, kpad, kend, holes, hole_words);
+  if (modded) NaiveModRows(t, s, kpad, kend, holes, hole_words, listed);
 
   for (i = 0; i < t.q_len; ++i) {
     float* row = s + i * kpad;
@@ -138,7 +161,7 @@ static void NaiveF32Head(const Operands& t, float* scratch) {
         [&](int64_t row) {
           return modded ? row_holes(row) : static_cast<const uint64_t*>(nullptr);
         },
-        reinterpret_cast<float*>(holes) + (modded ? Piece2(t.q_len, 2 * hole_words) : 0));
+        reinterpret_cast<float*>(holes) + hole_floats + list_floats);
 
   int64_t v_row = 0;
   const float* v =
