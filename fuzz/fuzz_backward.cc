@@ -4,7 +4,9 @@
 // and 2 threads and for another layout; and gradient causality: any bits written into
 // key p's k and v leave dk and dv of the other keys and dq of the rows before p
 // byte-identical, and any bits in query row r's q, o, lse, dout and dlse leave dq of
-// the other rows and dk, dv of the keys after r byte-identical.
+// the other rows and dk, dv of the keys after r byte-identical. Key lists (unsorted,
+// duplicates, -1, counts of 0, entries past the causal bound) may narrow what every row
+// reads.
 #include <algorithm>
 
 #include "fuzz_support.h"
@@ -82,6 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           Tensor(p.batch, p.q_heads, p.q_len, 1, p.layout)};
   FillSmall(in, s.dout);
   FillSmall(in, s.dlse);
+  KeyLists lists;
+  p.ReadLists(in, &lists);
 
   Context one(p, 1), two(p, 2);
   FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);
