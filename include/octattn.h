@@ -146,10 +146,20 @@
  *             x = d * q (d widened, the product rounded once);
  *   Q4_0      ggml's block_q4_0: an f16 d and 16 bytes; value i < 16 is the low nibble
  *             of byte i, value 16 + i its high nibble: x = d * (nibble - 8).
+ *   FP8_DS_MLA
+ *             DeepSeek V3.2's latent cache row (FlashMLA's and vLLM's fp8_ds_mla), 656
+ *             bytes for 576 values: bytes 0..511 e4m3fn codes, then four f32 scales s_g
+ *             (bytes 512 + 4 g), then bytes 528..655 the bf16 values 512..575. Value
+ *             d < 512: x = s_(d / 128) * f (f the e4m3 value; the product rounded once);
+ *             value d >= 512: the bf16 value, widened. Its keys are the 576-dimension
+ *             latent rows (512 compressed + 64 rope dimensions) and v its first 512 values
+ *             (v the same tensor, or a view of it, with shape[3] 512: read once).
  * A Q8_0 or Q4_0 tensor counts its strides in blocks (34 and 18 bytes), its shape in
  * values: head_dim (value_dim) must be a multiple of 32 and stride[3] must be 1 (a row's
  * blocks are consecutive), so a ggml cache is read in place (its byte strides over the
- * block size). Data must be aligned to 2 bytes (1 for INT8 and FP8).
+ * block size). An FP8_DS_MLA tensor counts its strides in rows (656 bytes), its shape in
+ * values: shape[3] at most 576 (a tensor reads the first shape[3] values of each row)
+ * and stride[3] 1. Data must be aligned to 2 bytes (1 for INT8 and FP8).
  * Scale tensors (options.k_scale, v_scale: f32, bf16 or f16, any strides) give s for k and
  * v: logical shape [batch, kv_heads, R, head_dim / G] (v: value_dim / G), where a size of 1
  * broadcasts (one scale per tensor is [1, 1, 1, 1], vLLM's per-head scales [1, kv_heads, 1,
@@ -419,6 +429,9 @@ typedef int32_t octattn_dtype;
 #define OCTATTN_DTYPE_Q4_0 9     /* ggml's block_q4_0: 18-byte blocks of 32 values */
 /* int32_t: a block mask's counts and indices only (since 0.11; see SEMANTICS, Block masks). */
 #define OCTATTN_DTYPE_INT32 10
+/* DeepSeek V3.2's fp8 latent cache (vLLM's fp8_ds_mla): 656-byte rows of 576 values, 512
+ * e4m3 with an f32 scale per 128 and 64 bf16 (since 0.11; SEMANTICS, Quantized caches). */
+#define OCTATTN_DTYPE_FP8_DS_MLA 11
 
 typedef int32_t octattn_algorithm;
 /* fused unless weights are requested, then naive. */
@@ -740,8 +753,12 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
  *   Q8_0             per block d = f16(max|x| / 127), q = clamp(round(x / d), -127, 127);
  *   Q4_0             per block m = the value of largest magnitude (the first of equals),
  *                    d = f16(m / -8), nibble = clamp(round(x / d) + 8, 0, 15) (d == 0: 8)
- * (round: half to even; a Q block holding NaN or Inf gets d = NaN). INT8 and FP8 need
- * `scale`; the other dtypes take none (scale NULL, scale_rows 0).
+ *   FP8_DS_MLA       rows of 576 values (dim 576): per group of 128 of values 0..511
+ *                    s = max|x| / 448 (f32) and e4m3fn(x / s) as FP8 above (s == 0:
+ *                    code 0); values 512..575 rounded to bf16
+ * (round: half to even; a Q block holding NaN or Inf gets d = NaN, an FP8_DS_MLA group s =
+ * NaN and codes 0). INT8 and FP8 need `scale`; the other dtypes take none (scale NULL,
+ * scale_rows 0).
  * Contiguous (slots NULL): dst has src's shape, a view of the cache's rows that receive
  * src's (the caller offsets it to the positions); an INT8 scale is [batch, kv_heads,
  * rows / scale_rows, dim / G] (rows a multiple of scale_rows; 0 means 1), written whole.

@@ -823,6 +823,122 @@ TEST_CASE("quantized caches: bad input gets a status and writes nothing") {
   CHECK(octattn_scores(ctx, &q, &k, scores.ptr()) == OCTATTN_ERROR_UNSUPPORTED);
 }
 
+namespace {
+
+// DeepSeek V3.2's fp8 latent cache [B, 1, T] of 656-byte rows, stored from f32 latent
+// rows by octattn_kv_store, and its values by the header's definition.
+struct DsMlaCache {
+  std::vector<uint8_t> bytes;
+  octattn_tensor k{}, v{};  // k: all 576 values; v: the first 512 (the same rows)
+  Tensor values, value_rows;
+  DsMlaCache(Context& ctx, const Tensor& x) {
+    const int64_t B = x.shape[0], T = x.shape[2];
+    bytes.assign(static_cast<size_t>(B * T * 656), 0xEE);
+    k.data = bytes.data();
+    k.dtype = OCTATTN_DTYPE_FP8_DS_MLA;
+    const int64_t shape[4] = {B, 1, T, 576}, stride[4] = {T, T, 1, 1};
+    for (int d = 0; d < 4; ++d) k.shape[d] = shape[d], k.stride[d] = stride[d];
+    REQUIRE(octattn_kv_store(ctx, x.ptr(), &k, nullptr, 0, nullptr) == OCTATTN_OK);
+    v = k;
+    v.shape[3] = 512;
+    values = Tensor(B, 1, T, 576);
+    value_rows = Tensor(B, 1, T, 512);
+    values.ForEach([&](int64_t b, int64_t, int64_t j, int64_t d) {
+      values.at(b, 0, j, d) = Value(b, j, d);
+      if (d < 512) value_rows.at(b, 0, j, d) = values.at(b, 0, j, d);
+    });
+  }
+  const uint8_t* Row(int64_t b, int64_t j) const {
+    return bytes.data() + (b * k.stride[0] + j) * 656;
+  }
+  float Scale(int64_t b, int64_t j, int64_t g) const {
+    float s;
+    std::memcpy(&s, Row(b, j) + 512 + 4 * g, 4);
+    return s;
+  }
+  float Value(int64_t b, int64_t j, int64_t d) const {
+    if (d >= 512) {
+      uint16_t h;
+      std::memcpy(&h, Row(b, j) + 528 + 2 * (d - 512), 2);
+      uint32_t u = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    return Scale(b, j, d / 128) *
+           static_cast<float>(Fp8Definition(Row(b, j)[d], OCTATTN_DTYPE_FP8_E4M3));
+  }
+};
+
+}  // namespace
+
+// FP8_DS_MLA: the store's scales are max|x| / 448 and its values within e4m3's error of
+// the latent rows (rope values: bf16's); k (576 values) and v (its first 512, the same
+// rows) give every path and target the bytes of the f32 call on the defined values.
+TEST_CASE("FP8_DS_MLA latent caches: stored within e4m3's error, read as their values",
+          "[dispatch]") {
+  const int64_t T = SmallSized(700, 200);
+  Context ctx;
+  Tensor x(2, 1, T, 576);
+  x.Fill(41, -2.0f, 2.0f);
+  for (int64_t j = 0; j < T; j += 7) x.at(1, 0, j, 130) = 60.0f;  // an outlier channel
+  const DsMlaCache c(ctx, x);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t j = 0; j < T; ++j) {
+      for (int64_t g = 0; g < 4; ++g) {
+        float amax = 0.0f;
+        for (int64_t d = 128 * g; d < 128 * (g + 1); ++d)
+          amax = std::fmax(amax, std::fabs(x.at(b, 0, j, d)));
+        REQUIRE(c.Scale(b, j, g) == amax / 448.0f);
+      }
+      for (int64_t d = 0; d < 576; ++d) {
+        const double want = x.at(b, 0, j, d), got = c.Value(b, j, d);
+        const double bound = d < 512 ? std::fabs(want) * 0x1p-4 + c.Scale(b, j, d / 128) * 0x1p-9
+                                     : std::fabs(want) * 0x1p-8;
+        if (std::fabs(got - want) > bound) FAIL("value " << b << "," << j << "," << d);
+      }
+    }
+  for (const Target& tg : AllTargets()) {
+    ctx.Use(tg);
+    // Decode with 16 heads (stacked for the micro-kernel) and with 4 (direct tiles), a
+    // chunked prefill over the cache, and the naive path.
+    for (const int64_t hq : {int64_t{16}, int64_t{4}})
+      for (const int64_t tq : {int64_t{1}, int64_t{37}}) {
+        INFO(tg.Name() << " Hq " << hq << " Tq " << tq);
+        Tensor q(2, hq, tq, 576);
+        q.Fill(43, -1.0f, 1.0f);
+        for (octattn_algorithm algo : {OCTATTN_ALGORITHM_AUTO, OCTATTN_ALGORITHM_NAIVE}) {
+          if (algo == OCTATTN_ALGORITHM_NAIVE && tq == 1 && hq == 4) continue;
+          const octattn_attention_options opt = Options(1, 0, 0, algo);
+          Tensor o(2, hq, tq, 512), lse(2, hq, tq, 1), o32 = o, lse32 = lse;
+          REQUIRE(octattn_attention(ctx, &opt, q.ptr(), &c.k, &c.v, o.ptr(), lse.ptr(), nullptr,
+                                    nullptr, 0) == OCTATTN_OK);
+          Attend(ctx, opt, q, c.values, c.value_rows, o32, &lse32);
+          CHECK(BytesEqual(o, o32));
+          CHECK(BytesEqual(lse, lse32));
+        }
+      }
+  }
+  // Bad input: more than 576 values a row, strided values, a store of other than whole rows.
+  octattn_tensor wide = c.k;
+  wide.shape[3] = 577;
+  Tensor q(1, 4, 1, 577), o(1, 4, 1, 512);
+  octattn_attention_options opt = Options();
+  CHECK(octattn_attention(ctx, &opt, q.ptr(), &wide, &c.v, o.ptr(), nullptr, nullptr, nullptr, 0) ==
+        OCTATTN_ERROR_INVALID_SHAPE);
+  octattn_tensor strided = c.v;
+  strided.stride[3] = 2;
+  Tensor q576(1, 4, 1, 576);
+  CHECK(octattn_attention(ctx, &opt, q576.ptr(), &c.k, &strided, o.ptr(), nullptr, nullptr, nullptr,
+                          0) == OCTATTN_ERROR_INVALID_STRIDE);
+  Tensor x512(2, 1, T, 512);
+  octattn_tensor dst = c.v;
+  std::vector<uint8_t> keep = c.bytes;
+  CHECK(octattn_kv_store(ctx, x512.ptr(), &dst, nullptr, 0, nullptr) ==
+        OCTATTN_ERROR_INVALID_SHAPE);
+  CHECK(keep == c.bytes);
+}
+
 TEST_CASE("kv store: bad input gets a status and writes nothing") {
   Context ctx;
   Tensor x(1, 2, 8, 64);

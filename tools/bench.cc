@@ -97,12 +97,12 @@ struct BenchAlloc {
 using Floats = std::vector<float, BenchAlloc<float>>;
 using Halves = std::vector<uint16_t, BenchAlloc<uint16_t>>;
 
-const char* const kDtypeNames[] = {"",     "f32",      "bf16",     "f16",  "bool",
-                                   "int8", "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
+const char* const kDtypeNames[] = {"",         "f32",      "bf16", "f16",  "bool",  "int8",
+                                   "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0", "int32", "fp8_ds_mla"};
 const char* DtypeName(octattn_dtype t) { return kDtypeNames[t]; }
 octattn_dtype DtypeByName(const std::string& s) {
-  for (int t = OCTATTN_DTYPE_F32; t <= OCTATTN_DTYPE_Q4_0; ++t)
-    if (t != OCTATTN_DTYPE_BOOL && s == kDtypeNames[t]) return t;
+  for (int t = OCTATTN_DTYPE_F32; t <= OCTATTN_DTYPE_FP8_DS_MLA; ++t)
+    if (t != OCTATTN_DTYPE_BOOL && t != OCTATTN_DTYPE_INT32 && s == kDtypeNames[t]) return t;
   std::fprintf(stderr, "unknown dtype: %s\n", s.c_str());
   std::exit(2);
 }
@@ -111,18 +111,21 @@ std::string Case::KvName() const {
   return std::string(DtypeName(KvType())) + (qk == OCTATTN_QK_INT8 ? "+qk8" : "");
 }
 bool Blocked(octattn_dtype t) { return t == OCTATTN_DTYPE_Q8_0 || t == OCTATTN_DTYPE_Q4_0; }
-// Bytes of one element, of one block for Q8_0 and Q4_0 (the unit their strides count).
+// Bytes of one element, of one block for Q8_0 and Q4_0 and of one row for FP8_DS_MLA
+// (the unit their strides count).
 int64_t DtypeBytes(octattn_dtype t) {
   return t == OCTATTN_DTYPE_F32                              ? 4
          : t == OCTATTN_DTYPE_BF16 || t == OCTATTN_DTYPE_F16 ? 2
          : t == OCTATTN_DTYPE_Q8_0                           ? 34
          : t == OCTATTN_DTYPE_Q4_0                           ? 18
+         : t == OCTATTN_DTYPE_FP8_DS_MLA                     ? 656
                                                              : 1;
 }
 // Bytes a cache reads per value, its scales included.
 double ValueBytes(const Case& c) {
   const octattn_dtype t = c.KvType();
   if (Blocked(t)) return DtypeBytes(t) / 32.0;
+  if (t == OCTATTN_DTYPE_FP8_DS_MLA) return 656.0 / 576.0;
   return DtypeBytes(t) + (t == OCTATTN_DTYPE_INT8 ? 4.0 / c.kv_group : 0.0);
 }
 double Case::RowBytes() const {
@@ -161,9 +164,11 @@ void Quantize(Floats* f, QuantData* qd, octattn_tensor* t, const Case& c) {
   octattn_tensor dst = *t;
   dst.dtype = type;
   int64_t span = 1;
+  // Q8_0, Q4_0: [.., D] rows of D / 32 blocks; FP8_DS_MLA: rows of one unit.
+  const int64_t per = Blocked(type) ? 32 : type == OCTATTN_DTYPE_FP8_DS_MLA ? t->shape[3] : 1;
   for (int d = 0; d < 4; ++d) {
-    if (Blocked(type) && d < 3) dst.stride[d] /= 32;  // [.., D] rows of D / 32 blocks
-    span += ((Blocked(type) && d == 3 ? t->shape[3] / 32 : t->shape[d]) - 1) * dst.stride[d];
+    if (d < 3) dst.stride[d] /= per;
+    span += ((d == 3 ? t->shape[3] / per : t->shape[d]) - 1) * dst.stride[d];
   }
   qd->bytes.resize(static_cast<size_t>(span * DtypeBytes(type)));
   dst.data = qd->bytes.data();
@@ -171,7 +176,7 @@ void Quantize(Floats* f, QuantData* qd, octattn_tensor* t, const Case& c) {
     const int64_t ss[4] = {t->shape[0], t->shape[1], t->shape[2], t->shape[3] / c.kv_group};
     qd->scale.resize(static_cast<size_t>(ss[0] * ss[1] * ss[2] * ss[3]));
     octattn_tensor_init(&qd->ts, qd->scale.data(), ss, OCTATTN_LAYOUT_BHTD);
-  } else if (!Blocked(type)) {
+  } else if (!Blocked(type) && type != OCTATTN_DTYPE_FP8_DS_MLA) {
     const int64_t ss[4] = {1, 1, 1, 1};
     qd->scale.assign(1, 1.0f);
     octattn_tensor_init(&qd->ts, qd->scale.data(), ss, OCTATTN_LAYOUT_BHTD);
@@ -254,7 +259,8 @@ const char* kHelp =
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --huge-pages  tensors of 2 MiB or more in transparent huge pages (madvise)\n"
     "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|\n"
-    "               q8_0|q4_0 (k and v only; quantized ones stored by octattn_kv_store)\n"
+    "               q8_0|q4_0|fp8_ds_mla (k and v only; quantized ones stored by\n"
+    "               octattn_kv_store; fp8_ds_mla: --head-dim 576 --v-of-k)\n"
     "  --kv-group G  an int8 cache's channels per f32 scale (default 32; its bytes count)\n"
     "  --qk exact|int8  q . k over an int8, q8_0 or q4_0 cache: exact (default) or as int8\n"
     "               dot products (options.qk_precision; the cache's name gets \"+qk8\")\n"
@@ -523,8 +529,15 @@ bool Parse(int argc, char** argv, Args* a) {
                  "--store or --tree\n");
     std::exit(2);
   }
-  if (a->base.v_of_k && (a->store || Quantized(a->base.KvType()))) {
-    std::fprintf(stderr, "--v-of-k views k's rows as v: not with --store or a quantized cache\n");
+  const bool ds_mla = a->base.KvType() == OCTATTN_DTYPE_FP8_DS_MLA;
+  if (a->base.v_of_k && (a->store || (Quantized(a->base.KvType()) && !ds_mla))) {
+    std::fprintf(stderr,
+                 "--v-of-k views k's rows as v: not with --store or a quantized cache other "
+                 "than fp8_ds_mla\n");
+    std::exit(2);
+  }
+  if (ds_mla && !a->store && !a->base.v_of_k) {
+    std::fprintf(stderr, "--kv-dtype fp8_ds_mla holds latent rows: v is a view of k (--v-of-k)\n");
     std::exit(2);
   }
   if (a->base.value_dim < 0 || (a->base.value_dim > 0 && a->store)) {
@@ -834,7 +847,7 @@ struct Buffers {
     Retype(&o, &o16, &to, c.dtype);
     if (Quantized(c.KvType())) {
       Quantize(&k, &kq, &tk, c);
-      Quantize(&v, &vq, &tv, c);
+      if (!c.v_of_k) Quantize(&v, &vq, &tv, c);
     } else {
       Retype(&k, &k16, &tk, c.KvType());
       Retype(&v, &v16, &tv, c.KvType());
@@ -1269,7 +1282,7 @@ struct SequenceBatch {
     ::Retype(&o, &o16, &to, c.dtype);
     if (Quantized(c.KvType())) {
       Quantize(&k, &kq, &tk, c);
-      Quantize(&v, &vq, &tv, c);
+      if (!c.v_of_k) Quantize(&v, &vq, &tv, c);
       if (!kp.empty()) {
         Quantize(&kp, &kpq, &tkp, c);
         Quantize(&vp, &vpq, &tvp, c);

@@ -184,6 +184,9 @@ const (
 	FP8E5M2 Dtype = C.OCTATTN_DTYPE_FP8_E5M2 // float8 e5m2 codes, times optional scales
 	Q8_0    Dtype = C.OCTATTN_DTYPE_Q8_0     // ggml's 34-byte blocks of 32 values
 	Q4_0    Dtype = C.OCTATTN_DTYPE_Q4_0     // ggml's 18-byte blocks of 32 values
+	// DeepSeek V3.2's 656-byte latent rows of 576 values (strides count rows; k the rows,
+	// v their first 512 values).
+	FP8DSMLA Dtype = C.OCTATTN_DTYPE_FP8_DS_MLA
 )
 
 // unitBytes is the bytes of one element of a quantized Dtype (of one block for Q8_0
@@ -194,6 +197,8 @@ func unitBytes(t Dtype) int {
 		return 34
 	case Q4_0:
 		return 18
+	case FP8DSMLA:
+		return 656
 	}
 	return 1
 }
@@ -213,11 +218,14 @@ type Tensor struct {
 }
 
 // QuantBHTD views contiguous [B, H, T, D] data of a quantized Dtype (Q8_0 and Q4_0: d a
-// multiple of 32, rows of d / 32 blocks).
+// multiple of 32, rows of d / 32 blocks; FP8DSMLA: rows of 656 bytes, d at most 576).
 func QuantBHTD(data []byte, typ Dtype, b, h, t, d int) (Tensor, error) {
 	u := d
 	if typ == Q8_0 || typ == Q4_0 {
 		u = d / 32
+	}
+	if typ == FP8DSMLA {
+		u = 1
 	}
 	x := Tensor{Shape: [4]int{b, h, t, d}, Strides: [4]int{h * t * u, t * u, u, 1}, Bytes: data, Type: typ}
 	return x, quantExtent(x)
@@ -228,6 +236,9 @@ func quantExtent(x Tensor) error {
 	shape := x.Shape
 	if x.Type == Q8_0 || x.Type == Q4_0 {
 		shape[3] /= 32
+	}
+	if x.Type == FP8DSMLA {
+		shape[3] = 1
 	}
 	return extent(len(x.Bytes)/unitBytes(x.Type), shape, x.Strides)
 }
@@ -419,7 +430,7 @@ type call struct {
 
 func (c *call) tensor(x Tensor, name string) (C.octattn_tensor, error) {
 	var t C.octattn_tensor
-	if x.Type >= Int8 && x.Type <= Q4_0 {
+	if (x.Type >= Int8 && x.Type <= Q4_0) || x.Type == FP8DSMLA {
 		if err := quantExtent(x); err != nil {
 			return t, fmt.Errorf("%s: %w", name, err)
 		}

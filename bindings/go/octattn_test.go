@@ -1,6 +1,7 @@
 package octattn
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"testing"
@@ -692,6 +693,70 @@ func TestInt8CacheIsTheFloat32CallOnItsValues(t *testing.T) {
 	// Without its scales an int8 cache is refused.
 	if err := ctx.Attention(nil, tq, qk, qv, to, nil); err == nil {
 		t.Fatal("an int8 cache without scales was accepted")
+	}
+}
+
+// DeepSeek V3.2's fp8 latent rows, stored by KVStore and read as k (576 values) and v
+// (the first 512 of the same rows): the float32 call on the values the header defines.
+func TestDeepSeekLatentCacheIsTheFloat32CallOnItsValues(t *testing.T) {
+	const hq, n = 8, 200
+	latent, q := data(n*576, 61), data(hq*576, 62)
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	src, _ := BHTD(latent, 1, 1, n, 576)
+	rows := make([]byte, n*656)
+	k, err := QuantBHTD(rows, FP8DSMLA, 1, 1, n, 576)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.KVStore(src, k, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	v := k
+	v.Shape[3] = 512
+	e4m3 := func(b byte) float32 {
+		e, m := int((b>>3)&15), float64(b&7)
+		x := math.Ldexp(8+m, e-10)
+		if e == 0 {
+			x = math.Ldexp(m, -9)
+		}
+		if b&0x80 != 0 {
+			x = -x
+		}
+		return float32(x)
+	}
+	values, valueRows := make([]float32, n*576), make([]float32, n*512)
+	for j := 0; j < n; j++ {
+		r := rows[j*656 : (j+1)*656]
+		for d := 0; d < 576; d++ {
+			if d < 512 {
+				g := 512 + 4*(d/128)
+				values[j*576+d] = math.Float32frombits(binary.LittleEndian.Uint32(r[g:])) * e4m3(r[d])
+				valueRows[j*512+d] = values[j*576+d]
+			} else {
+				values[j*576+d] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(r[528+2*(d-512):])) << 16)
+			}
+		}
+	}
+	tq, _ := BHTD(q, 1, hq, 1, 576)
+	o, want := make([]float32, hq*512), make([]float32, hq*512)
+	to, _ := BHTD(o, 1, hq, 1, 512)
+	tw, _ := BHTD(want, 1, hq, 1, 512)
+	if err := ctx.Attention(nil, tq, k, v, to, nil); err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := BHTD(values, 1, 1, n, 576)
+	tv, _ := BHTD(valueRows, 1, 1, n, 512)
+	if err := ctx.Attention(nil, tq, tk, tv, tw, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range o {
+		if math.Float32bits(o[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("element %d: %v, the f32 call on the values %v", i, o[i], want[i])
+		}
 	}
 }
 

@@ -27,6 +27,10 @@ api::Check ValidateStore(const octattn_tensor* src, octattn_tensor* dst, octattn
   const int64_t rows = c->scale_rows;
   OCTATTN_CHECK(api::CheckSize(d, "dst", 1, s.shape[1], "heads of src"));
   OCTATTN_CHECK(api::CheckSize(d, "dst", 3, s.shape[3], "dim of src"));
+  if (d.type == base::kDsMla && d.shape[3] != base::kDsMlaValues)
+    return api::Fail(
+        OCTATTN_ERROR_INVALID_SHAPE,
+        "dst: an FP8_DS_MLA store writes whole rows (dim 576), not " + std::to_string(d.shape[3]));
   if (slots) {
     c->slots = slots;
     c->block_size = d.shape[2];

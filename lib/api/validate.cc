@@ -61,7 +61,8 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
   } else if (t->dtype == OCTATTN_DTYPE_INT32) {
     return Fail(OCTATTN_ERROR_INVALID_OPTION,
                 Name(name, "int32 data is for block masks and key lists only"));
-  } else if (t->dtype >= OCTATTN_DTYPE_INT8 && t->dtype <= OCTATTN_DTYPE_Q4_0) {
+  } else if ((t->dtype >= OCTATTN_DTYPE_INT8 && t->dtype <= OCTATTN_DTYPE_Q4_0) ||
+             t->dtype == OCTATTN_DTYPE_FP8_DS_MLA) {
     if (dtype != kCache)
       return Fail(OCTATTN_ERROR_UNSUPPORTED,
                   Name(name, "quantized dtypes are for KV caches (k and v) only"));
@@ -102,6 +103,16 @@ Check ValidateTensor(const octattn_tensor* t, const char* name, Role role, bool 
       return Fail(OCTATTN_ERROR_INVALID_STRIDE,
                   Name(name, "a Q8_0 or Q4_0 row's blocks must be consecutive (stride[3] 1)"));
     units[3] = t->shape[3] / base::kQuantBlock;
+  }
+  // FP8_DS_MLA: a row of 656 bytes holds 576 values, of which a tensor reads shape[3].
+  if (type == base::kDsMla) {
+    if (t->shape[3] > base::kDsMlaValues)
+      return Fail(OCTATTN_ERROR_INVALID_SHAPE,
+                  Name(name, "an FP8_DS_MLA row (shape[3]) holds at most 576 values"));
+    if (t->stride[3] != 1)
+      return Fail(OCTATTN_ERROR_INVALID_STRIDE,
+                  Name(name, "an FP8_DS_MLA tensor reads whole rows (stride[3] 1)"));
+    units[3] = 1;
   }
   int64_t span = 0;
   for (int d = 0; d < dims; ++d) {

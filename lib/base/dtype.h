@@ -27,22 +27,32 @@ enum Dtype : int32_t {
   kE5m2 = 7,
   kQ8_0 = 8,
   kQ4_0 = 9,
+  kDsMla = 11,
 };
 constexpr int64_t kQuantBlock = 32;
+// kDsMla: DeepSeek V3.2's fp8 latent cache (vLLM's fp8_ds_mla), one whole row a unit: its
+// first kDsMlaFp8 values as e4m3 bytes, then one f32 scale per kDsMlaGroup of them, then
+// the last kDsMlaValues - kDsMlaFp8 values (the rope part) as bf16: 656 bytes.
+constexpr int64_t kDsMlaValues = 576, kDsMlaFp8 = 512, kDsMlaGroup = 128;
+constexpr int64_t kDsMlaScales = kDsMlaFp8, kDsMlaRope = kDsMlaFp8 + 4 * kDsMlaFp8 / kDsMlaGroup;
+constexpr int64_t kDsMlaBytes = kDsMlaRope + 2 * (kDsMlaValues - kDsMlaFp8);
 
 namespace {  // internal linkage: mask.h says why
 
-// Bytes of one element (of one block for kQ8_0 and kQ4_0: an f16 scale and 32 values).
+// Bytes of one element (of one block for kQ8_0 and kQ4_0: an f16 scale and 32 values; of
+// one row for kDsMla).
 inline int64_t DtypeBytes(Dtype t) {
-  static constexpr int8_t kBytes[10] = {0, 4, 2, 2, 1, 1, 1, 1, 34, 18};
+  static constexpr int16_t kBytes[12] = {0, 4, 2, 2, 1, 1, 1, 1, 34, 18, 0, kDsMlaBytes};
   return kBytes[t];
 }
 inline bool Quantized(Dtype t) { return t >= kI8; }
 inline bool Blocked(Dtype t) { return t == kQ8_0 || t == kQ4_0; }
 // Whether values carry a scale of their own tensor (options.k_scale, v_scale).
 inline bool Scaled(Dtype t) { return t == kI8 || t == kE4m3 || t == kE5m2; }
-// Bytes of a row of n values stored contiguously (n a multiple of kQuantBlock if blocked).
+// Bytes of a row of n values stored contiguously (n a multiple of kQuantBlock if blocked;
+// kDsMla: the whole row, whatever n <= kDsMlaValues of it a tensor reads).
 inline int64_t RowBytes(Dtype t, int64_t n) {
+  if (t == kDsMla) return kDsMlaBytes;
   return Blocked(t) ? n / kQuantBlock * DtypeBytes(t) : n * DtypeBytes(t);
 }
 
@@ -181,13 +191,30 @@ inline float BlockValue(const uint8_t* block, Dtype t, int64_t i) {
   return d * static_cast<float>(static_cast<int>(i < 16 ? b & 15 : b >> 4) - 8);
 }
 
+// Value d (< kDsMlaValues) of a kDsMla row: below kDsMlaFp8 its e4m3 value times its
+// group's f32 scale (the product rounded once), then the bf16 values widened.
+inline float DsMlaValue(const uint8_t* row, int64_t d) {
+  if (d >= kDsMlaFp8) {
+    uint16_t h;
+    memcpy(&h, row + kDsMlaRope + 2 * (d - kDsMlaFp8), 2);
+    return Bf16ToF32(h);
+  }
+  float scale;
+  memcpy(&scale, row + kDsMlaScales + 4 * (d / kDsMlaGroup), 4);
+  return scale * Fp8ToF32(row[d], kE4m3);
+}
+
 // n values of a quantized row widened: elements `stride` apart (blocked: n values of
-// consecutive blocks), int8 and fp8 values times their scale, which for value d is
-// element (d / group) * sc_col of `sc` (type st; null: every scale 1, the fp8 values
+// consecutive blocks; kDsMla: the first n of the row), int8 and fp8 values times their scale, which
+// for value d is element (d / group) * sc_col of `sc` (type st; null: every scale 1, the fp8 values
 // as they are).
 inline void DequantRow(const void* src, int64_t stride, Dtype t, int64_t n, const void* sc,
                        Dtype st, int64_t sc_col, int64_t group, float* dst) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
+  if (t == kDsMla) {
+    for (int64_t d = 0; d < n; ++d) dst[d] = DsMlaValue(s, d);
+    return;
+  }
   if (Blocked(t)) {
     const int64_t bytes = DtypeBytes(t);
     for (int64_t d = 0; d < n; ++d)

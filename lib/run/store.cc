@@ -36,7 +36,7 @@ class RowBatch {
     const Dtype t = c.dst.type;
     grouped_ = t == base::kI8 || (base::Scaled(t) && c.scale.hi != 0);
     unit_ = grouped_ ? c.group : base::Blocked(t) ? base::kQuantBlock : 1;
-    kernel_ = c.dst.stride[3] == 1 && unit_ <= kChunk;
+    kernel_ = c.dst.stride[3] == 1 && unit_ <= kChunk && t != base::kDsMla;
     chunk_ = kChunk / unit_ * unit_;
     in_place_ = c.src.type == base::kF32 && c.src.stride[3] == 1;
     whole_ =
@@ -95,6 +95,26 @@ class RowBatch {
   float x_[kChunk];
 };
 
+// An FP8_DS_MLA row (kDsMlaValues values): each group of kDsMlaGroup of its fp8 values
+// gets s = max|x| / 448 in the row's f32 scale and the codes of x / s (s == 0: code 0; a
+// group holding NaN or Inf: s NaN and codes 0); the rope values rounded to bf16.
+void StoreDsMlaRow(const StoreCall& c, const float* row, uint8_t* o) {
+  for (int64_t g0 = 0; g0 < base::kDsMlaFp8; g0 += base::kDsMlaGroup) {
+    uint32_t top = 0;
+    for (int64_t d = g0; d < g0 + base::kDsMlaGroup; ++d)
+      top = std::max(top, base::AbsBits(Source(c, row, d)));
+    const bool finite = top < 0x7F800000u;
+    const float s = finite ? base::FloatOf(top) / 448.0f : __builtin_nanf("");
+    memcpy(o + base::kDsMlaScales + 4 * (g0 / base::kDsMlaGroup), &s, 4);
+    for (int64_t d = g0; d < g0 + base::kDsMlaGroup; ++d)
+      o[d] = !finite || s == 0.0f ? 0 : base::F32ToFp8(Source(c, row, d) / s, base::kE4m3);
+  }
+  for (int64_t d = base::kDsMlaFp8; d < base::kDsMlaValues; ++d) {
+    const uint16_t h = base::F32ToBf16(Source(c, row, d));
+    memcpy(o + base::kDsMlaRope + 2 * (d - base::kDsMlaFp8), &h, 2);
+  }
+}
+
 // Rows [t0, t0 + n) of (b, h), n = scale_rows (one scale row of an INT8 cache) or 1; `out`
 // their destination rows (null: skipped), `sc` the scale row of the first of them (null:
 // none).
@@ -134,6 +154,10 @@ void StoreRows(RowBatch& batch, const StoreCall& c, int64_t b, int64_t h, int64_
   }
   for (int64_t r = 0; r < n; ++r) {
     if (!out[r]) continue;
+    if (t == base::kDsMla) {
+      StoreDsMlaRow(c, rows[r], reinterpret_cast<uint8_t*>(out[r]));
+      continue;
+    }
     if (base::Scaled(t)) {  // fp8 (blocked rows are contiguous: the kernel's)
       uint8_t* o = reinterpret_cast<uint8_t*>(out[r]);
       for (int64_t d = 0; d < dim; ++d) {

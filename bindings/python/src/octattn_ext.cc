@@ -139,7 +139,8 @@ Raw RawOf(nb::handle h, const char* name) {
 // A KV cache argument as the call reads it: a uint8 array of ggml blocks (kv_format
 // "q8_0" or "q4_0": its last dimension the row's bytes, strides in bytes) as blocks of
 // values; a uint8 array of fp8 codes (kv_format "fp8_e4m3" or "fp8_e5m2", numpy having
-// no fp8 dtype) as those; any other as it is.
+// no fp8 dtype) as those; DeepSeek V3.2's latent rows ("fp8_ds_mla") as rows; any other
+// as it is.
 Raw CacheOf(nb::handle h, const char* name, octattn_dtype format) {
   Raw r = RawOf(h, name);
   if (r.dtype != kBytes) {
@@ -148,6 +149,21 @@ Raw CacheOf(nb::handle h, const char* name, octattn_dtype format) {
   }
   if (!format) Bad(name, "a uint8 cache needs kv_format ('q8_0', 'q4_0', 'fp8_e4m3', ...)", true);
   r.dtype = format;
+  if (format == OCTATTN_DTYPE_FP8_DS_MLA) {
+    // 656-byte rows as 576 values, or a slice of their first <= 512 bytes (v: the fp8
+    // values, whose scales lie further in the row).
+    const size_t last = r.ndim - 1;
+    const int64_t n = r.ndim < 1 ? 0 : r.shape[last];
+    if (r.ndim < 1 || (n != 656 && n > 512) || (n > 1 && r.stride[last] != 1))
+      Bad(name, "rows of 656 contiguous bytes (or a slice of their first 512, as v)");
+    for (size_t i = 0; i < last; ++i) {
+      if (r.stride[i] % 656 != 0) Bad(name, "strides of whole 656-byte rows");
+      r.stride[i] /= 656;
+    }
+    r.shape[last] = n == 656 ? 576 : n;
+    r.stride[last] = 1;
+    return r;
+  }
   if (format != OCTATTN_DTYPE_Q8_0 && format != OCTATTN_DTYPE_Q4_0) return r;
   const int64_t unit = format == OCTATTN_DTYPE_Q8_0 ? 34 : 18, last = r.ndim - 1;
   if (r.ndim < 1 || r.shape[last] % unit != 0 || (r.shape[last] > 1 && r.stride[last] != 1))
@@ -170,7 +186,9 @@ octattn_dtype FormatOf(nb::handle format) {
   if (f == "fp8_e4m3") return OCTATTN_DTYPE_FP8_E4M3;
   if (f == "fp8_e5m2") return OCTATTN_DTYPE_FP8_E5M2;
   if (f == "int8") return OCTATTN_DTYPE_INT8;
-  throw nb::value_error("kv_format is 'q8_0', 'q4_0', 'fp8_e4m3', 'fp8_e5m2' or 'int8'");
+  if (f == "fp8_ds_mla") return OCTATTN_DTYPE_FP8_DS_MLA;
+  throw nb::value_error(
+      "kv_format is 'q8_0', 'q4_0', 'fp8_e4m3', 'fp8_e5m2', 'int8' or 'fp8_ds_mla'");
 }
 
 // A tensor view of `h`: 4 dimensions (3: a trailing 1 is appended, as for lse
@@ -1012,7 +1030,9 @@ Quantized caches (include/octattn.h, Quantized caches): k and v int8 (torch or n
 with k_scale and v_scale ([B, Hkv, R, D / G] in k's layout, sizes of 1 broadcast;
 k_scale_rows: rows per scale row), torch.float8_e4m3fn / float8_e5m2 (optional scales),
 or uint8 arrays with kv_format "q8_0" / "q4_0" (ggml's blocks: the last dimension the
-row's bytes) or "fp8_e4m3" / "fp8_e5m2" (codes). qk="int8" (int8, q8_0 and q4_0 keys):
+row's bytes), "fp8_e4m3" / "fp8_e5m2" (codes) or "fp8_ds_mla" (DeepSeek V3.2's latent
+rows of 656 bytes: k the rows, v the rows or their first 512 bytes, value_dim 512).
+qk="int8" (int8, q8_0 and q4_0 keys):
 q . k as int8 dot products, q rounded to int8 in blocks (OCTATTN_QK_INT8).
 tree: a tree of draft tokens (speculative decoding's verification; include/octattn.h,
 Trees): uint8 [rows, bytes] (every batch entry's, or a ragged batch's rows) or [B, rows,
@@ -1028,7 +1048,7 @@ top-k): int32 [Tq, n] (every batch entry's and head's; a ragged batch's rows), [
 or [B, Hkv, Tq, n], each row's key rows (counted from its sequence's first valid key; -1:
 none; any order, duplicates read once); key_counts (the same less n: entries used; None:
 all n); key_indices2, key_counts2: a second list joined to the first (a local window).
-Fused or reference algorithm; not with blocks or return_key_scores.)doc");
+Every algorithm (return_key_scores: naive or reference); not with blocks.)doc");
   m.def("kv_store", &KvStoreEntry, nb::arg("src"), nb::arg("dst"),
         nb::arg("scale").none() = nb::none(), nb::kw_only(), nb::arg("scale_rows") = 0,
         nb::arg("slots").none() = nb::none(), nb::arg("layout") = "bhtd",
@@ -1039,5 +1059,6 @@ src [B, H, T, D] float32/bfloat16/float16 (layout="bthd": [B, T, H, D]); dst: a 
 the cache rows that receive them (src's shape), or with slots (int64 [B * T], vLLM's slot
 mapping, -1 skips) a pool [blocks, H, block_size, D] ([blocks, block_size, H, D] bthd).
 dst float32/bfloat16/float16, int8 (scale: its output, [B, H, T / scale_rows, D / G]),
-float8 (scale: an input, or None), or uint8 with kv_format "q8_0"/"q4_0"/"fp8_*".)doc");
+float8 (scale: an input, or None), or uint8 with kv_format "q8_0"/"q4_0"/"fp8_*" (D 576
+for "fp8_ds_mla": rows of 656 bytes).)doc");
 }

@@ -104,6 +104,38 @@ def test_torch_fp8_and_int8_against_pytorch_dequantize_then_sdpa():
     assert (o - ref).abs().max() < 1e-5
 
 
+def test_deepseek_fp8_latent_cache_against_torch_dequantize_then_attention():
+    """kv_format="fp8_ds_mla": latent rows stored by kv_store (scales max|x| / 448, the
+    rope part bf16), read as k and, through the first 512 bytes of each row, as v: the
+    bytes of the f32 call on the values PyTorch's views of the rows define, and within
+    float64 attention's bound of them."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(5)
+    B, Hq, T, Tq = 1, 16, 300, 2
+    latent = torch.randn(B, 1, T, 576, generator=gen)
+    cache = torch.empty(B, 1, T, 656, dtype=torch.uint8)
+    octattn.kv_store(latent, cache, kv_format="fp8_ds_mla")
+    codes = cache[..., :512].contiguous().view(torch.float8_e4m3fn).float()
+    scales = cache[..., 512:528].contiguous().view(torch.float32)
+    groups = latent[..., :512].reshape(B, 1, T, 4, 128).abs().amax(-1)
+    assert torch.equal(scales, groups / 448)
+    rope = cache[..., 528:].contiguous().view(torch.bfloat16).float()
+    values = torch.cat([codes * scales.repeat_interleave(128, -1), rope], -1)
+    assert torch.equal(rope, latent[..., 512:].bfloat16().float())
+    assert (values[..., :512] - latent[..., :512]).abs().max() <= groups.max() / 448 * 32
+    q = torch.randn(B, Hq, Tq, 576, generator=gen)
+    o = octattn.attention(q, cache, cache[..., :512], kv_format="fp8_ds_mla")
+    o32 = octattn.attention(q, values, values[..., :512])
+    assert o.numpy().tobytes() == o32.numpy().tobytes()
+    k64 = values.double()
+    s = (q.double() @ k64.transpose(-1, -2)) / 576 ** 0.5
+    pos = torch.arange(T - Tq, T)[:, None] >= torch.arange(T)[None, :]
+    p = torch.softmax(s.masked_fill(~pos, float("-inf")), dim=-1)
+    np.testing.assert_allclose(o.numpy(), (p @ k64[..., :512]).numpy(), atol=2e-5, rtol=0)
+    with pytest.raises(ValueError, match="656"):
+        octattn.attention(q, cache[..., :600], cache[..., :512], kv_format="fp8_ds_mla")
+
+
 def test_kv_store_slots_and_errors():
     rng = np.random.default_rng(4)
     new = rng.standard_normal((2, 2, 1, 64), dtype=np.float32)  # a decode step, 2 sequences

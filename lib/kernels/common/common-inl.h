@@ -102,6 +102,18 @@ static inline void Q4Block(const uint8_t* __restrict qs, float d, float* __restr
 static inline void DequantRowV(const void* src, int64_t stride, Dtype t, int64_t n, const void* sc,
                                Dtype st, int64_t sc_col, int64_t group, float* dst) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
+  if (t == kDsMla) {  // the e4m3 values, each group's times its scale, then the bf16 values
+    const int64_t m = base::MinI(n, kDsMlaFp8);
+    WidenFp8<3>(s, m, dst);
+    for (int64_t g0 = 0; g0 < m; g0 += kDsMlaGroup) {
+      float f;
+      memcpy(&f, s + kDsMlaScales + 4 * (g0 / kDsMlaGroup), 4);
+      const int64_t g1 = base::MinI(g0 + kDsMlaGroup, m);
+      for (int64_t d = g0; d < g1; ++d) dst[d] = f * dst[d];
+    }
+    if (n > kDsMlaFp8) WidenRow(s + kDsMlaRope, 1, kBf16, n - kDsMlaFp8, dst + kDsMlaFp8);
+    return;
+  }
   if (Blocked(t)) {
     const int64_t bytes = DtypeBytes(t);
     for (int64_t b = 0; b < n / kQuantBlock; ++b) {

@@ -49,14 +49,15 @@ static inline bool FlashDirect(const FlashTask& t, int64_t step) {
 // (DirectScoresQuant, DirectValuesQuant): decode-sized row lists, keys and values of one
 // quantized type in rows of contiguous elements, whole vectors of value columns, scales
 // (int8, fp8) that hold for eight key dimensions and for a vector of value columns (not
-// KIVI's keys by channel), no score modifiers, on a target with the transposes.
+// KIVI's keys by channel), no score modifiers, on a target with the transposes (not
+// FP8_DS_MLA rows, which are widened: FlashDirectWidened).
 static inline bool FlashDirectQuant(const FlashTask& t, int64_t step) {
   const Operands& op = t.op;
   auto whole = [](const Scales& s, int64_t n) { return !s.data || s.group % n == 0; };
   return S::kQuantRows && step == 1 && FlashRows(t) <= DirectRows(t) && Quantized(op.k_type) &&
-         op.v_type == op.k_type && op.k_dim == 1 && op.v_dim == 1 && op.head_dim % 8 == 0 &&
-         op.value_dim % Lanes() == 0 && whole(op.k_scales, 8) && whole(op.v_scales, Lanes()) &&
-         op.qk_block % 8 == 0 && !op.mods.Scores();
+         op.k_type != kDsMla && op.v_type == op.k_type && op.k_dim == 1 && op.v_dim == 1 &&
+         op.head_dim % 8 == 0 && op.value_dim % Lanes() == 0 && whole(op.k_scales, 8) &&
+         whole(op.v_scales, Lanes()) && op.qk_block % 8 == 0 && !op.mods.Scores();
 }
 
 // Whether a task's quantized tiles, dequantized into f32 rows (WidenTile), run as direct

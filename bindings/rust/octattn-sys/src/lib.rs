@@ -36,6 +36,7 @@ pub const OCTATTN_DTYPE_FP8_E5M2: octattn_dtype = 7;
 pub const OCTATTN_DTYPE_Q8_0: octattn_dtype = 8;
 pub const OCTATTN_DTYPE_Q4_0: octattn_dtype = 9;
 pub const OCTATTN_DTYPE_INT32: octattn_dtype = 10;
+pub const OCTATTN_DTYPE_FP8_DS_MLA: octattn_dtype = 11;
 
 pub const OCTATTN_ALGORITHM_AUTO: octattn_algorithm = 0;
 pub const OCTATTN_ALGORITHM_REFERENCE: octattn_algorithm = 1;

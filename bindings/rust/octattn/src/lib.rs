@@ -153,6 +153,9 @@ pub enum Quant {
     Q8_0,
     /// ggml's 18-byte blocks of 32 values (strides count blocks).
     Q4_0,
+    /// DeepSeek V3.2's 656-byte latent rows of 576 values (strides count rows; k the
+    /// rows, v their first 512 values).
+    Fp8DsMla,
 }
 
 impl Quant {
@@ -163,6 +166,7 @@ impl Quant {
             Quant::Fp8E5m2 => sys::OCTATTN_DTYPE_FP8_E5M2,
             Quant::Q8_0 => sys::OCTATTN_DTYPE_Q8_0,
             Quant::Q4_0 => sys::OCTATTN_DTYPE_Q4_0,
+            Quant::Fp8DsMla => sys::OCTATTN_DTYPE_FP8_DS_MLA,
         }
     }
     // Bytes of a unit of the strides, and the shape in units.
@@ -170,6 +174,7 @@ impl Quant {
         match self {
             Quant::Q8_0 => (34, [shape[0], shape[1], shape[2], shape[3] / 32]),
             Quant::Q4_0 => (18, [shape[0], shape[1], shape[2], shape[3] / 32]),
+            Quant::Fp8DsMla => (656, [shape[0], shape[1], shape[2], 1]),
             _ => (1, shape),
         }
     }
@@ -1825,6 +1830,68 @@ mod tests {
         let (r, untouched) = attend(&opts, &q, &k, &v, 3, t);
         assert_eq!(r.unwrap_err().status, sys::OCTATTN_ERROR_INVALID_OPTION);
         assert!(untouched.iter().all(|&x| x == 7.0));
+    }
+    #[test]
+    fn a_deepseek_fp8_latent_cache_is_the_f32_call_on_its_values() {
+        // Latent rows stored as 656-byte rows, read as k (576 values) and v (the first
+        // 512 of the same rows); their values by the header's definition.
+        let (hq, n) = (8usize, 200usize);
+        let latent = data(n * 576, 61);
+        let q = data(hq * 576, 62);
+        let mut ctx = Context::new().unwrap();
+        let mut rows = vec![0u8; n * 656];
+        let (shape, strides) = ([1, 1, n, 576], [n, n, 1, 1]);
+        ctx.kv_store(
+            &Tensor::bhtd(&latent, shape).unwrap(),
+            &mut TensorMut::quantized(&mut rows, Quant::Fp8DsMla, shape, strides).unwrap(),
+            None,
+            0,
+            None,
+        )
+        .unwrap();
+        let e4m3 = |b: u8| -> f32 {
+            let (e, m) = (((b >> 3) & 15) as i32, (b & 7) as f32);
+            let x = if e == 0 { m * 2f32.powi(-9) } else { (8.0 + m) * 2f32.powi(e - 10) };
+            if b & 0x80 != 0 { -x } else { x }
+        };
+        let mut values = vec![0f32; n * 576];
+        for j in 0..n {
+            let r = &rows[j * 656..(j + 1) * 656];
+            for d in 0..576 {
+                values[j * 576 + d] = if d < 512 {
+                    let g = 512 + 4 * (d / 128);
+                    f32::from_le_bytes([r[g], r[g + 1], r[g + 2], r[g + 3]]) * e4m3(r[d])
+                } else {
+                    let at = 528 + 2 * (d - 512);
+                    f32::from_bits(u32::from(u16::from_le_bytes([r[at], r[at + 1]])) << 16)
+                };
+            }
+        }
+        let value_rows: Vec<f32> = (0..n * 512).map(|i| values[i / 512 * 576 + i % 512]).collect();
+        let qt = Tensor::bhtd(&q, [1, hq, 1, 576]).unwrap();
+        let (mut o, mut want) = (vec![0f32; hq * 512], vec![0f32; hq * 512]);
+        ctx.attention(
+            &Options::default(),
+            &qt,
+            &Tensor::quantized(&rows, Quant::Fp8DsMla, shape, strides).unwrap(),
+            &Tensor::quantized(&rows, Quant::Fp8DsMla, [1, 1, n, 512], strides).unwrap(),
+            &mut TensorMut::bhtd(&mut o, [1, hq, 1, 512]).unwrap(),
+            None,
+        )
+        .unwrap();
+        ctx.attention(
+            &Options::default(),
+            &qt,
+            &Tensor::bhtd(&values, shape).unwrap(),
+            &Tensor::bhtd(&value_rows, [1, 1, n, 512]).unwrap(),
+            &mut TensorMut::bhtd(&mut want, [1, hq, 1, 512]).unwrap(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(o, want);
+        for (x, y) in values.iter().zip(&latent) {
+            assert!((x - y).abs() <= y.abs() / 16.0 + 1e-2, "{x} {y}");
+        }
     }
     #[test]
     fn an_int8_cache_is_the_f32_call_on_its_values() {
