@@ -874,7 +874,8 @@ struct DsMlaCache {
 
 // FP8_DS_MLA: the store's scales are max|x| / 448 and its values within e4m3's error of
 // the latent rows (rope values: bf16's); k (576 values) and v (its first 512, the same
-// rows) give every path and target the bytes of the f32 call on the defined values.
+// rows) give every path and target, and paged pools, the bytes of the f32 call on the
+// defined values.
 TEST_CASE("FP8_DS_MLA latent caches: stored within e4m3's error, read as their values",
           "[dispatch]") {
   const int64_t T = SmallSized(700, 200);
@@ -918,6 +919,28 @@ TEST_CASE("FP8_DS_MLA latent caches: stored within e4m3's error, read as their v
           CHECK(BytesEqual(lse, lse32));
         }
       }
+  }
+  {
+    // Paged: vLLM's pools of latent rows, two sequences' blocks interleaved; the f32
+    // call on the pools' values.
+    const int64_t bs = 16, per = (T + bs - 1) / bs;
+    Tensor xp(2 * per, 1, bs, 576);
+    xp.Fill(47, -2.0f, 2.0f);
+    const DsMlaCache pool(ctx, xp);
+    std::vector<int32_t> table(static_cast<size_t>(2 * per));
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < per; ++i) table[b * per + i] = static_cast<int32_t>(i * 2 + b);
+    octattn_attention_options paged = Options();
+    paged.block_table = table.data();
+    paged.block_table_cols = per;
+    std::vector<int64_t> lens = {T, T - 37};
+    paged.kv_lens = lens.data();
+    Tensor q(2, 16, 1, 576), o(2, 16, 1, 512), o32(2, 16, 1, 512);
+    q.Fill(49, -1.0f, 1.0f);
+    REQUIRE(octattn_attention(ctx, &paged, q.ptr(), &pool.k, &pool.v, o.ptr(), nullptr, nullptr,
+                              nullptr, 0) == OCTATTN_OK);
+    Attend(ctx, paged, q, pool.values, pool.value_rows, o32);
+    CHECK(BytesEqual(o, o32));
   }
   // Bad input: more than 576 values a row, strided values, a store of other than whole rows.
   octattn_tensor wide = c.k;
