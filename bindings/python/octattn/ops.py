@@ -3,10 +3,11 @@
     import octattn.ops
     o, lse = torch.ops.octattn.attention(q, k, v, causal=True)
 
-The tensors (q, k, v, then alibi_slopes, sinks, bias, mask, and a padded batch's
-q_starts, kv_starts and kv_lens) are positional or keyword, the other options
-keyword-only. The arguments are those of octattn.attention (not the ragged, paged or
-quantized calls'); it always returns (o, lse). Its autograd formula is octattn_attention_backward
+The tensors (q, k, v, then alibi_slopes, sinks, bias, mask, a padded batch's q_starts,
+kv_starts and kv_lens, and key lists' key_indices, key_counts, key_indices2 and
+key_counts2, int32, with no gradient) are positional or keyword, the other options
+keyword-only. The arguments are those of octattn.attention (not the ragged, paged
+or quantized calls'); it always returns (o, lse). Its autograd formula is octattn_attention_backward
 (octattn.attention_backward): gradients of q, k, v, the sinks and a bias tensor (summed
 over the dimensions it broadcasts), from the gradients of o and of lse; ALiBi slopes and
 the mask are constants. Fake (meta) kernels let torch.compile trace both operators
@@ -52,9 +53,10 @@ if native:
 
 
 def _fake_attention(q, k, v, alibi_slopes=None, sinks=None, bias=None, mask=None,
-                    q_starts=None, kv_starts=None, kv_lens=None, *, causal=True, window=0,
-                    stride=0, scale=None, q_start=None, k_start=0, chunk=0, softcap=0.0,
-                    layout="bhtd", algorithm="auto"):
+                    q_starts=None, kv_starts=None, kv_lens=None, key_indices=None,
+                    key_counts=None, key_indices2=None, key_counts2=None, *, causal=True,
+                    window=0, stride=0, scale=None, q_start=None, k_start=0, chunk=0,
+                    softcap=0.0, layout="bhtd", algorithm="auto"):
     o = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))  # q's dtype
     if layout == "bthd":
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -64,7 +66,8 @@ def _fake_attention(q, k, v, alibi_slopes=None, sinks=None, bias=None, mask=None
 
 
 def _fake_backward(q, k, v, o, lse, dout, dlse, alibi_slopes=None, sinks=None, bias=None,
-                   mask=None, q_starts=None, kv_starts=None, kv_lens=None, *, causal=True,
+                   mask=None, q_starts=None, kv_starts=None, kv_lens=None, key_indices=None,
+                   key_counts=None, key_indices2=None, key_counts2=None, *, causal=True,
                    window=0, stride=0, scale=None, q_start=None, k_start=0, chunk=0,
                    softcap=0.0, layout="bhtd", algorithm="auto", return_dsinks=False,
                    return_dbias=False):

@@ -455,26 +455,12 @@ void KeyListOf(nb::handle idx, nb::handle cnt, int l, Batch* batch) {
     if (a.is_none()) continue;
     const char* name = kNames[2 * l + w];
     const IntArray x = IntArrayOf<int32_t>(a, name, "int32");
-    const size_t lo = w ? 1 : 2, hi = w ? 3 : 4;  // the dimensions it may have
-    if (!x.ok || x.ndim < lo || x.ndim > hi)
+    if (!x.ok || !octattn_python::KeyListView(x.data, x.ndim, x.shape, x.stride, w == 1,
+                                              &batch->keys[2 * l + w]))
       Bad(name,
           w ? "an int32 array [Tq], [B, Tq] or [B, Hkv, Tq] (the lists' shape less n)"
             : "an int32 array [Tq, n], [B, Tq, n] or [B, Hkv, Tq, n]",
           true);
-    octattn_tensor& v = batch->keys[2 * l + w];
-    v = octattn_tensor{};
-    v.data = x.data;
-    v.dtype = OCTATTN_DTYPE_INT32;
-    // Into [B, Hkv, Tq, n] (counts [B, Hkv, Tq, 1]): [Tq, ...] is (1, 1, Tq, ...), [B, Tq,
-    // ...] is (B, 1, Tq, ...); the dimensions it lacks of size 1.
-    const size_t rows = x.ndim - (w ? 1 : 2);  // its dimensions before Tq: 0, 1 or 2
-    const int map[3][4] = {{-1, -1, 0, 1}, {0, -1, 1, 2}, {0, 1, 2, 3}};
-    for (size_t d = 0; d < 4; ++d) {
-      const int from = map[rows][d];
-      const bool in = from >= 0 && static_cast<size_t>(from) < x.ndim;
-      v.shape[d] = in ? x.shape[from] : 1;
-      v.stride[d] = in ? x.stride[from] : 0;
-    }
     batch->has[2 * l + w] = true;
   }
 }

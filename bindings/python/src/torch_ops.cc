@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "octattn.h"
 #include "options.h"
@@ -157,8 +159,35 @@ const int64_t* PerSequence(const OptTensor& a, int64_t n, const char* name) {
 struct Options {
   octattn_attention_options o;
   octattn_tensor bias{}, mask{};
-  Tensor alibi, sinks;  // float32 copies where the caller's were not
+  octattn_tensor keys[4]{};  // key lists: key_indices, key_counts, key_indices2, key_counts2
+  Tensor alibi, sinks;       // float32 copies where the caller's were not
 };
+
+// Key lists (include/octattn.h, Key lists): int32 CPU tensors [Tq, n], [B, Tq, n] or
+// [B, Hkv, Tq, n] (counts: the same less n), read in place.
+using Lists = std::array<OptTensor, 4>;
+void FillLists(Options* opt, const Lists& lists) {
+  static const char* const kNames[4] = {"key_indices", "key_counts", "key_indices2", "key_counts2"};
+  const octattn_tensor* ptrs[4] = {nullptr, nullptr, nullptr, nullptr};
+  for (int l = 0; l < 4; ++l) {
+    if (!lists[l]) continue;
+    const Tensor& t = *lists[l];
+    TORCH_CHECK_VALUE(t.device().is_cpu(), kNames[l], ": a CPU tensor");
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, kNames[l], ": an int32 tensor");
+    const std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end()),
+        stride(t.strides().begin(), t.strides().end());
+    TORCH_CHECK_VALUE(octattn_python::KeyListView(t.data_ptr(), shape.size(), shape.data(),
+                                                  stride.data(), l % 2 == 1, &opt->keys[l]),
+                      kNames[l],
+                      l % 2 ? ": [Tq], [B, Tq] or [B, Hkv, Tq] (the lists' shape less n)"
+                            : ": [Tq, n], [B, Tq, n] or [B, Hkv, Tq, n]");
+    ptrs[l] = &opt->keys[l];
+  }
+  opt->o.key_indices = ptrs[0];
+  opt->o.key_counts = ptrs[1];
+  opt->o.key_indices2 = ptrs[2];
+  opt->o.key_counts2 = ptrs[3];
+}
 
 void Fill(Options* opt, const OptTensor& alibi, const OptTensor& sinks, const OptTensor& bias,
           const OptTensor& mask, bool causal, int64_t window, int64_t stride,
@@ -191,9 +220,11 @@ void CheckQkv(const Tensor& q, const Tensor& k, const Tensor& v) {
 std::tuple<Tensor, Tensor> AttentionCpu(
     const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& alibi,
     const OptTensor& sinks, const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
-    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
-    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
-    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm) {
+    const OptTensor& kv_starts, const OptTensor& kv_lens, const OptTensor& key_indices,
+    const OptTensor& key_counts, const OptTensor& key_indices2, const OptTensor& key_counts2,
+    bool causal, int64_t window, int64_t stride, std::optional<double> scale,
+    std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, double softcap,
+    std::string_view layout, std::string_view algorithm) {
   const bool bthd = IsBthd(layout);
   CheckQkv(q, k, v);
   const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd);
@@ -203,6 +234,7 @@ std::tuple<Tensor, Tensor> AttentionCpu(
   Options opt;
   Fill(&opt, alibi, sinks, bias, mask, causal, window, stride, scale, q_start, k_start, chunk,
        softcap, algorithm, q_starts, kv_starts, kv_lens, tq.shape[0], tq.shape[1]);
+  FillLists(&opt, {key_indices, key_counts, key_indices2, key_counts2});
   octattn_context* ctx = ThreadContext();
   Check(ctx, octattn_attention(ctx, &opt.o, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0));
   return {o, lse};
@@ -214,10 +246,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> BackwardCpu(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& lse,
     const Tensor& dout, const OptTensor& dlse, const OptTensor& alibi, const OptTensor& sinks,
     const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
-    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
-    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
-    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm,
-    bool return_dsinks, bool return_dbias) {
+    const OptTensor& kv_starts, const OptTensor& kv_lens, const OptTensor& key_indices,
+    const OptTensor& key_counts, const OptTensor& key_indices2, const OptTensor& key_counts2,
+    bool causal, int64_t window, int64_t stride, std::optional<double> scale,
+    std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, double softcap,
+    std::string_view layout, std::string_view algorithm, bool return_dsinks, bool return_dbias) {
   const bool bthd = IsBthd(layout);
   CheckQkv(q, k, v);
   const octattn_tensor tq = View(q, "q", bthd), tk = View(k, "k", bthd), tv = View(v, "v", bthd),
@@ -237,6 +270,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> BackwardCpu(
   Options opt;
   Fill(&opt, alibi, sinks, bias, mask, causal, window, stride, scale, q_start, k_start, chunk,
        softcap, algorithm, q_starts, kv_starts, kv_lens, tq.shape[0], tq.shape[1]);
+  FillLists(&opt, {key_indices, key_counts, key_indices2, key_counts2});
   octattn_context* ctx = ThreadContext();
   Check(ctx, octattn_attention_backward(ctx, &opt.o, &tq, &tk, &tv, &to, &tl, &td,
                                         dlse ? &tdl : nullptr, &gq, &gk, &gv,
@@ -247,18 +281,25 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> BackwardCpu(
 
 // The operators through the dispatcher, so that the autograd kernel's calls reach the
 // CPU kernels eagerly and fake ones when torch.compile traces.
-std::tuple<Tensor, Tensor> CallAttention(
-    const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& alibi,
-    const OptTensor& sinks, const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
-    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
-    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
-    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm) {
+std::tuple<Tensor, Tensor> CallAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const OptTensor& alibi, const OptTensor& sinks,
+                                         const OptTensor& bias, const OptTensor& mask,
+                                         const OptTensor& q_starts, const OptTensor& kv_starts,
+                                         const OptTensor& kv_lens, bool causal, int64_t window,
+                                         int64_t stride, std::optional<double> scale,
+                                         std::optional<int64_t> q_start, int64_t k_start,
+                                         int64_t chunk, double softcap, std::string_view layout,
+                                         std::string_view algorithm, const Lists& lists) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("octattn::attention", "")
                              .typed<decltype(AttentionCpu)>();
-  return op.call(q, k, v, alibi, sinks, bias, mask, q_starts, kv_starts, kv_lens, causal, window,
-                 stride, scale, q_start, k_start, chunk, softcap, layout, algorithm);
+  return op.call(q, k, v, alibi, sinks, bias, mask, q_starts, kv_starts, kv_lens, lists[0],
+                 lists[1], lists[2], lists[3], causal, window, stride, scale, q_start, k_start,
+                 chunk, softcap, layout, algorithm);
 }
+
+// The key lists' names, as saved for the backward.
+const char* const kListNames[4] = {"key_indices", "key_counts", "key_indices2", "key_counts2"};
 
 // The options every call carries, saved for the backward.
 struct Settings {
@@ -270,6 +311,7 @@ struct Settings {
   double softcap;
   std::string layout, algorithm;
   OptTensor q_starts, kv_starts, kv_lens;  // a padded batch's sequences (no gradient)
+  Lists lists;                             // key lists (no gradient)
 };
 
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
@@ -282,7 +324,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [o, lse] = CallAttention(q, k, v, alibi, sinks, bias, mask, s.q_starts, s.kv_starts,
                                   s.kv_lens, s.causal, s.window, s.stride, s.scale, s.q_start,
-                                  s.k_start, s.chunk, s.softcap, s.layout, s.algorithm);
+                                  s.k_start, s.chunk, s.softcap, s.layout, s.algorithm, s.lists);
     ctx->save_for_backward({q, k, v, o, lse, alibi.value_or(Tensor()), sinks.value_or(Tensor()),
                             bias.value_or(Tensor()), mask.value_or(Tensor())});
     ctx->saved_data["causal"] = s.causal;
@@ -297,6 +339,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     ctx->saved_data["q_starts"] = s.q_starts;
     ctx->saved_data["kv_starts"] = s.kv_starts;
     ctx->saved_data["kv_lens"] = s.kv_lens;
+    for (int l = 0; l < 4; ++l) ctx->saved_data[kListNames[l]] = s.lists[l];
     // The backward has fused and reference only; naive's forward equals fused's.
     ctx->saved_data["algorithm"] = s.algorithm == "naive" ? std::string("auto") : s.algorithm;
     return {o, lse};
@@ -324,6 +367,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     auto [dq, dk, dv, dsinks, dbias] = op.call(
         q, k, v, o, lse, dout, dlse, alibi, sinks, bias, mask, d["q_starts"].toOptional<Tensor>(),
         d["kv_starts"].toOptional<Tensor>(), d["kv_lens"].toOptional<Tensor>(),
+        d[kListNames[0]].toOptional<Tensor>(), d[kListNames[1]].toOptional<Tensor>(),
+        d[kListNames[2]].toOptional<Tensor>(), d[kListNames[3]].toOptional<Tensor>(),
         d["causal"].toBool(), d["window"].toInt(), d["stride"].toInt(),
         d["scale"].toOptional<double>(), d["q_start"].toOptional<int64_t>(), d["k_start"].toInt(),
         d["chunk"].toInt(), d["softcap"].toDouble(), layout, algorithm, want_dsinks, want_dbias);
@@ -343,9 +388,12 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 std::tuple<Tensor, Tensor> AttentionAutograd(
     const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& alibi,
     const OptTensor& sinks, const OptTensor& bias, const OptTensor& mask, const OptTensor& q_starts,
-    const OptTensor& kv_starts, const OptTensor& kv_lens, bool causal, int64_t window,
-    int64_t stride, std::optional<double> scale, std::optional<int64_t> q_start, int64_t k_start,
-    int64_t chunk, double softcap, std::string_view layout, std::string_view algorithm) {
+    const OptTensor& kv_starts, const OptTensor& kv_lens, const OptTensor& key_indices,
+    const OptTensor& key_counts, const OptTensor& key_indices2, const OptTensor& key_counts2,
+    bool causal, int64_t window, int64_t stride, std::optional<double> scale,
+    std::optional<int64_t> q_start, int64_t k_start, int64_t chunk, double softcap,
+    std::string_view layout, std::string_view algorithm) {
+  const Lists lists = {key_indices, key_counts, key_indices2, key_counts2};
   // No graph to record (grad mode off, or no input that wants a gradient): straight to
   // the kernel, without the autograd node's allocations.
   auto wants = [](const OptTensor& t) { return t && t->requires_grad(); };
@@ -353,8 +401,8 @@ std::tuple<Tensor, Tensor> AttentionAutograd(
                                        v.requires_grad() || wants(sinks) || wants(bias))) {
     at::AutoDispatchBelowADInplaceOrView below;
     return CallAttention(q, k, v, alibi, sinks, bias, mask, q_starts, kv_starts, kv_lens, causal,
-                         window, stride, scale, q_start, k_start, chunk, softcap, layout,
-                         algorithm);
+                         window, stride, scale, q_start, k_start, chunk, softcap, layout, algorithm,
+                         lists);
   }
   const Settings s{causal,
                    window,
@@ -368,7 +416,8 @@ std::tuple<Tensor, Tensor> AttentionAutograd(
                    std::string(algorithm),
                    q_starts,
                    kv_starts,
-                   kv_lens};
+                   kv_lens,
+                   lists};
   auto out = AttentionFunction::apply(q, k, v, alibi, sinks, bias, mask, s);
   return {out[0], out[1]};
 }
@@ -386,17 +435,20 @@ TORCH_LIBRARY(octattn, m) {
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, Tensor? alibi_slopes=None, Tensor? sinks=None, "
       "Tensor? bias=None, Tensor? mask=None, Tensor? q_starts=None, Tensor? kv_starts=None, "
-      "Tensor? kv_lens=None, *, bool causal=True, int window=0, int stride=0, "
-      "float? scale=None, int? q_start=None, int k_start=0, int chunk=0, float softcap=0.0, "
-      "str layout=\"bhtd\", str algorithm=\"auto\") -> (Tensor, Tensor)");
+      "Tensor? kv_lens=None, Tensor? key_indices=None, Tensor? key_counts=None, "
+      "Tensor? key_indices2=None, Tensor? key_counts2=None, *, bool causal=True, "
+      "int window=0, int stride=0, float? scale=None, int? q_start=None, int k_start=0, "
+      "int chunk=0, float softcap=0.0, str layout=\"bhtd\", str algorithm=\"auto\") -> "
+      "(Tensor, Tensor)");
   m.def(
       "attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, "
       "Tensor? dlse, Tensor? alibi_slopes=None, Tensor? sinks=None, Tensor? bias=None, "
       "Tensor? mask=None, Tensor? q_starts=None, Tensor? kv_starts=None, Tensor? kv_lens=None, "
-      "*, bool causal=True, int window=0, int stride=0, float? scale=None, int? q_start=None, "
-      "int k_start=0, int chunk=0, float softcap=0.0, str layout=\"bhtd\", "
-      "str algorithm=\"auto\", bool return_dsinks=False, bool return_dbias=False) -> (Tensor, "
-      "Tensor, Tensor, Tensor, Tensor)");
+      "Tensor? key_indices=None, Tensor? key_counts=None, Tensor? key_indices2=None, "
+      "Tensor? key_counts2=None, *, bool causal=True, int window=0, int stride=0, "
+      "float? scale=None, int? q_start=None, int k_start=0, int chunk=0, float softcap=0.0, "
+      "str layout=\"bhtd\", str algorithm=\"auto\", bool return_dsinks=False, "
+      "bool return_dbias=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(octattn, CPU, m) {

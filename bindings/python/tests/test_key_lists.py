@@ -132,6 +132,30 @@ def test_backward_over_lists_against_torch_autograd_of_the_masked_math():
         np.testing.assert_allclose(got, want.numpy(), atol=5e-5, rtol=0)
 
 
+def test_torch_operator_over_lists_differentiates_through_the_backward():
+    """torch.ops.octattn.attention with key lists under autograd: the gradients are those
+    of octattn.attention_backward over the same lists, byte for byte."""
+    torch = pytest.importorskip("torch")
+    import octattn.ops  # noqa: F401 (registers the operators)
+    gen = torch.Generator().manual_seed(11)
+    B, Hq, Hkv, Tq, Tk, D, n = 1, 4, 2, 70, 150, 32, 24
+    q = torch.randn(B, Hq, Tq, D, generator=gen, requires_grad=True)
+    k = torch.randn(B, Hkv, Tk, D, generator=gen, requires_grad=True)
+    v = torch.randn(B, Hkv, Tk, D, generator=gen, requires_grad=True)
+    idx = torch.randint(-1, Tk, (B, Hkv, Tq, n), generator=gen, dtype=torch.int32)
+    counts = torch.randint(0, n + 1, (B, Hkv, Tq), generator=gen, dtype=torch.int32)
+    o, lse = torch.ops.octattn.attention(q, k, v, key_indices=idx, key_counts=counts)
+    dout = torch.randn(o.shape, generator=gen)
+    o.backward(dout)
+    with torch.no_grad():
+        want = octattn.attention_backward(q.detach(), k.detach(), v.detach(), o.detach(),
+                                          lse, dout, key_indices=idx, key_counts=counts)
+    for got, w in zip((q.grad, k.grad, v.grad), want):
+        assert got.numpy().tobytes() == w.numpy().tobytes()
+    plain, _ = torch.ops.octattn.attention(q, k, v)
+    assert not torch.equal(plain, o)
+
+
 def test_weights_key_scores_and_mask_over_lists():
     """return_weights and return_key_scores over lists (auto runs naive): the weights of
     float64 math masked to the listed pairs, the key scores their sums over a kv head's
