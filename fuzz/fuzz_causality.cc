@@ -7,7 +7,8 @@
 // when the input requests them. A tree of draft tokens (options.tree, any bits) may
 // stand for the mask tensor: its bits of key p's column flip with the edit. A block mask
 // (random lists, any block sizes) or key lists (unsorted, duplicates, -1, counts of 0,
-// entries past the causal bound) may narrow what every row reads.
+// entries past the causal bound) may narrow what every row reads; v may be a view of k's
+// first columns (MLA's latent rows, read once).
 #include "fuzz_support.h"
 
 using namespace fuzz;
@@ -30,10 +31,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.ReadBlocks(in, &block_mask);
   KeyLists lists;
   p.ReadLists(in, &lists);
+  // v as a view of k's first value_dim columns (MLA's latent rows), f32 caches only.
+  const bool v_of_k = quant.type == OCTATTN_DTYPE_F32 && p.types.kv == OCTATTN_DTYPE_F32 &&
+                      p.value_dim <= p.head_dim && (in.Byte() & 1);
 
   Context ctx(p, p.threads);
-  // The call on f32 or 16-bit k and v, or on the quantized cache.
+  // The call on f32 or 16-bit k and v (or v a view of k), or on the quantized cache.
   auto attend = [&](const octattn_attention_options& o, Tensors& t, QuantCache& c) {
+    if (c.type == OCTATTN_DTYPE_F32 && v_of_k) {
+      octattn_tensor view = t.k.t;
+      view.shape[3] = p.value_dim;
+      return Run(t.types, ctx, &o, &t.q.t, &t.k.t, &view, &t.o.t, t.has_lse ? &t.lse.t : nullptr,
+                 t.has_w ? &t.w.t : nullptr);
+    }
     if (c.type == OCTATTN_DTYPE_F32) return Attend(ctx, o, t);
     const octattn_attention_options qo = c.Options(o);
     return Run(t.types, ctx, &qo, &t.q.t, &c.kt, &c.vt, &t.o.t, t.has_lse ? &t.lse.t : nullptr,

@@ -370,23 +370,51 @@ struct QuantCache {
   std::unique_ptr<Tensor> ks, vs;  // scales (null: none)
 
   static int64_t Unit(octattn_dtype t) {
-    return t == OCTATTN_DTYPE_Q8_0 ? 34 : t == OCTATTN_DTYPE_Q4_0 ? 18 : 1;
+    return t == OCTATTN_DTYPE_Q8_0         ? 34
+           : t == OCTATTN_DTYPE_Q4_0       ? 18
+           : t == OCTATTN_DTYPE_FP8_DS_MLA ? 656
+                                           : 1;
   }
-  // The layout: [B, H, T, D] with rows of D values (blocked: D / 32 blocks).
+  // The layout: [B, H, T, D] with rows of D values (blocked: D / 32 blocks; FP8_DS_MLA:
+  // one 656-byte row).
   static octattn_tensor View(const Tensor& x, octattn_dtype type, std::vector<uint8_t>* buf) {
     octattn_tensor t = x.t;
     t.dtype = type;
     const bool blocked = type == OCTATTN_DTYPE_Q8_0 || type == OCTATTN_DTYPE_Q4_0;
-    const int64_t units = blocked ? t.shape[3] / 32 : t.shape[3];
+    const int64_t units = blocked                            ? t.shape[3] / 32
+                          : type == OCTATTN_DTYPE_FP8_DS_MLA ? 1
+                                                             : t.shape[3];
     t.stride[3] = 1, t.stride[2] = units, t.stride[1] = t.shape[2] * units;
     t.stride[0] = t.shape[1] * t.stride[1];
     buf->assign(static_cast<size_t>(t.shape[0] * t.stride[0] * Unit(type)), 0);
     t.data = buf->data();
     return t;
   }
+  // FP8_DS_MLA rows of fewer than 576 values (which octattn_kv_store does not write): each
+  // value's e4m3 code from its sign and magnitude (never the NaN code), the four scales 1.
+  static void FillDsMla(const Tensor& x, octattn_tensor* t) {
+    uint8_t* rows = static_cast<uint8_t*>(t->data);
+    const float one = 1.0f;
+    for (int64_t b = 0; b < x.t.shape[0]; ++b)
+      for (int64_t h = 0; h < x.t.shape[1]; ++h)
+        for (int64_t j = 0; j < x.t.shape[2]; ++j) {
+          uint8_t* r = rows + (b * t->stride[0] + h * t->stride[1] + j * t->stride[2]) * 656;
+          for (int64_t d = 0; d < x.t.shape[3]; ++d) {
+            const float f = x.at(b, h, j, d);
+            const long m = std::lrint(std::fmin(std::fabs(f) * 8.0f, 119.0f));
+            r[d] = static_cast<uint8_t>((f < 0 ? 0x80 : 0) | static_cast<int>(m));
+          }
+          for (int g = 0; g < 4; ++g) std::memcpy(r + 512 + 4 * g, &one, 4);
+        }
+  }
   void Store(octattn_context* ctx, const Tensor& k, const Tensor& v) {
     kt = View(k, type, &kb);
     vt = View(v, type, &vb);
+    if (type == OCTATTN_DTYPE_FP8_DS_MLA) {
+      FillDsMla(k, &kt);
+      FillDsMla(v, &vt);
+      return;
+    }
     if (type == OCTATTN_DTYPE_INT8) {
       ks = std::make_unique<Tensor>(k.t.shape[0], k.t.shape[1], k.t.shape[2] / k_rows,
                                     k_rows > 1 ? k.t.shape[3] : k.t.shape[3] / group);
@@ -464,6 +492,9 @@ inline QuantCache ReadQuant(Input& in, const Problem& p) {
   const octattn_dtype pick[5] = {OCTATTN_DTYPE_INT8, OCTATTN_DTYPE_FP8_E4M3, OCTATTN_DTYPE_FP8_E5M2,
                                  OCTATTN_DTYPE_Q8_0, OCTATTN_DTYPE_Q4_0};
   c.type = pick[b % 5];
+  // DeepSeek's latent rows in half of the e5m2 draws (rows of up to 576 values).
+  if (c.type == OCTATTN_DTYPE_FP8_E5M2 && (b & 4) && p.head_dim <= 576 && p.value_dim <= 576)
+    c.type = OCTATTN_DTYPE_FP8_DS_MLA;
   const bool blocks = p.head_dim % 32 == 0 && p.value_dim % 32 == 0;
   if ((c.type == OCTATTN_DTYPE_Q8_0 || c.type == OCTATTN_DTYPE_Q4_0) && !blocks)
     c.type = OCTATTN_DTYPE_INT8;
