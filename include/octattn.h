@@ -803,9 +803,10 @@ OCTATTN_API octattn_status octattn_kv_store(octattn_context* ctx, const octattn_
  * bounded by the tile sizes whatever q_len and kv_len are, tiles no row reads skipped).
  * Over key lists it takes the query rows 64 at a time, their lists as sets (each key
  * once, ascending), and reads only the tiles of 64 keys that one of those rows names,
- * checking each pair: its cost follows the tiles the lists touch (scattered
- * top-k lists touch most of a short cache's), and its scratch holds 64 rows' lists (4
- * bytes for each entry of the lists' capacity n + n2).
+ * checking each pair (a row that reads fewer than an eighth of a tile's keys computes
+ * its pairs alone, the others the tile's products): its cost follows the tiles the lists touch
+ * (scattered top-k lists touch most of a short cache's), and its scratch holds 64 rows'
+ * lists (4 bytes for each entry of the lists' capacity n + n2).
  * Its o and lse must be what octattn_attention returned for these inputs and options.
  * REFERENCE is the double-accumulating oracle: it recomputes o and the softmax from q,
  * k and v and does not read o and lse. NAIVE: UNSUPPORTED. Tasks are (batch, kv head)

@@ -556,6 +556,9 @@ TEST_CASE("backward over key lists: the mask tensor's reference bytes, fused wit
       {{1, 4, 1, 33, 300, 32, 32, 0, 0, 0, kDef}, 100, false, 2 | 4 | 8},
       {{1, 2, 2, t, t, 8, 8, 1, 9, 7, kDef}, 30, true, 16},
       {{1, 2, 1, 1, 200, 64, 64, 1, 0, 0, kDef}, 50, false, 0},  // decode
+      // Sparse lists (a few keys a tile: dot products of the pairs), beside dense rows.
+      {{1, 4, 2, 130, 600, 32, 32, 1, 0, 0, kDef}, 8, true, 16},
+      {{1, 2, 1, 70, 400, 64, 48, 0, 0, 0, kDef}, 5, false, 1 | 4},
   };
   uint32_t seed = 600;
   for (const ListCase& lc : cases) {

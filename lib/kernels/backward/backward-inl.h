@@ -128,6 +128,7 @@ struct BwdScratch {
   int64_t *counts, *cursor;
   uint64_t* bits;
   int64_t cap;
+  float* vr;    // key lists: the V tile's rows [kBwdKeys][dvp] (BwdSparseRow)
   uint8_t* ok;  // [kBwdRows][kp]: whether the pair is read
 };
 
@@ -149,6 +150,7 @@ static size_t BackwardScratchFloats(const BackwardTask& t) {
     n = base::SatAdd(n, Piece2(kBwdRows, cap));
     n = base::SatAdd(n, base::SatMul(2, Piece(2 * kBwdRows)));
     n = base::SatAdd(n, Piece(base::SatMul(base::Count(ListBitWords(cap)), 2)));
+    n = base::SatAdd(n, Piece2(kBwdKeys, dvp));
   }
   return base::SatAdd(n, Piece(base::Count(kBwdRows * kp / 4 + 1)));
 }
@@ -178,12 +180,14 @@ static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
   f.keys = nullptr;
   f.counts = f.cursor = nullptr;
   f.bits = nullptr;
+  f.vr = nullptr;
   if (f.cap > 0) {
     f.keys = reinterpret_cast<int32_t*>(take(Piece2(kBwdRows, f.cap)));
     f.counts = reinterpret_cast<int64_t*>(take(Piece(2 * kBwdRows)));
     f.cursor = reinterpret_cast<int64_t*>(take(Piece(2 * kBwdRows)));
     f.bits =
         reinterpret_cast<uint64_t*>(take(Piece(base::SatMul(base::Count(ListBitWords(f.cap)), 2))));
+    f.vr = take(Piece2(kBwdKeys, dvp));
   }
   f.ok = reinterpret_cast<uint8_t*>(p);
   return f;
@@ -277,6 +281,34 @@ static OCTATTN_INLINE void BwdTileGradients(const BackwardTask& t, const BwdScra
   }
 }
 
+// Key lists: whether a row reads few enough of a tile's keys (fewer than an eighth) that
+// dot products of its pairs cost less than its share of the tile's dense products.
+static inline bool BwdSparse(const uint8_t* ok, int64_t nk) {
+  int64_t n = 0;
+  for (int64_t j = 0; j < nk; ++j) n += ok[j];
+  return 8 * n < nk;
+}
+
+// a . b over n floats (whole vectors: padded rows), lane-wise in order, then summed.
+static inline float BwdDot(const float* a, const float* b, int64_t n) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  typename S::V acc = S::Zero();
+  for (int64_t d = 0; d < n; d += L) acc = S::MulAdd(S::Load(a + d), S::Load(b + d), acc);
+  return S::ReduceSum(acc);
+}
+
+// A sparse row's scores (q . k_j) and dP (dout . v_j) of its read pairs only (ok), into
+// s and g: a row's values then depend on its own pairs alone.
+static void BwdSparseRow(const float* q, const float* dout, const float* kr, int64_t k_row,
+                         const float* vr, int64_t dp, int64_t dvp, const uint8_t* ok, int64_t nk,
+                         float* s, float* g) {
+  for (int64_t j = 0; j < nk; ++j) {
+    if (!ok[j]) continue;
+    s[j] = BwdDot(q, kr + j * k_row, dp);
+    g[j] = BwdDot(dout, vr + j * dvp, dvp);
+  }
+}
+
 // Query rows [i0, i0 + nq) of head h against the packed key tile [j0, j0 + nk).
 static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, int64_t i0,
                         int64_t nq, int64_t j0, int64_t nk, base::TileKind kind) {
@@ -354,8 +386,26 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     S::Store(S::Zero(), f.s + x);
     S::Store(S::Zero(), f.g + x);
   }
-  BwdProduct(q, q_row, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
-  BwdProduct(dout, do_row, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
+  if (!listed) {
+    BwdProduct(q, q_row, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
+    BwdProduct(dout, do_row, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
+  }
+  // Key lists: rows that read few of the tile's keys take dot products of their pairs
+  // (BwdSparseRow), runs of the others the dense products (a row's bytes do not depend
+  // on its block, so neither on its neighbours').
+  for (int64_t r = 0; listed && r < nq;) {
+    if (BwdSparse(f.ok + r * kp, nk)) {
+      BwdSparseRow(q + r * q_row, dout + r * do_row, kr, k_row, f.vr, dp, dvp, f.ok + r * kp, nk,
+                   f.s + r * kp, f.g + r * kp);
+      ++r;
+      continue;
+    }
+    int64_t e = r + 1;
+    while (e < nq && !BwdSparse(f.ok + e * kp, nk)) ++e;
+    BwdProduct(q + r * q_row, q_row, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp, op.head_dim);
+    BwdProduct(dout + r * do_row, do_row, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp, op.value_dim);
+    r = e;
+  }
 
   BwdTileGradients(t, f, h, i0, nq, j0, nk, every);
 
@@ -380,10 +430,10 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
 }
 
 // The key tile [j0, j0 + nk) into f: transposed (kt, vt) and, where BwdTilePair does not
-// read k in place, as rows (kr); zeros past nk.
+// read k in place, as rows (kr), with key lists v as rows too (vr); zeros past nk.
 static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, int64_t nk) {
   const Operands& op = t.op;
-  const int64_t dp = PadKeys(op.head_dim), kp = BwdKp();
+  const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
   const bool k_direct = op.k_dim == 1 && dp == op.head_dim;
   for (int64_t j = 0; j < kp; ++j) {
     const bool real = j < nk;
@@ -392,6 +442,7 @@ static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, 
     for (int64_t d = 0; d < op.head_dim; ++d) f.kt[d * kp + j] = real ? k[d * op.k_dim] : 0.0f;
     for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = real ? v[d * op.v_dim] : 0.0f;
     if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
+    if (real && f.vr) BwdPackRow(v, op.v_dim, op.value_dim, dvp, f.vr + j * dvp);
   }
 }
 
