@@ -57,14 +57,8 @@ api::Check RunPerHead(octattn_context* ctx, int64_t batch, int64_t heads, size_t
 void MarkListed(const kernels::Mods& m, int64_t b, int64_t g, int64_t i, int64_t kv_len,
                 uint8_t* named) {
   for (int64_t j = 0; j < kv_len; ++j) named[j] = 0;
-  for (const kernels::Mods::KeyList& l : m.keys) {
-    if (!l.idx) continue;
-    const int64_t c =
-        l.count ? l.count[b * l.count_entry + g * l.count_head + i * l.count_row] : l.n;
-    const int32_t* e = l.idx + b * l.idx_entry + g * l.idx_head + i * l.idx_row;
-    for (int64_t x = 0; x < c; ++x)
-      if (e[x * l.idx_col] >= 0) named[e[x * l.idx_col]] = 1;
-  }
+  kernels::ForEachListed(
+      m, i, [&](int64_t j) { named[j] = 1; }, b, g);
 }
 
 void Record(octattn_context* ctx, const kernels::Table* table) {

@@ -228,6 +228,20 @@ inline void DequantValue(const Operands& op, int64_t j, float* dst) {
              s.group, dst);
 }
 
+// Key lists: f(j) for each entry j >= 0 of row `row`'s lists (of batch entry `entry` and
+// list head `head`, counted from the lists' pointers), in list order, duplicates too.
+template <class F>
+inline void ForEachListed(const Mods& m, int64_t row, F&& f, int64_t entry = 0, int64_t head = 0) {
+  for (const Mods::KeyList& l : m.keys) {
+    if (!l.idx) continue;
+    const int64_t c =
+        l.count ? l.count[entry * l.count_entry + head * l.count_head + row * l.count_row] : l.n;
+    const int32_t* e = l.idx + entry * l.idx_entry + head * l.idx_head + row * l.idx_row;
+    for (int64_t x = 0; x < c; ++x)
+      if (e[x * l.idx_col] >= 0) f(static_cast<int64_t>(e[x * l.idx_col]));
+  }
+}
+
 // Key lists: the keys row `row` of an op reads (its lists' entries that the analytic mask
 // allows, in [0, kv_len)) into out, ascending, each once; returns their count. out holds
 // ListCapacity() entries, bits ListBitWords(ListCapacity()) words: the entries are
@@ -238,20 +252,14 @@ inline int64_t ListedKeys(const Mods& m, int64_t row, const base::Mask& mask, in
                           int64_t kv_len, int32_t* out, uint64_t* bits) {
   const base::RowKeys k = base::KeysOf(mask, qpos, kv_len);
   int64_t n = 0, lo = INT64_MAX, hi = -1;
-  for (const Mods::KeyList& l : m.keys) {
-    if (!l.idx) continue;
-    const int64_t c = l.count ? l.count[row * l.count_row] : l.n;
-    const int32_t* e = l.idx + row * l.idx_row;
-    for (int64_t x = 0; x < c; ++x) {
-      const int64_t j = e[x * l.idx_col];
-      const bool in = (j >= k.lo && j < k.hi) || (k.stride > 0 && j >= k.strided_begin &&
-                                                  j < k.strided_end && j % k.stride == k.phase);
-      if (!in) continue;  // (-1, and keys the analytic mask excludes)
-      out[n++] = static_cast<int32_t>(j);
-      lo = j < lo ? j : lo;
-      hi = j > hi ? j : hi;
-    }
-  }
+  ForEachListed(m, row, [&](int64_t j) {
+    const bool in = (j >= k.lo && j < k.hi) || (k.stride > 0 && j >= k.strided_begin &&
+                                                j < k.strided_end && j % k.stride == k.phase);
+    if (!in) return;  // (keys the analytic mask excludes)
+    out[n++] = static_cast<int32_t>(j);
+    lo = j < lo ? j : lo;
+    hi = j > hi ? j : hi;
+  });
   if (n <= 1) return n;
   const int64_t w0 = lo >> 6, w1 = hi >> 6;
   if (w1 - w0 + 1 > ListBitWords(n)) {

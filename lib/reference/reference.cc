@@ -53,14 +53,7 @@ bool PairAllowed(const Operands& t, int64_t i, int64_t qpos, int64_t j, const ui
 // kv_len), or -1).
 void MarkListed(const Operands& t, int64_t i, uint8_t* listed) {
   for (int64_t j = 0; j < t.kv_len; ++j) listed[j] = 0;
-  for (const kernels::Mods::KeyList& l : t.mods.keys) {
-    if (!l.idx) continue;
-    const int64_t c = l.count ? l.count[i * l.count_row] : l.n;
-    for (int64_t x = 0; x < c; ++x) {
-      const int32_t j = l.idx[i * l.idx_row + x * l.idx_col];
-      if (j >= 0) listed[j] = 1;
-    }
-  }
+  kernels::ForEachListed(t.mods, i, [&](int64_t j) { listed[j] = 1; });
 }
 
 }  // namespace

@@ -63,14 +63,9 @@ static inline void AvStoreRowHoles(const Operands& t, int64_t i, const float* p,
 static void NaiveListedBits(const Operands& t, int64_t i, int64_t kend, uint64_t* bits,
                             int64_t words) {
   for (int64_t w = 0; w < words; ++w) bits[w] = 0;
-  for (const Mods::KeyList& l : t.mods.keys) {
-    if (!l.idx) continue;
-    const int64_t c = l.count ? l.count[i * l.count_row] : l.n;
-    for (int64_t x = 0; x < c; ++x) {
-      const int64_t j = l.idx[i * l.idx_row + x * l.idx_col];
-      if (j >= 0 && j < kend) SetHole(bits, j);
-    }
-  }
+  ForEachListed(t.mods, i, [&](int64_t j) {
+    if (j < kend) SetHole(bits, j);
+  });
 }
 
 // With modifiers: each row's raw scores (s, kpad apart) get them, then the analytic mask
