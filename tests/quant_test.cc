@@ -582,7 +582,8 @@ TEST_CASE("kv store: each format's values are within its quantization error") {
 TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "[dispatch]") {
   // Rows of hostile values: normal ones, a NaN and an infinity in one group each, zeros,
   // f32 subnormals, values past every format's range, halfway points of int8 steps, a
-  // row whose last group alone is zero (the vector stores take four groups at a time).
+  // row whose last group alone is zero (the vector stores take four groups at a time),
+  // and bf16's rounding edges.
   constexpr int64_t D = 128;
   Tensor x(1, 2, 6, D);
   x.Fill(31, -3.0f, 3.0f);
@@ -595,6 +596,13 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
     x.at(0, 1, 5, d) = (d % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, static_cast<int>(d % 40) - 12);
   }
   x.at(0, 1, 0, 3) = 1e30f;
+  // bf16's edges (row 2 of head 1): ties to even down and up, a tie up to infinity,
+  // NaNs with low payloads and the sign, subnormals with and without a carry.
+  const uint32_t edges[] = {0x3F808000u, 0x3F818000u, 0x7F7F8000u, 0xFF7F8000u, 0x7F800001u,
+                            0xFFC12345u, 0x7F810000u, 0x80008000u, 0x00018000u, 0x0000FFFFu,
+                            0x807FFFFFu, 0x3F80FFFFu, 0x7F800000u, 0x80000000u};
+  for (size_t e = 0; e < sizeof(edges) / sizeof(edges[0]); ++e)
+    std::memcpy(&x.at(0, 1, 2, static_cast<int64_t>(3 * e)), &edges[e], 4);
   std::vector<uint16_t> bf(D * 12);  // the same rows as bf16 source values (widened first)
   x.ForEach([&](int64_t, int64_t h, int64_t j, int64_t d) {
     bf[static_cast<size_t>((h * 6 + j) * D + d)] = base::F32ToBf16(x.at(0, h, j, d));

@@ -105,6 +105,36 @@ static OCTATTN_INLINE void StoreF16(W v, float* p) {
   }
 }
 
+// kLanes floats narrowed to bf16 at p: F32ToBf16's integer steps in the lanes (round to
+// nearest even on the bits, a NaN's top half with its quiet bit set), so the bytes are
+// the scalar definition's (vcvtneps2bf16 would flush subnormals).
+static constexpr bool kStoreBf16 = true;
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreBf16(W v, float* p) {
+  if constexpr (N == 16) {
+    const __m512i x = _mm512_castps_si512(ToRaw(v)), hi = _mm512_srli_epi32(x, 16);
+    const __m512i up = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)),
+                                        _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    const __m512i r =
+        _mm512_mask_or_epi32(_mm512_srli_epi32(up, 16), nan, hi, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+  } else {
+    const __m256i x = _mm256_castps_si256(ToRaw(v)), hi = _mm256_srli_epi32(x, 16);
+    const __m256i up = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)),
+                                        _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+    // (Both sides of the compare are below 2^31: a signed compare orders them.)
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)),
+                                           _mm256_set1_epi32(0x7F800000));
+    const __m256i r = _mm256_blendv_epi8(_mm256_srli_epi32(up, 16),
+                                         _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    // Each 128-bit lane's four halves packed into its low 64 bits, then the two joined.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+}
+
 // INT8, Q8_0 and Q4_0 stores in vectors: the largest AbsBits of n floats (n a multiple of
 // kLanes; a NaN's bits above every finite value's, as AbsBits orders them), of four
 // groups at once, and the narrowing of integral floats to bytes.

@@ -211,7 +211,8 @@ static inline void KeyIntegers(const Operands& op, int64_t j, float* dst, float*
 }
 
 // n floats stored as elements of type t, `stride` elements apart (16-bit: rounded to
-// nearest even, the F16C conversion where the target has it: the same bits).
+// nearest even, in vectors where the target has them: F16C's conversion, bf16's integer
+// steps; the same bits).
 static inline void NarrowRowV(const float* src, int64_t n, void* dst, int64_t stride, Dtype t) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   int64_t d = 0;
@@ -219,6 +220,11 @@ static inline void NarrowRowV(const float* src, int64_t n, void* dst, int64_t st
     if (t == kF16 && stride == 1)
       for (; d + L <= n; d += L)
         S::StoreF16(S::Load(src + d), ElemAt(static_cast<float*>(dst), d, kF16));
+  }
+  if constexpr (S::kStoreBf16) {
+    if (t == kBf16 && stride == 1)
+      for (; d + L <= n; d += L)
+        S::StoreBf16(S::Load(src + d), ElemAt(static_cast<float*>(dst), d, kBf16));
   }
   for (; d < n; ++d) StoreElem(dst, d * stride, t, src[d]);
 }

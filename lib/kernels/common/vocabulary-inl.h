@@ -44,6 +44,9 @@ static OCTATTN_INLINE V LoadAs(const float* p) {
 // f16 narrowing by the vector unit (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreF16 = false;
 OCTATTN_ABSENT(void, StoreF16)
+// bf16 narrowing in vectors (avx_transpose-inl.h): the AVX targets only.
+static constexpr bool kStoreBf16 = false;
+OCTATTN_ABSENT(void, StoreBf16)
 // INT8, Q8_0, Q4_0 and FP8 stores in vectors (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreI8 = false;
 OCTATTN_ABSENT(uint32_t, AbsBitsMax)

@@ -275,12 +275,8 @@ static inline void StoreOneRow(const StoreRow& r, float magic) {
     case kF32:
       memcpy(r.out, r.x, static_cast<size_t>(r.n) * 4);
       return;
-    case kBf16: {
-      uint16_t* __restrict o = static_cast<uint16_t*>(r.out);
-      const float* __restrict x = r.x;
-      for (int64_t d = 0; d < r.n; ++d) o[d] = F32ToBf16(x[d]);
-      return;
-    }
+    case kBf16:
+      return NarrowRowV(r.x, r.n, r.out, 1, kBf16);
     case kF16:
       return NarrowRowV(r.x, r.n, r.out, 1, kF16);
     case kI8:
