@@ -112,6 +112,28 @@ static OCTATTN_INLINE V PairRows(const float* a, const float* b) {
                                                     11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   return FromRaw(_mm512_castsi512_ps(_mm512_permutexvar_epi16(_mm512_load_si512(kIdx), x)));
 }
+// Thirty-two bf16 columns of two value rows a (low halves) and b (high halves) as pairs
+// by in-lane unpacks, two shuffles where PairRows takes four: lane 4q + i of lo holds
+// column 8q + i, of hi column 8q + 4 + i (q, i < 4). PairColumns and PairLanes move
+// vectors between that order and the columns' (lo, hi: columns 0-15, 16-31).
+static OCTATTN_INLINE void PairRows32(const float* a, const float* b, V* lo, V* hi) {
+  const __m512i x = _mm512_loadu_si512(a), y = _mm512_loadu_si512(b);
+  *lo = FromRaw(_mm512_castsi512_ps(_mm512_unpacklo_epi16(x, y)));
+  *hi = FromRaw(_mm512_castsi512_ps(_mm512_unpackhi_epi16(x, y)));
+}
+static OCTATTN_INLINE void PairColumns(V lo, V hi, V* c0, V* c1) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  *c0 = FromRaw(_mm512_permutex2var_ps(ToRaw(lo), i0, ToRaw(hi)));
+  *c1 = FromRaw(_mm512_permutex2var_ps(ToRaw(lo), i1, ToRaw(hi)));
+}
+static OCTATTN_INLINE void PairLanes(V c0, V c1, V* lo, V* hi) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i i1 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  *lo = FromRaw(_mm512_permutex2var_ps(ToRaw(c0), i0, ToRaw(c1)));
+  *hi = FromRaw(_mm512_permutex2var_ps(ToRaw(c0), i1, ToRaw(c1)));
+}
 // The low bf16 of each pair, the high one zero.
 template <class W = V>
 static OCTATTN_INLINE V Bf16Low(W pair) {

@@ -106,6 +106,9 @@ static constexpr bool kDotBf16 = false;
 OCTATTN_ABSENT(V, DotBf16)
 OCTATTN_ABSENT(V, NarrowPairs)
 OCTATTN_ABSENT(V, PairRows)
+OCTATTN_ABSENT(void, PairRows32)
+OCTATTN_ABSENT(void, PairColumns)
+OCTATTN_ABSENT(void, PairLanes)
 OCTATTN_ABSENT(V, Bf16Low)
 // int8 dot products on vpdpbusd (avx_bf16-inl.h): the same units.
 static constexpr bool kDotI8 = false;

@@ -474,6 +474,32 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
   }
 }
 
+// The weighted sums of bf16 value pairs: keys 2m and 2m + 1 of the n rows vr (n even),
+// columns c0 on, times the weight pairs pg[r][m], into acc (an even C: PairRows32's lane
+// order), calling fetch(2m) first at each pair (a prefetch; it changes no result).
+template <int R, int C, class Fetch>
+static OCTATTN_INLINE void PairsRange(const float* const* vr, int64_t c0, int64_t n,
+                                      const float* const* pg, typename S::V (&acc)[R][C],
+                                      Fetch fetch) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  for (int64_t k = 0; k < n; k += 2) {
+    fetch(k);
+    const float *v0 = ElemAt(vr[k], c0, kBf16), *v1 = ElemAt(vr[k + 1], c0, kBf16);
+    typename S::V x[C];
+    if constexpr (C % 2 == 0) {
+      for (int c = 0; c < C; c += 2)
+        S::PairRows32(ElemAt(v0, c * L, kBf16), ElemAt(v1, c * L, kBf16), &x[c], &x[c + 1]);
+    } else {
+      for (int c = 0; c < C; ++c)
+        x[c] = S::PairRows(ElemAt(v0, c * L, kBf16), ElemAt(v1, c * L, kBf16));
+    }
+    for (int r = 0; r < R; ++r) {
+      const typename S::V pb = S::Set(pg[r][k / 2]);
+      for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, x[c], acc[r][c]);
+    }
+  }
+}
+
 // DirectValues for one group of keys [g0, g1) with bf16 pairs (FlashPairsV): its keys
 // two at a time (g0 - t0 and g1 - t0 even), each pair's value rows joined by PairRows,
 // one S::DotBf16 per pair with the weight pair (PairWeights: SBufRows rows on from p):
@@ -513,24 +539,40 @@ static OCTATTN_INLINE void DirectValuesPairs(const FlashTask& t, const DirectTil
       return;
     }
   }
+  // The group's value rows, found once for all its column blocks.
+  const float* vr[kDirectKeys];
+  if (dt.Run(g0, g1) >= g1) {
+    const float* v = dt.V(g0);
+    for (int64_t k = g0; k < g1; ++k) vr[k - g0] = ElemAt(v, (k - g0) * dt.VStride(), T);
+  } else {
+    for (int64_t k = g0; k < g1; ++k) vr[k - g0] = dt.V(k);
+  }
+  // Whole blocks of kAvVecs vectors (an even count) take their pairs by PairRows32, so
+  // their accumulators hold its lane order (the same chains, column by column).
   auto columns = [&](auto vecs, int64_t c0) {
     constexpr int C = decltype(vecs)::value;
+    constexpr bool unpacked = C % 2 == 0;
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-    for (int64_t k = g0; k < g1; k += 2) {
-      if (c0 == 0) {
-        dt.template FetchAs<T>(dt.t1 - dt.t0 + k - dt.t0 + DirectAhead<T>());
-        dt.template FetchAs<T>(dt.t1 - dt.t0 + k + 1 - dt.t0 + DirectAhead<T>());
-      }
-      const float *v0 = ElemAt(dt.V(k), c0, T), *v1 = ElemAt(dt.V(k + 1), c0, T);
-      typename S::V x[C];
-      for (int c = 0; c < C; ++c) x[c] = S::PairRows(ElemAt(v0, c * L, T), ElemAt(v1, c * L, T));
-      for (int r = 0; r < R; ++r) {
-        const typename S::V pb = S::Set(pw[r][(k - dt.t0) / 2]);
-        for (int c = 0; c < C; ++c) acc[r][c] = S::DotBf16(pb, x[c], acc[r][c]);
-      }
+    if constexpr (unpacked)
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; c += 2)
+          S::PairLanes(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
+    const float* pg[R];
+    for (int r = 0; r < R; ++r) pg[r] = pw[r] + (g0 - dt.t0) / 2;
+    if (c0 == 0) {
+      PairsRange<R, C>(vr, c0, g1 - g0, pg, acc, [&](int64_t k) {
+        dt.template FetchAs<T>(dt.t1 - dt.t0 + g0 + k - dt.t0 + DirectAhead<T>());
+        dt.template FetchAs<T>(dt.t1 - dt.t0 + g0 + k + 1 - dt.t0 + DirectAhead<T>());
+      });
+    } else {
+      PairsRange<R, C>(vr, c0, g1 - g0, pg, acc, NoFetch());
     }
+    if constexpr (unpacked)
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; c += 2)
+          S::PairColumns(acc[r][c], acc[r][c + 1], &acc[r][c], &acc[r][c + 1]);
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
   };
