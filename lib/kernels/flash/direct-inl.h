@@ -16,11 +16,14 @@ template <Dtype T>
 constexpr int64_t DirectAhead() {
   return T == kF16 ? 2 * kDirectAhead : kDirectAhead;
 }
-// f32 rows also fetched this far ahead, into L2 (DirectTile::far): L1's fetches alone,
-// each holding one of its few miss buffers for memory's whole latency, left the rows'
-// compute waiting on memory rather than beside it. Not for 16-bit rows, whose loop is
-// bound by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
-constexpr int64_t kDirectFar = 128;
+// f32 rows also fetched this many bytes ahead, into L2 (DirectTile::far, in rows): L1's
+// fetches alone, each holding one of its few miss buffers for memory's whole latency,
+// left the rows' compute waiting on memory rather than beside it. A distance in bytes,
+// so that every head_dim gets the same lead in time (D 64 and 256 did better so than
+// at 128 rows, D 128 is the same). Also for bf16 rows read as pairs (FlashPairsV),
+// whose loop is as fast as f32's; not for rows widened in registers, whose loop is bound
+// by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
+constexpr int64_t kDirectFarBytes = 65536;
 
 // The most rows for which a task reads its tiles in place: the core's
 // (Tuning::direct_rows), and at most 8 for heads wider than 256 dimensions (MLA's 576),
@@ -279,7 +282,7 @@ struct DirectTile {
   int64_t lg = 0, row0 = 0;
   bool fetch = true;      // whether Fetch fetches (DirectFetch: not kFetchNone)
   bool fetch_l2 = false;  // whether FetchAs fetches 16-bit rows into L2 (kFetchL2)
-  int64_t far = 0;        // stream rows on that Fetch also fetches into L2 (kDirectFar)
+  int64_t far = 0;        // stream rows on that Fetch also fetches into L2 (kDirectFarBytes)
   // The cache lines of stream row i, into L1, and with far those of row i + far into
   // L2; not at all where DirectFetch says so. (Always inlined: a call whose only effect
   // is a prefetch may be dropped.)

@@ -10,13 +10,15 @@
 // type; kI8 stands for every quantized type (FlashDirectQuant: the loops read the
 // operands' own, and blocks of two rows run as two of one).
 // A direct tile's fetches (DirectTile::Fetch): where DirectFetch says, value rows
-// skipped where they are key rows, f32 rows also far ahead into L2 (kDirectFar).
+// skipped where they are key rows, f32 and bf16 pair rows also far ahead into L2
+// (kDirectFarBytes).
 static inline void SetDirectFetches(const FlashTask& t, DirectTile* dt) {
   const FetchTo to = DirectFetch(t.op, t.tuning);
   dt->fetch = to != kFetchNone;
   dt->fetch_l2 = to == kFetchL2;
   dt->values_in_keys = ValuesInKeys(t.op);
-  if (t.op.k_type == kF32 && !t.tuning.vendor_fetch) dt->far = kDirectFar;
+  if ((t.op.k_type == kF32 || FlashPairsV(t.op)) && !t.tuning.vendor_fetch)
+    dt->far = base::MaxI(1, kDirectFarBytes / RowBytes(t.op.k_type, t.op.head_dim));
 }
 
 template <Dtype T>
