@@ -24,6 +24,11 @@ constexpr int64_t DirectAhead() {
 // whose loop is as fast as f32's; not for rows widened in registers, whose loop is bound
 // by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
 constexpr int64_t kDirectFarBytes = 65536;
+// Of each row fetched into L1 ahead of its step, at most this many bytes where the far
+// fetches bring it into L2 (the rest comes from there as the step's transposes reach
+// it): a step's kDirectKeys whole rows of 2 KiB (D 512 f32) are twice L1, so that
+// fetching them whole evicted the rows before they were read.
+constexpr int64_t kDirectNearBytes = 512;
 
 // The most rows for which a task reads its tiles in place: the core's
 // (Tuning::direct_rows), and at most 8 for heads wider than 256 dimensions (MLA's 576),
@@ -283,14 +288,14 @@ struct DirectTile {
   bool fetch = true;      // whether Fetch fetches (DirectFetch: not kFetchNone)
   bool fetch_l2 = false;  // whether FetchAs fetches 16-bit rows into L2 (kFetchL2)
   int64_t far = 0;        // stream rows on that Fetch also fetches into L2 (kDirectFarBytes)
-  // The cache lines of stream row i, into L1, and with far those of row i + far into
-  // L2; not at all where DirectFetch says so. (Always inlined: a call whose only effect
-  // is a prefetch may be dropped.)
+  // The cache lines of stream row i into L1 (with far, its first kDirectNearBytes), and
+  // with far those of row i + far into L2; not at all where DirectFetch says so.
+  // (Always inlined: a call whose only effect is a prefetch may be dropped.)
   OCTATTN_INLINE void Fetch(int64_t i) const {
     if (!fetch) return;
     int64_t bytes = 0;
     const char* row = Row(i, &bytes);
-    if (row) FetchLines<3>(row, bytes);
+    if (row) FetchLines<3>(row, far ? base::MinI(bytes, kDirectNearBytes) : bytes);
     if (far && (row = Row(i + far, &bytes)) != nullptr) FetchLines<2>(row, bytes);
   }
   // The cache lines of `bytes` at row, with locality `level` (3: prefetcht0, 2:
