@@ -116,10 +116,14 @@ static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Pagi
 // where key rows read in place lie a multiple of 4 KiB apart (vLLM's pools of f32 rows of
 // 8 kv heads of 128), so that each step's rows share a few L1 sets. With sixteen rows a
 // step rather than 32, fewer of a line's first-half readers evict it before its second
-// half is read. Same chains, same bytes. Eight-lane targets already take sixteen rows a
-// step.
-static inline bool OneKeyVec(int64_t row, int64_t bytes, const Paging* paging, const Tuning& tn) {
-  return S::kLanes >= 16 && InPlaceRows(paging, tn) && RowsShareSets(row, bytes);
+// half is read. And where rows hold 2 KiB or more (f32 rows of 512 dimensions): 32 of
+// them are twice L1, sixteen fit it (f32, D 512, one thread: 1.07-1.21x for 2 to 8 rows
+// a kv head; D 256 lost 0.94x and keeps two). Same chains, same bytes. Eight-lane
+// targets already take sixteen rows a step.
+static inline bool OneKeyVec(int64_t row, int64_t dim, int64_t bytes, const Paging* paging,
+                             const Tuning& tn) {
+  return S::kLanes >= 16 &&
+         ((InPlaceRows(paging, tn) && RowsShareSets(row, bytes)) || dim * bytes >= 2048);
 }
 // Whether the nh kv heads of a task group, whose slices share each key row ([T, H, D]
 // and paged layouts), fetch the rows of a group of keys whole between them (DirectTile::

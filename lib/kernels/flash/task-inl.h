@@ -37,7 +37,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   // (Quantized rows, a few lines each, are read in place, kDirectVecs key vectors a step.)
   constexpr bool quant = T >= kI8;
   const bool stage_k = !quant && StageRows(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging, tn);
-  const bool one_vec = !quant && OneKeyVec(op0.k_row, DtypeBytes(T), op0.paging, tn);
+  const bool one_vec = !quant && OneKeyVec(op0.k_row, op0.head_dim, DtypeBytes(T), op0.paging, tn);
   for (int64_t j = t0; j < t1; j += kDirectKeys)
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t j1 = base::MinI(j + kDirectKeys, t1);
