@@ -513,9 +513,9 @@ static OCTATTN_INLINE void PairsRange(const float* const* vr, int64_t c0, int64_
 }
 
 // DirectValues for one group of keys [g0, g1) with bf16 pairs (FlashPairsV): its keys
-// two at a time (g0 - t0 and g1 - t0 even), each pair's value rows joined by PairRows,
-// one S::DotBf16 per pair with the weight pair (PairWeights: SBufRows rows on from p):
-// FlashBlock's chains on the packed pairs.
+// two at a time (g0 - t0 and g1 - t0 even), each pair's value rows joined by PairRows32
+// (or PairRows), one S::DotBf16 per pair with the weight pair (PairWeights: SBufRows
+// rows on from p; PairsRange): FlashBlock's chains on the packed pairs.
 template <int R, Dtype T>
 static OCTATTN_INLINE void DirectValuesPairs(const FlashTask& t, const DirectTile& dt,
                                              const float* const* p, float* const* st, int64_t g0,
