@@ -203,15 +203,20 @@ static inline void BwdPackRow(const float* src, int64_t step, int64_t n, int64_t
   for (; d < pad; ++d) dst[d] = 0.0f;
 }
 
+// a . b over n floats (whole vectors: padded rows), lane-wise in order, then summed.
+static inline float BwdDot(const float* a, const float* b, int64_t n) {
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+  typename S::V acc = S::Zero();
+  for (int64_t d = 0; d < n; d += L) acc = S::MulAdd(S::Load(a + d), S::Load(b + d), acc);
+  return S::ReduceSum(acc);
+}
+
 // do . o of one row in f32: the padded rows multiplied lane-wise in order, then summed.
 static inline float BwdRowDot(const float* dop, const float* o, int64_t o_dim, int64_t value_dim,
                               float* tmp) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const int64_t dvp = PadKeys(value_dim);
   BwdPackRow(o, o_dim, value_dim, dvp, tmp);
-  typename S::V acc = S::Zero();
-  for (int64_t d = 0; d < dvp; d += L) acc = S::MulAdd(S::Load(dop + d), S::Load(tmp + d), acc);
-  return S::ReduceSum(acc);
+  return BwdDot(dop, tmp, dvp);
 }
 
 // dlse of row i of head h (0 without dlse).
@@ -287,14 +292,6 @@ static inline bool BwdSparse(const uint8_t* ok, int64_t nk) {
   int64_t n = 0;
   for (int64_t j = 0; j < nk; ++j) n += ok[j];
   return 8 * n < nk;
-}
-
-// a . b over n floats (whole vectors: padded rows), lane-wise in order, then summed.
-static inline float BwdDot(const float* a, const float* b, int64_t n) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-  typename S::V acc = S::Zero();
-  for (int64_t d = 0; d < n; d += L) acc = S::MulAdd(S::Load(a + d), S::Load(b + d), acc);
-  return S::ReduceSum(acc);
 }
 
 // A sparse row's scores (q . k_j) and dP (dout . v_j) of its read pairs only (ok), into
