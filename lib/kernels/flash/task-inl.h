@@ -321,6 +321,7 @@ static void FlashUnit(const FlashTask* ts, const FlashScratch* fs, int64_t nh, i
         dts[x].vbuf = fs[x].vpack;
         SetDirectFetches(ts[x], &dts[x]);
         upcoming(t_next, &dts[x].next0, &dts[x].next1);
+        dts[x].SetStream();
         if (WholeRows(t.op, nh)) {
           dts[x].heads = dts;
           dts[x].lg = __builtin_ctzll(static_cast<uint64_t>(nh));
