@@ -493,10 +493,28 @@ static OCTATTN_INLINE __m256 Fp8Row8(const uint8_t* p, bool e4) {
                                     _mm_cmpeq_epi16(em, _mm_set1_epi16(0x7F)));
   return _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(h, sign)), _mm256_set1_ps(256.0f));
 }
+// Fp8Row8's steps on sixteen codes, the low bytes of b's 16-bit words (the high ones
+// are not read), in 256-bit integer operations; Fp8Row16: the sixteen codes at p.
+template <size_t N = kLanes>
+static OCTATTN_INLINE V Fp8Words16(__m256i b, bool e4) {
+  static_assert(N == 16, "sixteen lanes");
+  if (!e4) return FromRaw(_mm512_cvtph_ps(_mm256_slli_epi16(b, 8)));
+  const __m256i em = _mm256_and_si256(b, _mm256_set1_epi16(0x7F));
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(b, 8), _mm256_set1_epi16(-0x8000));
+  const __m256i h = _mm256_blendv_epi8(_mm256_slli_epi16(em, 7), _mm256_set1_epi16(0x7E00),
+                                       _mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x7F)));
+  return FromRaw(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(h, sign)), _mm512_set1_ps(256.0f)));
+}
+template <size_t N = kLanes>
+static OCTATTN_INLINE V Fp8Row16(const uint8_t* p, bool e4) {
+  return Fp8Words16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), e4);
+}
 // Eight lanes of fp8 codes (T kE4m3; the format is `fp8`'s): TransposeBytes and
-// QuantValues as one (Fp8Row8 before the transpose), and BytesAs and QuantValues as one.
+// QuantValues as one (Fp8Row8 before the transpose), and (every AVX target: kFp8Values)
+// BytesAs and QuantValues as one.
 // (Templates: the eight-lane targets' only.)
 static constexpr bool kFp8Rows = kLanes == 8;
+static constexpr bool kFp8Values = true;
 template <size_t N = kLanes>
 static OCTATTN_INLINE void TransposeFp8(const uint8_t* const* rows, int64_t off, Dtype fp8,
                                         V (&t)[8]) {
@@ -506,8 +524,51 @@ static OCTATTN_INLINE void TransposeFp8(const uint8_t* const* rows, int64_t off,
 }
 template <size_t N = kLanes>
 static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8) {
-  static_assert(N == 8, "eight lanes");
-  return FromRaw(Fp8Row8(p, fp8 == kE4m3));
+  if constexpr (N == 16) return Fp8Row16(p, fp8 == kE4m3);
+  if constexpr (N == 8) return FromRaw(Fp8Row8(p, fp8 == kE4m3));
+}
+
+// Quantized keys' bytes 32 at a time on sixteen lanes (16 bytes for q4_0, whose 32
+// nibbles they hold): the bytes at rows[e] + off moved as eight 4-byte words by
+// TransposeRows' shuffles (t[m] lane e = bytes 4m .. 4m + 3 of row e), each byte then
+// taken from its word by shifts (RawValues). TransposeBytes widens every byte to 32
+// bits before it moves it: four times the shuffles a byte, which bound the exact
+// quantized decode.
+static constexpr bool kRawBytes = kLanes == 16;
+template <Dtype T>
+static OCTATTN_INLINE void TransposeRawBytes(const uint8_t* const* rows, int64_t off, V (&t)[8]) {
+  TransposeRowsOf(
+      [&](int e) {
+        const float* p = reinterpret_cast<const float*>(rows[e] + off);
+        if constexpr (T == kQ4_0) return _mm256_zextps128_ps256(_mm_loadu_ps(p));
+        return _mm256_loadu_ps(p);
+      },
+      t);
+}
+// Dimensions 8 * Step .. 8 * Step + 7 of the 32 whose bytes TransposeRawBytes moved, as
+// QuantValues gives them (keys in lanes, before any scale): the same values as
+// TransposeBytes' lanes give it. (Unrolled at compile time: each word is a register.)
+template <Dtype T, int Step, int I = 0, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void RawValues(const W (&words)[8], Dtype type, W (&x)[8]) {
+  if constexpr (N == 16 && I < 8) {
+    constexpr int k = 8 * Step + I;
+    if constexpr (T == kQ4_0) {  // byte k % 16: low nibbles for k < 16, then high ones
+      constexpr int byte = k % 16;
+      x[I] = QuantValues<T>(words[byte / 4], 8 * (byte % 4) + (k >= 16 ? 4 : 0), type);
+    } else {
+      __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
+      if constexpr (T == kI8) {  // sign extended from the word's top byte
+        if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
+        w = _mm512_srai_epi32(w, 24);
+      } else {  // fp8: the words' byte as the low byte of a 16-bit lane (Fp8Words16)
+        if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
+        x[I] = Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3);
+        return RawValues<T, Step, I + 1>(words, type, x);
+      }
+      x[I] = QuantValues<T>(FromRaw(_mm512_castsi512_ps(w)), 0, type);
+    }
+    RawValues<T, Step, I + 1>(words, type, x);
+  }
 }
 
 // An f16 widened by F16C (exact, as base::F16ToF32).

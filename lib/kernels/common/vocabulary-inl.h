@@ -77,8 +77,15 @@ OCTATTN_ABSENT_T(V, BytesAs)
 OCTATTN_ABSENT_T(void, TransposeBytes)
 OCTATTN_ABSENT_T(V, QuantValues)
 OCTATTN_ABSENT_T(void, TransposeRowsHalf)
+static constexpr bool kRawBytes = false;
+OCTATTN_ABSENT_T(void, TransposeRawBytes)
+template <Dtype, int, class... A>
+static void RawValues(A&&...) {
+  static_assert(kAbsent<A...>, "RawValues is not an operation of this target");
+}
 #undef OCTATTN_ABSENT_T
 static constexpr bool kFp8Rows = false;
+static constexpr bool kFp8Values = false;
 OCTATTN_ABSENT(void, TransposeFp8)
 OCTATTN_ABSENT(V, Fp8As)
 OCTATTN_ABSENT(float, HalfToFloat)

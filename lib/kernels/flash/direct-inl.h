@@ -828,24 +828,59 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
   const bool scaled = blocked || sc.data;
   const int64_t group = blocked ? kQuantBlock : sc.data ? sc.group : hd;
   const typename S::V vs = S::Set(t.op.scale);
+  // Bytes moved 32 dimensions at a time before they are widened (S::TransposeRawBytes).
+  const bool raw = S::kRawBytes && hd % 32 == 0;
   for (int64_t j = j_begin; j < j_end; j += KP) {
     const QuantKeys<Vecs> keys(dt, j);
     float* out[R];
     for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
     typename S::V sv[Vecs];
     int64_t next_group = 0, scale_col = 0;  // the next group's first dimension, its scale
+    auto scales = [&](int64_t d) {
+      if (scaled && d == next_group) {
+        for (int g = 0; g < Vecs; ++g)
+          sv[g] = QuantScales(blocked, keys.scales[g], sc.type, scale_col);
+        next_group += group;
+        scale_col += blocked ? BlockBytes(type) : sc.col;
+      }
+    };
     for (int64_t d0 = 0; d0 < hd; d0 += kDotBlock) {
       const int64_t d1 = base::MinI(hd, d0 + kDotBlock);
       typename S::V acc[R][Vecs];
       for (int r = 0; r < R; ++r)
         for (int g = 0; g < Vecs; ++g) acc[r][g] = S::Zero();
-      for (int64_t d = d0; d < d1; d += 8) {
-        if (scaled && d == next_group) {
-          for (int g = 0; g < Vecs; ++g)
-            sv[g] = QuantScales(blocked, keys.scales[g], sc.type, scale_col);
-          next_group += group;
-          scale_col += blocked ? BlockBytes(type) : sc.col;
+      if constexpr (S::kRawBytes) {
+        if (raw) {
+          for (int64_t d = d0; d < d1; d += 32) {
+            int shift = 0;
+            const int64_t off = QuantOffset(type, d, &shift);
+            typename S::V words[Vecs][8];
+            for (int g = 0; g < Vecs; ++g)
+              S::template TransposeRawBytes<T>(keys.rows[g], off, words[g]);
+            auto step = [&](auto n) {  // dimensions d + 8n .. d + 8n + 7
+              constexpr int kStep = decltype(n)::value;
+              const int64_t ds = d + 8 * kStep;
+              scales(ds);
+              keys.Fetch(ds, per);
+              typename S::V kv[Vecs][8];
+              for (int g = 0; g < Vecs; ++g) {
+                S::template RawValues<T, kStep>(words[g], type, kv[g]);
+                if (scaled)
+                  for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
+              }
+              DirectDotStep<R, Vecs>(q, q_dim, ds, kv, acc);
+            };
+            step(std::integral_constant<int, 0>());
+            step(std::integral_constant<int, 1>());
+            step(std::integral_constant<int, 2>());
+            step(std::integral_constant<int, 3>());
+          }
+          StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
+          continue;
         }
+      }
+      for (int64_t d = d0; d < d1; d += 8) {
+        scales(d);
         typename S::V kv[Vecs][8];
         keys.template Values<T>(type, d, per, scaled ? sv : nullptr, kv);
         DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
@@ -973,7 +1008,7 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
       if (c0 == 0) DirectTile::Issue(ahead[k]);
       typename S::V x[C];
       for (int c = 0; c < C; ++c) {
-        if constexpr (T == kE4m3 && S::kFp8Rows) {
+        if constexpr (T == kE4m3 && S::kFp8Values) {
           x[c] = S::Fp8As(rows[k] + off[c], type);
         } else {
           x[c] =
