@@ -810,10 +810,11 @@ struct QuantKeys {
   }
 };
 
-// DirectScores on quantized rows: the key rows' bytes transposed eight dimensions at a
-// time (TransposeBytes), turned into their values and scaled in registers, then the same
-// chains as the f32 rows of the same values, so the same bits. Each step's row and scale
-// pointers and fetches are found before its loops.
+// DirectScores on quantized rows: the key rows' bytes transposed 32 dimensions at a time
+// as words on sixteen lanes (TransposeRawBytes, RawValues), else eight at a time widened
+// (TransposeBytes, QuantValues), turned into their values and scaled in registers, then
+// the same chains as the f32 rows of the same values, so the same bits. Each step's row
+// and scale pointers and fetches are found before its loops.
 template <int R, Dtype T, int Vecs>
 static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, const DirectTile& dt,
                                                         const float* const* q, float* const* s,
