@@ -509,10 +509,9 @@ template <size_t N = kLanes>
 static OCTATTN_INLINE V Fp8Row16(const uint8_t* p, bool e4) {
   return Fp8Words16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), e4);
 }
-// Eight lanes of fp8 codes (T kE4m3; the format is `fp8`'s): TransposeBytes and
-// QuantValues as one (Fp8Row8 before the transpose), and (every AVX target: kFp8Values)
-// BytesAs and QuantValues as one.
-// (Templates: the eight-lane targets' only.)
+// fp8 codes (T kE4m3; the format is `fp8`'s): on eight lanes TransposeBytes and
+// QuantValues as one (TransposeFp8: Fp8Row8 before the transpose), and on every AVX
+// target BytesAs and QuantValues as one (Fp8As).
 static constexpr bool kFp8Rows = kLanes == 8;
 static constexpr bool kFp8Values = true;
 template <size_t N = kLanes>
@@ -555,17 +554,14 @@ static OCTATTN_INLINE void RawValues(const W (&words)[8], Dtype type, W (&x)[8])
     if constexpr (T == kQ4_0) {  // byte k % 16: low nibbles for k < 16, then high ones
       constexpr int byte = k % 16;
       x[I] = QuantValues<T>(words[byte / 4], 8 * (byte % 4) + (k >= 16 ? 4 : 0), type);
-    } else {
+    } else if constexpr (T == kI8) {  // sign extended from the word's top byte
       __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
-      if constexpr (T == kI8) {  // sign extended from the word's top byte
-        if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
-        w = _mm512_srai_epi32(w, 24);
-      } else {  // fp8: the words' byte as the low byte of a 16-bit lane (Fp8Words16)
-        if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
-        x[I] = Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3);
-        return RawValues<T, Step, I + 1>(words, type, x);
-      }
-      x[I] = QuantValues<T>(FromRaw(_mm512_castsi512_ps(w)), 0, type);
+      if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
+      x[I] = QuantValues<T>(FromRaw(_mm512_castsi512_ps(_mm512_srai_epi32(w, 24))), 0, type);
+    } else {  // fp8: the byte as the low byte of a 16-bit lane (Fp8Words16)
+      __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
+      if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
+      x[I] = Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3);
     }
     RawValues<T, Step, I + 1>(words, type, x);
   }
