@@ -230,35 +230,19 @@ struct DirectTile {
   // Row i of the stream and its bytes (none past the stream: null).
   OCTATTN_INLINE const char* Row(int64_t i, int64_t* bytes) const {
     const int64_t n = t1 - t0;
-    if (k_first) {
-      if (i < n) {
-        *bytes = k_bytes;
-        return k_first + i * k_step;
-      }
-      if (i < 2 * n) {
-        if (values_in_keys) return nullptr;
-        *bytes = v_bytes;
-        return v_first + (i - n) * v_step;
-      }
-      if (i - 2 * n >= next1 - next0) return nullptr;
-      *bytes = k_bytes;
-      return n_first + (i - 2 * n) * k_step;
-    }
-    const float* row;
+    const auto at = [](const float* p) { return reinterpret_cast<const char*>(p); };
     if (i < n) {
-      *bytes = RowBytes(op->k_type, op->head_dim);
-      row = SrcK(t0 + i);
-    } else if (i < 2 * n) {
-      if (values_in_keys) return nullptr;  // (the key rows, which the key pass read)
-      *bytes = RowBytes(op->v_type, op->value_dim);
-      row = V(t0 + i - n);
-    } else if (i - 2 * n < next1 - next0) {
-      *bytes = RowBytes(op->k_type, op->head_dim);
-      row = SrcK(next0 + i - 2 * n);
-    } else {
-      return nullptr;
+      *bytes = k_first ? k_bytes : RowBytes(op->k_type, op->head_dim);
+      return k_first ? k_first + i * k_step : at(SrcK(t0 + i));
     }
-    return reinterpret_cast<const char*>(row);
+    if (i < 2 * n) {
+      if (values_in_keys) return nullptr;  // (the key rows, which the key pass read)
+      *bytes = k_first ? v_bytes : RowBytes(op->v_type, op->value_dim);
+      return k_first ? v_first + (i - n) * v_step : at(V(t0 + i - n));
+    }
+    if (i - 2 * n >= next1 - next0) return nullptr;
+    *bytes = k_first ? k_bytes : RowBytes(op->k_type, op->head_dim);
+    return k_first ? n_first + (i - 2 * n) * k_step : at(SrcK(next0 + i - 2 * n));
   }
   // Quantized rows (FlashDirectQuant): what stream row i's fetch brings into L1, the
   // row and the line of its scale row where its operand has scales of their own (found
