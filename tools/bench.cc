@@ -589,6 +589,7 @@ struct Api {
   decltype(&octattn_context_last_error) last_error = octattn_context_last_error;
   decltype(&octattn_attention) attention = octattn_attention;
   decltype(&octattn_attention_backward) attention_backward = octattn_attention_backward;
+  decltype(&octattn_kv_store) kv_store = octattn_kv_store;  // (null: a build before 0.11)
 };
 const Api kThisBuild;
 Api g_against;  // valid where Args::against is set
@@ -616,6 +617,7 @@ Api LoadApi(const std::string& path) {
   sym(&api.last_error, "octattn_context_last_error");
   sym(&api.attention, "octattn_attention");
   sym(&api.attention_backward, "octattn_attention_backward");
+  api.kv_store = reinterpret_cast<decltype(api.kv_store)>(dlsym(lib, "octattn_kv_store"));
   return api;
 }
 
@@ -1312,7 +1314,9 @@ struct SequenceBatch {
 // kv head), f32, into a cache of kv_len rows in --kv-dtype (INT8: its scales computed;
 // FP8: one scale per tensor), at its last rows (--append: at the rows after the previous
 // store's, cycling through the cache); many stores a timing (a store takes microseconds),
-// the median of --repeat timings per store.
+// the median of --repeat timings per store; with --against, each timing alternating with
+// one of the other build's (its own context; the same rows, which --append moves on from
+// store to store whichever build wrote the last).
 void RunStore(const Case& c, const Args& a) {
   const octattn_dtype type = c.KvType();
   const int64_t rows = c.q_len, cap = std::max(c.kv_len, rows);
@@ -1348,32 +1352,60 @@ void RunStore(const Case& c, const Args& a) {
   octattn_tensor* sc = qd.scale.empty() ? nullptr : &scale;
   const int64_t slots = cap / rows;  // the row blocks --append cycles through
   int64_t next = 0;
-  auto store = [&] {
+  auto store = [&](octattn_context* x, const Api& api) {
     if (a.append) place((next++ % slots) * rows);
-    return octattn_kv_store(ctx, &ts, &dst, sc, 0, nullptr);
+    return api.kv_store(x, &ts, &dst, sc, 0, nullptr);
   };
-  if (!ctx || store() != OCTATTN_OK) {
+  if (!ctx || store(ctx, kThisBuild) != OCTATTN_OK) {
     std::printf("error: %s\n", ctx ? octattn_context_last_error(ctx) : err.c_str());
     octattn_context_destroy(ctx);
     return;
   }
+  octattn_context* other = nullptr;  // --against: the other build's context
+  if (!a.against.empty()) {
+    err.clear();
+    if (!g_against.kv_store) {
+      err = "no octattn_kv_store (a build before 0.11)";
+    } else if (!(other = MakeContext(c, &err, g_against))) {
+      if (err.empty()) err = "no context";
+    } else if (store(other, g_against) != OCTATTN_OK) {
+      err = g_against.last_error(other);
+    }
+    if (!err.empty()) {
+      std::fprintf(stderr, "--against %s: %s\n", a.against.c_str(), err.c_str());
+      std::exit(2);
+    }
+  }
   int64_t n = 1;  // stores per timing: about 10 ms of them
-  while (Seconds([&] {
-           for (int64_t i = 0; i < n; ++i) store();
-         }) < 0.01 &&
-         n < (int64_t{1} << 24))
-    n *= 2;
-  const std::vector<double> times = TimeRepeats(a.repeat, [&] {
-    for (int64_t i = 0; i < n; ++i) store();
-  });
+  auto stores = [&](octattn_context* x, const Api& api) {
+    return Seconds([&] {
+      for (int64_t i = 0; i < n; ++i) store(x, api);
+    });
+  };
+  while (stores(ctx, kThisBuild) < 0.01 && n < (int64_t{1} << 24)) n *= 2;
+  std::vector<double> times;
+  char paired[160] = "";
+  if (other) {
+    const Paired p = TimePaired(
+        a.repeat, [&] { return stores(ctx, kThisBuild); },
+        [&] { return stores(other, g_against); });
+    times = p.mine;
+    const size_t m = p.ratio.size();
+    std::snprintf(paired, sizeof paired, "  against %.3f us: speedup %.3f (quartiles %.3f, %.3f)",
+                  p.theirs[m / 2] / static_cast<double>(n) * 1e6, p.ratio[m / 2], p.ratio[m / 4],
+                  p.ratio[3 * m / 4]);
+    g_against.context_destroy(other);
+  } else {
+    times = TimeRepeats(a.repeat, [&] { stores(ctx, kThisBuild); });
+  }
   octattn_context_destroy(ctx);
   const double per = times[times.size() / 2] / static_cast<double>(n);
   const double values = static_cast<double>(c.batch * c.kv_heads * rows * c.head_dim);
   std::printf(
-      "store%s %s thr %d  B%lld Hkv%lld rows %lld D%lld f32 -> %s  %9.3f us  %7.2f Gvalues/s\n",
+      "store%s %s thr %d  B%lld Hkv%lld rows %lld D%lld f32 -> %s  %9.3f us  %7.2f Gvalues/s%s\n",
       a.append ? " --append" : "", octattn_target_name(c.target), c.threads, (long long)c.batch,
       (long long)c.kv_heads, (long long)rows, (long long)c.head_dim, DtypeName(type), per * 1e6,
-      values / per / 1e9);
+      values / per / 1e9, paired);
 }
 
 // Times one step over a batch of sequences (all of them, whichever way they are passed).
