@@ -668,6 +668,65 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
   }
 }
 
+TEST_CASE("kv store: quotients at the halfway points of their rounding on every target",
+          "[dispatch]") {
+  // Groups whose values over the group's scale fall on, just below and just above the
+  // halfway points between integers, for scales of many binades: where a target divides by
+  // the scale's inverse (Q4_0 on the AVX targets), it must round as the division does.
+  // Each group of 32 leads with its largest magnitude t (Q4_0: -t or t, so d has either
+  // sign), the scale INT8 (groups of 32), Q8_0 or Q4_0 derives from it.
+  constexpr int64_t R = 64, D = 128;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> binade(-30, 30), half8(-125, 124), half4(-8, 7), side(0, 2);
+  const octattn_dtype types[] = {OCTATTN_DTYPE_INT8, OCTATTN_DTYPE_Q8_0, OCTATTN_DTYPE_Q4_0};
+  for (const octattn_dtype type : types) {
+    INFO("dtype " << type);
+    Tensor x(1, 2, R, D);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t g = 0; g < D / 32; ++g) {
+          const float t = std::ldexp(mant(rng), binade(rng));
+          const bool q4 = type == OCTATTN_DTYPE_Q4_0, neg = q4 && (r + g) % 2 == 0;
+          const float s = type == OCTATTN_DTYPE_INT8 ? t / 127.0f
+                          : q4 ? base::F16ToF32(base::F32ToF16((neg ? -t : t) / -8.0f))
+                               : base::F16ToF32(base::F32ToF16(t / 127.0f));
+          x.at(0, h, r, g * 32) = neg ? -t : t;
+          for (int64_t i = 1; i < 32; ++i) {
+            const float v = s * (static_cast<float>(q4 ? half4(rng) : half8(rng)) + 0.5f);
+            const int k = side(rng);
+            x.at(0, h, r, g * 32 + i) =
+                k == 1 ? v : std::nextafter(v, k == 0 ? -INFINITY : INFINITY);
+          }
+        }
+    const bool blocked = Blocked(type);
+    const int64_t units = blocked ? D / 32 : D;
+    const size_t bytes = static_cast<size_t>(2 * R * units * UnitBytes(type));
+    auto store = [&](const Target& t, std::vector<uint8_t>* out, Tensor* sc) {
+      Context ctx(t, 1);
+      out->assign(bytes, 0xEE);
+      octattn_tensor dst{};
+      dst.data = out->data();
+      dst.dtype = type;
+      for (int d = 0; d < 4; ++d) dst.shape[d] = x.shape[d];
+      dst.stride[3] = 1, dst.stride[2] = units, dst.stride[1] = R * units,
+      dst.stride[0] = 2 * R * units;
+      *sc = Tensor(1, 2, R, D / 32);
+      REQUIRE(octattn_kv_store(ctx, x.ptr(), &dst, type == OCTATTN_DTYPE_INT8 ? sc->ptr() : nullptr,
+                               0, nullptr) == OCTATTN_OK);
+    };
+    std::vector<uint8_t> want, got;
+    Tensor want_sc, got_sc;
+    store(Target{OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_SCALAR}, &want, &want_sc);
+    for (const Target& t : AllTargets()) {
+      INFO(t.Name());
+      store(t, &got, &got_sc);
+      CHECK(got == want);
+      if (type == OCTATTN_DTYPE_INT8) CHECK(BytesEqual(got_sc, want_sc));
+    }
+  }
+}
+
 TEST_CASE("kv store: slots write pools as the contiguous store writes rows, at any thread count") {
   const int64_t B = 3, H = 4, T = 32, D = 64, bs = 16, nb = 12;
   Tensor x(B, H, T, D);

@@ -137,7 +137,8 @@ static OCTATTN_INLINE void StoreBf16(W v, float* p) {
 
 // INT8, Q8_0 and Q4_0 stores in vectors: the largest AbsBits of n floats (n a multiple of
 // kLanes; a NaN's bits above every finite value's, as AbsBits orders them), of four
-// groups at once, and the narrowing of integral floats to bytes.
+// groups at once, quotients by a scale's inverse, and the narrowing of integral floats
+// (and of Q4_0's quotients) to bytes.
 static constexpr bool kStoreI8 = true;
 template <size_t N = kLanes>
 static OCTATTN_INLINE uint32_t AbsBitsMax(const float* x, int64_t n) {
@@ -207,6 +208,85 @@ static OCTATTN_INLINE V AbsMax4(const float* x, int64_t g) {
     b = _mm256_max_epu32(b, _mm256_shuffle_epi32(b, _MM_SHUFFLE(2, 3, 0, 1)));
     const __m256i c = _mm256_permute4x64_epi64(_mm256_blend_epi32(a, b, 0xCC), 0xD8);
     return FromRaw(_mm256_castsi256_ps(c));
+  }
+}
+// x / s rounded to nearest even, as the division rounds it, from inv = 1 / s rounded to
+// nearest (s and inv in every lane), at the cost of a multiply and two fused multiply-adds
+// instead of a division: y = x * inv is within an ulp of the quotient, y * s - x is then
+// exact, and y less it times inv is the rounded quotient (Markstein's theorem). For |s| in
+// [2^-60, 2^60] wherever the quotient is finite and at least 2^-20 in magnitude (no step
+// underflows), and zeros keep their sign (the residual subtracted, not added); smaller
+// quotients come out within a few ulps of theirs, with their sign.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE W DivByInverse(W x, W s, W inv) {
+  if constexpr (N == 16) {
+    const __m512 y = _mm512_mul_ps(ToRaw(x), ToRaw(inv));
+    return FromRaw(_mm512_fnmadd_ps(_mm512_fmsub_ps(y, ToRaw(s), ToRaw(x)), ToRaw(inv), y));
+  } else {
+    const __m256 y = _mm256_mul_ps(ToRaw(x), ToRaw(inv));
+    return FromRaw(_mm256_fnmadd_ps(_mm256_fmsub_ps(y, ToRaw(s), ToRaw(x)), ToRaw(inv), y));
+  }
+}
+// The lanes of v whose magnitude is in (lo, hi] (NaN: none), as bits of a mask.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE uint32_t WithinMask(W v, float lo, float hi) {
+  if constexpr (N == 16) {
+    const __m512 a = _mm512_abs_ps(ToRaw(v));
+    return _mm512_cmp_ps_mask(a, _mm512_set1_ps(lo), _CMP_GT_OQ) &
+           _mm512_cmp_ps_mask(a, _mm512_set1_ps(hi), _CMP_LE_OQ);
+  } else {
+    const __m256 a = _mm256_and_ps(ToRaw(v), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+    return static_cast<uint32_t>(
+        _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(lo), _CMP_GT_OQ),
+                                         _mm256_cmp_ps(a, _mm256_set1_ps(hi), _CMP_LE_OQ))));
+  }
+}
+// The index of the first of 32 floats x whose AbsBits are `bits` (32: none).
+template <size_t N = kLanes>
+static OCTATTN_INLINE int FirstAbsBits32(const float* x, uint32_t bits) {
+  uint32_t m = 0;
+  if constexpr (N == 16) {
+    const __m512i mask = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512i b = _mm512_set1_epi32(static_cast<int>(bits));
+    m = _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x), mask), b) |
+        static_cast<uint32_t>(
+            _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x + 16), mask), b))
+            << 16;
+  } else {
+    const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
+    const __m256i b = _mm256_set1_epi32(static_cast<int>(bits));
+    for (int i = 0; i < 4; ++i) {
+      const __m256i e = _mm256_cmpeq_epi32(
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * i)), mask),
+          b);
+      m |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(e))) << (8 * i);
+    }
+  }
+  return m == 0 ? 32 : __builtin_ctz(m);
+}
+// Q4_0's nibble pairs of kLanes values: lo and hi (a block's values i and i + 16 over its
+// scale, plus 8; |x| < 2^22) rounded half to even (the conversion in the default rounding
+// mode, as RoundEven), clamped to [0, 15], and lo | hi << 4 stored as kLanes bytes at p.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreNibbles(W lo, W hi, uint8_t* p) {
+  if constexpr (N == 16) {
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i zero = _mm512_setzero_si512(), fifteen = _mm512_set1_epi32(15);
+    const __m512i a = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_cvt_roundps_epi32(ToRaw(lo), kRound), zero), fifteen);
+    const __m512i b = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_cvt_roundps_epi32(ToRaw(hi), kRound), zero), fifteen);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm512_cvtepi32_epi8(_mm512_or_si512(a, _mm512_slli_epi32(b, 4))));
+  } else {
+    const __m256i zero = _mm256_setzero_si256(), fifteen = _mm256_set1_epi32(15);
+    const __m256i a =
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(ToRaw(lo)), zero), fifteen);
+    const __m256i b =
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(ToRaw(hi)), zero), fifteen);
+    const __m256i c = _mm256_or_si256(a, _mm256_slli_epi32(b, 4));
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
   }
 }
 // Whether every lane of v is in (lo, hi] (NaN: false), without leaving the registers.

@@ -53,6 +53,10 @@ OCTATTN_ABSENT(uint32_t, AbsBitsMax)
 OCTATTN_ABSENT(V, AbsMax4)
 OCTATTN_ABSENT(V, RoundF16)
 OCTATTN_ABSENT(bool, AllWithin)
+OCTATTN_ABSENT(V, DivByInverse)
+OCTATTN_ABSENT(uint32_t, WithinMask)
+OCTATTN_ABSENT(int, FirstAbsBits32)
+OCTATTN_ABSENT(void, StoreNibbles)
 OCTATTN_ABSENT(float, FirstLane)
 template <int, class... A>
 static V Quarter(A&&...) {

@@ -2,7 +2,8 @@
 // independent lanes that the compiler runs in the target's vectors. Each stored value is a
 // comparison, a quotient and a rounding of the row's values, exact or correctly rounded in
 // any lane, so every target writes the bytes of the scalar definitions (lib/run/store.cc,
-// base/dtype.h).
+// base/dtype.h); the AVX targets' Q4_0 quotients by the inverse of their scale
+// (S::DivByInverse) are the division's.
 
 // The largest AbsBits of each of `count` blocks of b floats from x into top[0, count)
 // (a NaN's bits above every finite value's, as AbsBits orders them); in vectors where
@@ -303,7 +304,110 @@ static inline void StoreOneRow(const StoreRow& r, float magic) {
   }
 }
 
+// Q4_0 rows on the targets that narrow to int8, in units of four blocks (rows of a
+// multiple of 128 values) and two phases: first the scales of kLanes / 4 units (each
+// block's value of largest magnitude, the first of equals, over -8, rounded to f16) and
+// their inverses in one division, then the nibbles of the units before them, by the
+// inverses (S::DivByInverse), waiting on no division. (A row at a time, the quotients
+// wait on their own scales, which wait on the row's reductions, and the vector unit's
+// queue fills with them; each block took a scalar search and conversion.) A unit's bytes,
+// scales included, are written in its second phase, in the order of the rows (two rows a
+// paged store sends to one slot leave the later one's); a block whose scale is not a
+// normal f16 (or holds a non-finite value) takes StoreBlock.
+struct Q4Unit {
+  const float* x;  // its 128 values
+  uint8_t* dst;    // its four blocks
+};
+struct Q4Scales {
+  // Lane 4u + k: unit u's block k: its scale, that scale's inverse, its f16 bits, its
+  // largest AbsBits, and (bit 4u + k of ok) whether the scale is a normal f16.
+  alignas(64) float d[S::kLanes], inv[S::kLanes];
+  alignas(64) uint16_t h[S::kLanes];
+  uint32_t top[S::kLanes], ok;
+};
+template <int = 0>  // (a template: the vocabulary's calls are the AVX targets' only)
+static OCTATTN_INLINE void Q4Scale(const Q4Unit* units, int n, Q4Scales* out) {
+  using V = typename S::V;
+  constexpr int L = static_cast<int>(S::kLanes);
+  alignas(64) float m[L], tops[L];
+  for (int u = 0; u < L / 4; ++u) {
+    const float* x = units[u < n ? u : 0].x;
+    S::Store(S::template AbsMax4<>(x, kQuantBlock), tops);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t bits = BitsOf(tops[k * L / 4]);
+      const float* b = x + k * kQuantBlock;
+      out->top[4 * u + k] = bits;
+      m[4 * u + k] = bits < 0x7F800000u ? b[S::template FirstAbsBits32<>(b, bits)] : FloatOf(bits);
+    }
+  }
+  const V d = S::template RoundF16<>(S::Mul(S::Load(m), S::Set(-0.125f)));  // (m / -8, exact)
+  out->ok = S::WithinMask(d, 0x1.fffffep-15f, 65504.0f);
+  S::Store(d, out->d);
+  S::Store(S::Div(S::Set(1.0f), d), out->inv);
+  S::StoreF16(d, reinterpret_cast<float*>(out->h));  // (d is an f16 value: exact)
+}
+template <int = 0>
+static OCTATTN_INLINE void Q4Values(const Q4Unit* units, int n, const Q4Scales& sc, float magic) {
+  using V = typename S::V;
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), B = kQuantBlock;
+  const V eight = S::Set(8.0f);
+  for (int u = 0; u < n; ++u)
+    for (int k = 0; k < 4; ++k) {
+      const int i = 4 * u + k;
+      const float* x = units[u].x + k * B;
+      uint8_t* dst = units[u].dst + k * (B / 2 + 2);
+      if (!((sc.ok >> i) & 1)) {
+        StoreBlock(x, kQ4_0, dst, sc.top[i], magic);
+        continue;
+      }
+      memcpy(dst, &sc.h[i], 2);
+      const V vd = S::Set(sc.d[i]), vi = S::Set(sc.inv[i]);
+      for (int64_t j = 0; j < B / 2; j += L)
+        S::StoreNibbles(S::Add(S::DivByInverse(S::Load(x + j), vd, vi), eight),
+                        S::Add(S::DivByInverse(S::Load(x + j + B / 2), vd, vi), eight),
+                        dst + 2 + j);
+    }
+}
+template <int = 0>
+static void StoreQ4Rows(const StoreRow* rows, int64_t count, float magic) {
+  constexpr int U = static_cast<int>(S::kLanes) / 4;  // units a division serves
+  int64_t row = 0, g0 = 0;                            // the next unit
+  auto next = [&](Q4Unit* out) {
+    int n = 0;
+    for (; n < U && row < count; ++n) {
+      out[n] = {rows[row].x + g0,
+                static_cast<uint8_t*>(ElemAt(rows[row].out, g0 / kQuantBlock, kQ4_0))};
+      g0 += 4 * kQuantBlock;
+      if (g0 == rows[row].n) ++row, g0 = 0;
+    }
+    return n;
+  };
+  Q4Unit units[2][U];
+  Q4Scales scales[2];
+  int n[2];
+  n[0] = next(units[0]);
+  if (n[0] > 0) Q4Scale(units[0], n[0], &scales[0]);
+  for (int cur = 0; n[cur] > 0; cur ^= 1) {
+    n[cur ^ 1] = next(units[cur ^ 1]);
+    if (n[cur ^ 1] > 0) Q4Scale(units[cur ^ 1], n[cur ^ 1], &scales[cur ^ 1]);
+    Q4Values(units[cur], n[cur], scales[cur], magic);
+  }
+}
+
 static void StoreRowsRun(const StoreRow* rows, int64_t count) {
   const float magic = RoundMagic();
-  for (int64_t i = 0; i < count; ++i) StoreOneRow(rows[i], magic);
+  int64_t i = 0;
+  while (i < count) {
+    if constexpr (S::kStoreI8) {
+      // The longest run of Q4_0 rows from i of whole units (StoreQ4Rows).
+      int64_t j = i;
+      while (j < count && rows[j].t == kQ4_0 && rows[j].n % (4 * kQuantBlock) == 0) ++j;
+      if (j > i) {
+        StoreQ4Rows(rows + i, j - i, magic);
+        i = j;
+        continue;
+      }
+    }
+    StoreOneRow(rows[i++], magic);
+  }
 }
