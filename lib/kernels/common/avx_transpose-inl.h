@@ -137,8 +137,8 @@ static OCTATTN_INLINE void StoreBf16(W v, float* p) {
 
 // INT8, Q8_0 and Q4_0 stores in vectors: the largest AbsBits of n floats (n a multiple of
 // kLanes; a NaN's bits above every finite value's, as AbsBits orders them), of four
-// groups at once, quotients by a scale's inverse, and the narrowing of integral floats
-// (and of Q4_0's quotients) to bytes.
+// groups at once, quotients by a scale's inverse, the narrowing of integral floats to
+// int8 and Q4_0's nibble pairs.
 static constexpr bool kStoreI8 = true;
 template <size_t N = kLanes>
 static OCTATTN_INLINE uint32_t AbsBitsMax(const float* x, int64_t n) {
@@ -331,26 +331,17 @@ static OCTATTN_INLINE W RoundF16(W v) {
     return FromRaw(_mm256_cvtph_ps(_mm256_cvtps_ph(ToRaw(v), kRound)));
   }
 }
-// kLanes integral floats narrowed to bytes at p: in [-127, 127] to int8 (StoreI8), or in
-// [0, 255] to uint8 (StoreU8: Q4_0's nibble pairs).
-template <bool Unsigned, size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void StoreBytes(W v, void* p) {
+// kLanes integral floats in [-127, 127] narrowed to int8 at p.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
   if constexpr (N == 16) {
-    _mm_storeu_si128(static_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(ToRaw(v))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(ToRaw(v))));
   } else {
     const __m256i i = _mm256_cvttps_epi32(ToRaw(v));
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-    _mm_storel_epi64(static_cast<__m128i*>(p),
-                     Unsigned ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(w, w));
   }
-}
-template <size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
-  StoreBytes<false, N>(v, p);
-}
-template <size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void StoreU8(W v, uint8_t* p) {
-  StoreBytes<true, N>(v, p);
 }
 
 // kLanes floats narrowed to fp8 codes (E4M3: e4m3fn, else e5m2) at p: F32ToFp8's cases

@@ -64,7 +64,6 @@ static V Quarter(A&&...) {
   return V();
 }
 OCTATTN_ABSENT(void, StoreI8)
-OCTATTN_ABSENT(void, StoreU8)
 template <bool, class... A>
 static void StoreFp8(A&&...) {
   static_assert(kAbsent<A...>, "StoreFp8 is not an instruction of this target");

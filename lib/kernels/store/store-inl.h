@@ -49,7 +49,7 @@ static OCTATTN_INLINE void QuantizeI8(const float* __restrict x, W vs, W vm, int
 // (the first of equals) / -8 (Q4_0), rounded to f16; each value x / d rounded half to
 // even and clamped; a block with a non-finite value stores the f16 NaN and zeros (Q4_0:
 // nibbles 8). Values in vectors where the target narrows to int8 (S::kStoreI8).
-template <int = 0>  // (a template: S::StoreI8 and S::StoreU8 are the AVX targets' only)
+template <int = 0>  // (a template: S::StoreI8 and S::StoreNibbles are the AVX targets' only)
 static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __restrict dst,
                               uint32_t top, float magic) {
   const bool finite = top < 0x7F800000u;
@@ -72,17 +72,11 @@ static inline void StoreBlock(const float* __restrict x, Dtype t, uint8_t* __res
         QuantizeI8(x + i, vd, vm, reinterpret_cast<int8_t*>(q + i));
       return;
     }
-    if (t == kQ4_0 && !zero && (kQuantBlock / 2) % L == 0) {
-      const typename S::V eight = S::Set(8.0f), lo = S::Zero(), hi = S::Set(15.0f),
-                          sixteen = S::Set(16.0f);
-      for (int64_t i = 0; i < kQuantBlock / 2; i += L) {
-        typename S::V a = S::Sub(S::Add(S::Add(S::Div(S::Load(x + i), vd), eight), vm), vm);
-        typename S::V b =
-            S::Sub(S::Add(S::Add(S::Div(S::Load(x + i + kQuantBlock / 2), vd), eight), vm), vm);
-        a = S::Min(S::Max(a, lo), hi);
-        b = S::Min(S::Max(b, lo), hi);
-        S::StoreU8(S::MulAdd(b, sixteen, a), q + i);  // exact: at most 255
-      }
+    if (t == kQ4_0 && !zero) {
+      const typename S::V eight = S::Set(8.0f);
+      for (int64_t i = 0; i < kQuantBlock / 2; i += L)
+        S::StoreNibbles(S::Add(S::Div(S::Load(x + i), vd), eight),
+                        S::Add(S::Div(S::Load(x + i + kQuantBlock / 2), vd), eight), q + i);
       return;
     }
   }
