@@ -435,8 +435,9 @@ static inline void DirectScores(const FlashTask& t, const DirectTile& dt, const 
         // Sixteen bf16 dimensions a step, transposed as eight pairs. With bf16 pairs
         // (FlashPairs) each pair is one S::DotBf16 with q's pair, as QkChain's pairs on
         // the packed tile; else the pairs are widened after (Bf16Even, Bf16Odd): the same
-        // chains in the same order as f32, a third of the shuffles.
-        auto steps = [&](auto pairs) {
+        // chains in the same order as f32, a third of the shuffles. (Inlined: called
+        // out of line, its chains lived in memory, stored after every product.)
+        auto steps = [&](auto pairs) OCTATTN_LAMBDA_INLINE {
           for (; d + 16 <= d1; d += 16) {
             for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 2) * per, KP); ++e)
               dt.template FetchAs<T>(j - dt.t0 + DirectAhead<T>() + e);
