@@ -407,6 +407,16 @@ static OCTATTN_INLINE void DirectDotStep(const float* const* q, int64_t q_dim, i
     }
 }
 
+// DirectDotStep for key vector g alone (kv: its eight dimensions): the same chains.
+template <int R, int Vecs>
+static OCTATTN_INLINE void DirectDotStepOf(const float* const* q, int64_t q_dim, int64_t d,
+                                           const typename S::V (&kv)[8], int g,
+                                           typename S::V (&acc)[R][Vecs]) {
+  for (int i = 0; i < 8; ++i)
+    for (int r = 0; r < R; ++r)
+      acc[r][g] = S::MulAdd(S::Set(q[r][(d + i) * q_dim]), kv[i], acc[r][g]);
+}
+
 // Scaled scores of R rows for the keys of the tile (elements of type T) into
 // s[r][0, t1 - t0), Vecs key vectors a step (kDirectVecs, or one: OneKeyVec).
 template <int R, Dtype T, int Vecs>
@@ -840,6 +850,36 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
           for (int64_t d = d0; d < d1; d += 32) {
             int shift = 0;
             const int64_t off = QuantOffset(type, d, &shift);
+            if constexpr (R >= 4 && T == kQ4_0) {
+              // q4_0: one key vector's words at a time. R chains hide the FMAs' latency,
+              // and both vectors' words (16 registers) beside the chains and the nibbles'
+              // temporaries spilled to the stack. The same chains in the same order.
+              // (int8's lighter values ran slower so: their q broadcasts loaded twice.)
+              typename S::V svs[4][Vecs];
+              for (int n = 0; n < 4; ++n) {
+                scales(d + 8 * n);
+                for (int g = 0; g < Vecs; ++g) svs[n][g] = sv[g];
+              }
+              for (int g = 0; g < Vecs; ++g) {
+                typename S::V words[8];
+                S::template TransposeRawBytes<T>(keys.rows[g], off, words);
+                auto step = [&](auto n) {  // dimensions d + 8n .. d + 8n + 7
+                  constexpr int kStep = decltype(n)::value;
+                  const int64_t ds = d + 8 * kStep;
+                  if (g == 0) keys.Fetch(ds, per);
+                  typename S::V kv[1][8];
+                  S::template RawValues<T, kStep>(words, type, kv[0]);
+                  if (scaled)
+                    for (int i = 0; i < 8; ++i) kv[0][i] = S::Mul(svs[kStep][g], kv[0][i]);
+                  DirectDotStepOf<R, Vecs>(q, q_dim, ds, kv[0], g, acc);
+                };
+                step(std::integral_constant<int, 0>());
+                step(std::integral_constant<int, 1>());
+                step(std::integral_constant<int, 2>());
+                step(std::integral_constant<int, 3>());
+              }
+              continue;
+            }
             typename S::V words[Vecs][8];
             for (int g = 0; g < Vecs; ++g)
               S::template TransposeRawBytes<T>(keys.rows[g], off, words[g]);
