@@ -103,7 +103,13 @@ struct S {
   }
   // x where x is NaN, else r.
   static HWY_INLINE V NaNOr(V x, V r) { return hn::IfThenElse(hn::Eq(H(x), H(x)), H(r), H(x)); }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define OCTATTN_EXP_AVX512 1
+#else
+#define OCTATTN_EXP_AVX512 0
+#endif
 #include "lib/kernels/common/exp-inl.h"
+#undef OCTATTN_EXP_AVX512
   static HWY_INLINE V Min(V a, V b) { return hn::Min(H(a), H(b)); }
   static HWY_INLINE V Div(V a, V b) { return hn::Div(H(a), H(b)); }
   // 1 where a == b, else 0.

@@ -56,7 +56,13 @@ struct S {
     return xsimd::select(x < V(lo), V(0.0f), r);
   }
   static OCTATTN_INLINE V NaNOr(V x, V r) { return xsimd::select(x == x, r, x); }
+#if defined(__AVX512F__)
+#define OCTATTN_EXP_AVX512 1
+#else
+#define OCTATTN_EXP_AVX512 0
+#endif
 #include "lib/kernels/common/exp-inl.h"
+#undef OCTATTN_EXP_AVX512
   static OCTATTN_INLINE V Min(V a, V b) { return xsimd::min(a, b); }
   static OCTATTN_INLINE V Div(V a, V b) { return a / b; }
   static OCTATTN_INLINE V Indicator(V a, float b) {
