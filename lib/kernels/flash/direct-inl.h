@@ -850,11 +850,12 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
           for (int64_t d = d0; d < d1; d += 32) {
             int shift = 0;
             const int64_t off = QuantOffset(type, d, &shift);
-            if constexpr (R >= 4 && T == kQ4_0) {
-              // q4_0: one key vector's words at a time. R chains hide the FMAs' latency,
-              // and both vectors' words (16 registers) beside the chains and the nibbles'
-              // temporaries spilled to the stack. The same chains in the same order.
-              // (int8's lighter values ran slower so: their q broadcasts loaded twice.)
+            if constexpr ((R >= 4 && T == kQ4_0) || R == 1) {
+              // One key vector's words at a time, for q4_0 and for single rows: both
+              // vectors' words (16 registers) beside the chains and the values'
+              // temporaries spilled to the stack. The same chains in the same order. (Four
+              // rows of int8 or fp8, whose values take fewer operations, ran slower so:
+              // each q broadcast is then loaded once a vector.)
               typename S::V svs[4][Vecs];
               for (int n = 0; n < 4; ++n) {
                 scales(d + 8 * n);
