@@ -83,13 +83,19 @@ struct Case {
 // advised as transparent huge pages before their first touch (a cache laid out
 // [T, H, D] reads one head's slice of every row: a page per row with 4 KiB pages).
 bool g_huge_pages = false;
+// --align N: tensors at N-byte boundaries (PyTorch's allocator: 64); 0, malloc's (glibc's
+// large blocks: 16 bytes into a page). Where a row starts in its lines moves the cost of
+// writing scattered rows (the store) by up to 4x.
+size_t g_align = 0;
 template <class T>
 struct BenchAlloc {
   using value_type = T;
   BenchAlloc() = default;
   template <class U>
   BenchAlloc(const BenchAlloc<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(AllocBytes(n * sizeof(T), g_huge_pages)); }
+  T* allocate(size_t n) {
+    return static_cast<T*>(AllocBytes(n * sizeof(T), g_huge_pages, g_align));
+  }
   void deallocate(T* p, size_t) { std::free(p); }
   bool operator==(const BenchAlloc&) const { return true; }
   bool operator!=(const BenchAlloc&) const { return false; }
@@ -258,6 +264,8 @@ const char* kHelp =
     "  --threads LIST\n"
     "  --repeat N (timed calls after one warm-up; default 5) --no-rss --json\n"
     "  --huge-pages  tensors of 2 MiB or more in transparent huge pages (madvise)\n"
+    "  --align N  tensors at N-byte boundaries (a power of two; PyTorch's: 64; default\n"
+    "             malloc's)\n"
     "  --dtype f32|bf16|f16 (q, k, v and o)  --kv-dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|\n"
     "               q8_0|q4_0|fp8_ds_mla (k and v only; quantized ones stored by\n"
     "               octattn_kv_store; fp8_ds_mla: --head-dim 576 --v-of-k)\n"
@@ -469,6 +477,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->shared_prefix = i64(next());
     else if (f == "--huge-pages")
       g_huge_pages = true;
+    else if (f == "--align")
+      g_align = static_cast<size_t>(i64(next()));
     else if (f == "--no-rss")
       a->rss = false;
     else if (f == "--algo")
@@ -490,6 +500,10 @@ bool Parse(int argc, char** argv, Args* a) {
     std::fprintf(stderr,
                  "--against, --vs-read, --contiguous and --vs-plain each pair the calls with "
                  "one other: take one\n");
+    std::exit(2);
+  }
+  if ((g_align & (g_align - 1)) != 0 || g_align > (size_t{1} << 21)) {
+    std::fprintf(stderr, "--align takes a power of two up to 2 MiB\n");
     std::exit(2);
   }
   if (a->base.key_scores && (a->store || a->base.backward || a->seq_mode == "separate")) {

@@ -240,7 +240,7 @@ float SumShare(const float* p, size_t part, size_t share) {
 
 }  // namespace
 
-void* AllocBytes(size_t bytes, bool huge_pages) {
+void* AllocBytes(size_t bytes, bool huge_pages, size_t align) {
   const size_t huge = size_t{2} << 20;
   void* p = nullptr;
   if (huge_pages && bytes >= huge) {
@@ -249,6 +249,8 @@ void* AllocBytes(size_t bytes, bool huge_pages) {
 #ifdef MADV_HUGEPAGE
     if (p) madvise(p, size, MADV_HUGEPAGE);
 #endif
+  } else if (align > 0) {
+    p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
   } else {
     p = std::malloc(bytes);
   }

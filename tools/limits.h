@@ -27,10 +27,11 @@ struct Limits {
 constexpr size_t kReadBlock = size_t{64} << 10;
 constexpr size_t kSliceRow = 4096, kSlice = 512, kSliceGroup = 32;
 
-// `bytes` of memory from malloc, or with `huge_pages` and 2 MiB or more, 2 MiB aligned and
-// advised as transparent huge pages before their first touch (bench --huge-pages: the
-// tensors, and the reads beside them). Free with std::free; throws std::bad_alloc.
-void* AllocBytes(size_t bytes, bool huge_pages);
+// `bytes` of memory from malloc, or aligned to `align` bytes (a power of two, 0: malloc's),
+// or with `huge_pages` and 2 MiB or more, 2 MiB aligned and advised as transparent huge
+// pages before their first touch (bench --huge-pages: the tensors, and the reads beside
+// them). Free with std::free; throws std::bad_alloc.
+void* AllocBytes(size_t bytes, bool huge_pages, size_t align = 0);
 
 // `bytes` read by `threads` threads at once, each its own part of a buffer of at most
 // kReadPassMax bytes (allocated once, by AllocBytes), in order, as often as the bytes
