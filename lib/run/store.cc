@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "lib/base/dtype.h"
 
@@ -47,14 +48,18 @@ class RowBatch {
     row_.sc_col = c.scale.stride[3];
     row_.group = grouped_ ? c.group : row_.n;
   }
-  // Whether every row is one kernel row read in place (AddWhole): a decode step's.
+  // Whether every row is one kernel row read in place (Room, Filled): a decode step's.
   bool whole() const { return whole_; }
-  void AddWhole(const float* x, void* out, void* sc) {
-    kernels::StoreRow& r = rows_[n_++];
-    r = row_;
-    r.x = x;
-    r.out = out;
-    r.sc = sc;
+  // The rows free for whole rows, each holding what every row shares: the caller sets
+  // their x, out and sc, in a loop that calls nothing (its counters stay in registers),
+  // then hands Filled the number it set.
+  kernels::StoreRow* Room(int64_t* room) {
+    for (; filled_ < kRows; ++filled_) rows_[filled_] = row_;
+    *room = kRows - n_;
+    return rows_ + n_;
+  }
+  void Filled(int64_t n) {
+    n_ += n;
     if (n_ == kRows) Flush();
   }
   ~RowBatch() { Flush(); }
@@ -79,6 +84,7 @@ class RowBatch {
       r.out = d0 == 0 ? out : base::ElemAt(out, base::Blocked(t) ? d0 / base::kQuantBlock : d0, t);
       r.sc = !sc || d0 == 0 ? sc : base::ElemAt(sc, d0 / unit_ * c.scale.stride[3], c.scale.type);
       if (!grouped_) r.group = n;
+      filled_ = 0;  // (r.n and r.group may be a chunk's)
       if (n_ == kRows || !in_place_) Flush();
     }
     return true;
@@ -92,6 +98,7 @@ class RowBatch {
   kernels::StoreRow row_{};  // what every row shares (a whole row's n and group)
   kernels::StoreRow rows_[kRows];
   int64_t n_ = 0;
+  int64_t filled_ = 0;  // rows_[0, filled_) hold row_'s shared fields (Room)
   float x_[kChunk];
 };
 
@@ -188,20 +195,59 @@ void StoreWhole(RowBatch& batch, const StoreCall& c, int64_t b0, int64_t b1, int
   char* scale = reinterpret_cast<char*>(sc.data);
   const int64_t* slots = c.slots;
   const int64_t block_size = c.block_size;
-  for (int64_t h = h0; h < h1; ++h)
-    for (int64_t b = b0; b < b1; ++b)
-      for (int64_t t = 0; t < rows; ++t) {
-        int64_t block = b, row = t;
-        if (slots) {
-          const int64_t slot = slots[b * rows + t];
-          if (slot < 0) continue;
-          block = slot / block_size;
-          row = slot % block_size;
-        }
-        batch.AddWhole(reinterpret_cast<const float*>(src + b * r0 + h * r1 + t * r2),
-                       out + block * d0 + h * d1 + row * d2,
-                       sc_size != 0 ? scale + block * s0 + h * s1 + row * s2 : nullptr);
+  int64_t h = h0, b = b0, t = 0;  // the next row
+  if (!slots && rows == 1) {
+    // A decode step's store, a row a (batch entry, head), in the order of the source's
+    // rows in memory: the inner loop along the smaller stride (rows a page apart would
+    // share the L1's sets and evict one another between the kernel's two passes).
+    const bool heads_inner = std::abs(r1) <= std::abs(r0);
+    const int64_t outer0 = heads_inner ? b0 : h0, outer1 = heads_inner ? b1 : h1;
+    const int64_t inner0 = heads_inner ? h0 : b0, inner1 = heads_inner ? h1 : b1;
+    const int64_t xi = heads_inner ? r1 : r0, oi = heads_inner ? d1 : d0,
+                  si = heads_inner ? s1 : s0;
+    int64_t i0 = inner0;
+    for (int64_t j = outer0; j < outer1;) {
+      int64_t room;
+      kernels::StoreRow* r = batch.Room(&room);
+      const int64_t n = base::MinI(room, inner1 - i0);
+      const int64_t bb = heads_inner ? j : i0, hh = heads_inner ? i0 : j;
+      const char* x = src + bb * r0 + hh * r1;
+      char* o = out + bb * d0 + hh * d1;
+      char* s = sc_size != 0 ? scale + bb * s0 + hh * s1 : nullptr;
+      for (int64_t i = 0; i < n; ++i, x += xi, o += oi, s += si) {
+        r[i].x = reinterpret_cast<const float*>(x);
+        r[i].out = o;
+        r[i].sc = s;
       }
+      if ((i0 += n) == inner1) i0 = inner0, ++j;
+      batch.Filled(n);
+    }
+    return;
+  }
+  while (h < h1) {
+    int64_t room;
+    kernels::StoreRow* r = batch.Room(&room);
+    int64_t n = 0;
+    for (; n < room && h < h1;) {
+      int64_t block = b, row = t;
+      const bool skip = slots && slots[b * rows + t] < 0;
+      if (slots && !skip) {
+        block = slots[b * rows + t] / block_size;
+        row = slots[b * rows + t] % block_size;
+      }
+      if (!skip) {
+        r[n].x = reinterpret_cast<const float*>(src + b * r0 + h * r1 + t * r2);
+        r[n].out = out + block * d0 + h * d1 + row * d2;
+        r[n].sc = sc_size != 0 ? scale + block * s0 + h * s1 + row * s2 : nullptr;
+        ++n;
+      }
+      if (++t == rows) {
+        t = 0;
+        if (++b == b1) b = b0, ++h;
+      }
+    }
+    batch.Filled(n);
+  }
 }
 
 // The rows of (b, h) in order, a scale row's rows at a time.
