@@ -344,6 +344,65 @@ static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
   }
 }
 
+// Four vectors of quotients in (-127.5, 127.5) rounded half to even (the conversion's
+// rounding: embedded in AVX-512, the default mode in AVX2, as RoundEven) and narrowed to
+// int8: a's and b's bytes at p, then c's and d's (at p + 2 kLanes, or with Split at p2);
+// a whole register's store only where it fills aligned lines (a store across two lines
+// waits for both, and a cache's rows are mostly apart in memory, each line a miss).
+// The saturating packs leave each 128-bit block holding four bytes of each vector, which
+// one permutation puts in order.
+template <bool Split = false, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreRoundI8x4(W a, W b, W c, W d, int8_t* p, int8_t* p2 = nullptr) {
+  if constexpr (N == 16) {
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i ab = _mm512_packs_epi32(_mm512_cvt_roundps_epi32(ToRaw(a), kRound),
+                                          _mm512_cvt_roundps_epi32(ToRaw(b), kRound));
+    const __m512i cd = _mm512_packs_epi32(_mm512_cvt_roundps_epi32(ToRaw(c), kRound),
+                                          _mm512_cvt_roundps_epi32(ToRaw(d), kRound));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i r = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(ab, cd));
+    if constexpr (Split) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_castsi512_si256(r));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2), _mm512_extracti64x4_epi64(r, 1));
+    } else if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) {
+      _mm512_storeu_si512(p, r);
+    } else {  // in 16-byte pieces, none across a line (a cache rarely sits at 16 bytes less)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_castsi512_si128(r));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16), _mm512_extracti32x4_epi32(r, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 32), _mm512_extracti32x4_epi32(r, 2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 48), _mm512_extracti32x4_epi32(r, 3));
+    }
+  } else {
+    const __m256i ab =
+        _mm256_packs_epi32(_mm256_cvtps_epi32(ToRaw(a)), _mm256_cvtps_epi32(ToRaw(b)));
+    const __m256i cd =
+        _mm256_packs_epi32(_mm256_cvtps_epi32(ToRaw(c)), _mm256_cvtps_epi32(ToRaw(d)));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i r = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
+    if constexpr (Split) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(r));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p2), _mm256_extracti128_si256(r, 1));
+    } else if ((reinterpret_cast<uintptr_t>(p) & 31) == 0) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), r);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(r));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16), _mm256_extracti128_si256(r, 1));
+    }
+  }
+}
+// Lane (kLanes / 4) * k + u from a[u]'s quarter k, for u < kLanes / 4 (AbsMax4's results,
+// whose quarters each hold one value): kLanes groups' values in one register.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE W Interleave4(const W* a) {
+  if constexpr (N == 16) {
+    __m512 r = _mm512_mask_blend_ps(0x2222, ToRaw(a[0]), ToRaw(a[1]));
+    r = _mm512_mask_blend_ps(0x4444, r, ToRaw(a[2]));
+    return FromRaw(_mm512_mask_blend_ps(0x8888, r, ToRaw(a[3])));
+  } else {
+    return FromRaw(_mm256_blend_ps(ToRaw(a[0]), ToRaw(a[1]), 0xAA));
+  }
+}
+
 // kLanes floats narrowed to fp8 codes (E4M3: e4m3fn, else e5m2) at p: F32ToFp8's cases
 // (subnormals by the add of a magic, normals by the rebiased exponent and the mantissa
 // rounded half to even, saturation, Inf, NaN) on the lanes' bits, picked in its order by

@@ -65,6 +65,11 @@ static V Quarter(A&&...) {
 }
 OCTATTN_ABSENT(void, StoreI8)
 template <bool, class... A>
+static void StoreRoundI8x4(A&&...) {
+  static_assert(kAbsent<A...>, "StoreRoundI8x4 is not an instruction of this target");
+}
+OCTATTN_ABSENT(V, Interleave4)
+template <bool, class... A>
 static void StoreFp8(A&&...) {
   static_assert(kAbsent<A...>, "StoreFp8 is not an instruction of this target");
 }

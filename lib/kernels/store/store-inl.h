@@ -388,6 +388,145 @@ static void StoreQ4Rows(const StoreRow* rows, int64_t count, float magic) {
   }
 }
 
+// INT8 rows of f32 scales (P vectors a group) and Q8_0 rows (Q8: P vectors a block) on
+// the targets that narrow to int8, in units of four groups or blocks and two phases (as
+// StoreQ4Rows): first the scales of kLanes / 4 units (S::AbsMax4's, joined by
+// S::Interleave4; Q8_0's rounded to f16) and their inverses, a division each, then the
+// values of the units before them, x / s (by the division or by the inverse,
+// S::DivByInverse: the same quotients) and rounded as they are narrowed
+// (S::StoreRoundI8x4: |x / s| < 127.5, so no clamp). A unit's bytes and scales are
+// written in its second phase, in the order of the rows; a unit with a scale out of range
+// (INT8: outside (2^-60, 2^60], the inverse's; Q8_0: not a normal f16) takes
+// StoreInt8Group or StoreBlock, whose divisions are exact everywhere.
+struct I8Unit {
+  const float* x;     // its values
+  int8_t* o;          // their bytes (Q8_0: its first block)
+  float* sc;          // its first group's scale (INT8)
+  const StoreRow* r;  // its row
+  int64_t g0;         // its first value's index in the row
+};
+struct I8Scales {
+  // Lane (kLanes / 4) k + u: unit u's group k: its scale, that scale's inverse, its f16
+  // bits (Q8_0), its largest AbsBits, and (that bit of ok) whether the scale is in range.
+  alignas(64) float s[S::kLanes], inv[S::kLanes];
+  alignas(64) uint16_t h[S::kLanes];
+  alignas(64) uint32_t top[S::kLanes];
+  uint32_t ok;
+};
+template <int P, bool Q8>
+static OCTATTN_INLINE void I8Scale(const I8Unit* units, int n, I8Scales* out) {
+  using V = typename S::V;
+  constexpr int U = static_cast<int>(S::kLanes) / 4;
+  constexpr int64_t G = P * static_cast<int64_t>(S::kLanes);
+  V m[U];
+  for (int u = 0; u < U; ++u) m[u] = S::template AbsMax4<>(units[u < n ? u : 0].x, G);
+  const V top = S::template Interleave4<>(m);
+  S::Store(top, reinterpret_cast<float*>(out->top));
+  V s = S::Div(top, S::Set(127.0f));  // (a NaN's bits are a NaN: not in range)
+  if constexpr (Q8) {
+    s = S::template RoundF16<>(s);
+    out->ok = S::WithinMask(s, 0x1.fffffep-15f, 65504.0f);
+    S::StoreF16(s, reinterpret_cast<float*>(out->h));  // (s is an f16 value: exact)
+  } else {
+    out->ok = S::WithinMask(s, 0x1p-60f, 0x1p60f);
+  }
+  S::Store(s, out->s);
+  S::Store(S::Div(S::Set(1.0f), s), out->inv);
+}
+template <int P, bool Q8>
+static OCTATTN_INLINE void I8Values(const I8Unit* units, int n, const I8Scales& sc, float magic) {
+  using V = typename S::V;
+  constexpr int L = static_cast<int>(S::kLanes), U = L / 4;
+  constexpr int64_t G = P * static_cast<int64_t>(L);
+  constexpr int64_t Bytes = kQuantBlock + 2;  // a Q8_0 block: its f16 scale, then its values
+  constexpr uint32_t kUnit = 1u | 1u << U | 1u << 2 * U | 1u << 3 * U;  // unit 0's ok bits
+  for (int u = 0; u < n; ++u) {
+    const I8Unit& a = units[u];
+    if ((sc.ok & kUnit << u) != kUnit << u) {
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (Q8) {
+          StoreBlock(a.x + k * G, kQ8_0, reinterpret_cast<uint8_t*>(a.o) + k * Bytes,
+                     sc.top[k * U + u], magic);
+        } else {
+          StoreInt8Group(*a.r, a.g0 + k * G, sc.top[k * U + u], magic);
+        }
+      }
+      continue;
+    }
+    V vs[4], vi[4];
+    for (int k = 0; k < 4; ++k) {
+      vs[k] = S::Set(sc.s[k * U + u]);
+      vi[k] = S::Set(sc.inv[k * U + u]);
+    }
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (Q8) {
+        memcpy(a.o + k * Bytes, &sc.h[k * U + u], 2);
+      } else {
+        a.sc[k * a.r->sc_col] = sc.s[k * U + u];
+      }
+    }
+    // Half the quotients by the divider, half by the inverse on the FMA units: both
+    // exact, and each unit busy with its own half.
+    for (int j = 0; j < 4 * P; j += 4) {
+      V q[4];
+      for (int i = 0; i < 4; ++i) {
+        const V v = S::Load(a.x + (j + i) * L);
+        const int k = (j + i) / P;
+        q[i] = i < 2 ? S::Div(v, vs[k]) : S::DivByInverse(v, vs[k], vi[k]);
+      }
+      if constexpr (!Q8) {
+        S::template StoreRoundI8x4<false>(q[0], q[1], q[2], q[3], a.o + j * L);
+      } else if constexpr (P == 2) {  // two blocks
+        S::template StoreRoundI8x4<true>(q[0], q[1], q[2], q[3], a.o + j / P * Bytes + 2,
+                                         a.o + (j / P + 1) * Bytes + 2);
+      } else {  // a block of 4 vectors
+        S::template StoreRoundI8x4<false>(q[0], q[1], q[2], q[3], a.o + j / P * Bytes + 2);
+      }
+    }
+  }
+}
+template <int P, bool Q8>
+static void StoreInt8Rows(const StoreRow* rows, int64_t count, float magic) {
+  constexpr int U = static_cast<int>(S::kLanes) / 4;  // units a division serves
+  constexpr int64_t G = P * static_cast<int64_t>(S::kLanes);
+  int64_t row = 0, g0 = 0;  // the next unit
+  auto next = [&](I8Unit* out) {
+    int n = 0;
+    for (; n < U && row < count; ++n) {
+      const StoreRow& r = rows[row];
+      if constexpr (Q8) {
+        out[n] = {r.x + g0, static_cast<int8_t*>(ElemAt(r.out, g0 / kQuantBlock, kQ8_0)), nullptr,
+                  &r, g0};
+      } else {
+        out[n] = {r.x + g0, static_cast<int8_t*>(r.out) + g0,
+                  static_cast<float*>(r.sc) + g0 / G * r.sc_col, &r, g0};
+      }
+      g0 += 4 * G;
+      if (g0 == r.n) ++row, g0 = 0;
+    }
+    return n;
+  };
+  I8Unit units[2][U];
+  I8Scales scales[2];
+  int n[2];
+  n[0] = next(units[0]);
+  if (n[0] > 0) I8Scale<P, Q8>(units[0], n[0], &scales[0]);
+  for (int cur = 0; n[cur] > 0; cur ^= 1) {
+    n[cur ^ 1] = next(units[cur ^ 1]);
+    if (n[cur ^ 1] > 0) I8Scale<P, Q8>(units[cur ^ 1], n[cur ^ 1], &scales[cur ^ 1]);
+    I8Values<P, Q8>(units[cur], n[cur], scales[cur], magic);
+  }
+}
+
+// Vectors a group of an INT8 row that StoreInt8Rows takes (f32 scales, whole units of four
+// groups of 1, 2, 4 or 8 vectors), else 0.
+static inline int Int8RowsVectors(const StoreRow& r) {
+  const int64_t L = static_cast<int64_t>(S::kLanes);
+  if (r.t != kI8 || r.sc_type != kF32 || r.group % L != 0 || r.n % (4 * r.group) != 0) return 0;
+  const int64_t p = r.group / L;
+  return p == 1 || p == 2 || p == 4 || p == 8 ? static_cast<int>(p) : 0;
+}
+
 static void StoreRowsRun(const StoreRow* rows, int64_t count) {
   const float magic = RoundMagic();
   int64_t i = 0;
@@ -398,6 +537,36 @@ static void StoreRowsRun(const StoreRow* rows, int64_t count) {
       while (j < count && rows[j].t == kQ4_0 && rows[j].n % (4 * kQuantBlock) == 0) ++j;
       if (j > i) {
         StoreQ4Rows(rows + i, j - i, magic);
+        i = j;
+        continue;
+      }
+      // The longest run of INT8 rows from i of one shape that StoreInt8Rows takes.
+      if (const int p = Int8RowsVectors(rows[i])) {
+        const StoreRow& a = rows[i];
+        while (j < count && rows[j].t == kI8 && rows[j].sc_type == kF32 &&
+               rows[j].group == a.group && rows[j].n == a.n)
+          ++j;
+        switch (p) {
+          case 1:
+            StoreInt8Rows<1, false>(rows + i, j - i, magic);
+            break;
+          case 2:
+            StoreInt8Rows<2, false>(rows + i, j - i, magic);
+            break;
+          case 4:
+            StoreInt8Rows<4, false>(rows + i, j - i, magic);
+            break;
+          default:
+            StoreInt8Rows<8, false>(rows + i, j - i, magic);
+            break;
+        }
+        i = j;
+        continue;
+      }
+      // The longest run of Q8_0 rows from i of whole units (four blocks).
+      while (j < count && rows[j].t == kQ8_0 && rows[j].n % (4 * kQuantBlock) == 0) ++j;
+      if (j > i) {
+        StoreInt8Rows<kQuantBlock / static_cast<int>(S::kLanes), true>(rows + i, j - i, magic);
         i = j;
         continue;
       }
