@@ -344,41 +344,37 @@ static OCTATTN_INLINE void StoreI8(W v, int8_t* p) {
   }
 }
 
-// Four vectors of quotients in (-127.5, 127.5) rounded half to even (the conversion's
-// rounding: embedded in AVX-512, the default mode in AVX2, as RoundEven) and narrowed to
-// int8: a's and b's bytes at p, then c's and d's (at p + 2 kLanes, or with Split at p2);
-// a whole register's store only where it fills aligned lines (a store across two lines
-// waits for both, and a cache's rows are mostly apart in memory, each line a miss).
-// The saturating packs leave each 128-bit block holding four bytes of each vector, which
-// one permutation puts in order.
-template <bool Split = false, size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void StoreRoundI8x4(W a, W b, W c, W d, int8_t* p, int8_t* p2 = nullptr) {
+// Four vectors of int32 lanes narrowed to bytes (Unsigned: codes in [0, 255], else
+// values in [-128, 127]), by saturating packs that leave each 128-bit block holding four
+// bytes of each vector and one permutation that puts them in order: a's and b's bytes at
+// p, then c's and d's (at p + 2 kLanes, or with Split at p2); a whole register's store
+// only where it fills aligned lines (a store across two lines waits for both, and a
+// cache's rows are mostly apart in memory, each line a miss).
+template <bool Unsigned, bool Split, size_t N = kLanes, class I>
+static OCTATTN_INLINE void NarrowBytes4(I a, I b, I c, I d, void* out, void* out2) {
+  char* p = static_cast<char*>(out);
+  char* p2 = static_cast<char*>(out2);
   if constexpr (N == 16) {
-    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512i ab = _mm512_packs_epi32(_mm512_cvt_roundps_epi32(ToRaw(a), kRound),
-                                          _mm512_cvt_roundps_epi32(ToRaw(b), kRound));
-    const __m512i cd = _mm512_packs_epi32(_mm512_cvt_roundps_epi32(ToRaw(c), kRound),
-                                          _mm512_cvt_roundps_epi32(ToRaw(d), kRound));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m512i r = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(ab, cd));
+    const __m512i r = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+        Unsigned ? _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d))
+                 : _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d)));
     if constexpr (Split) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_castsi512_si256(r));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2), _mm512_extracti64x4_epi64(r, 1));
     } else if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) {
       _mm512_storeu_si512(p, r);
-    } else {  // in 16-byte pieces, none across a line (a cache rarely sits at 16 bytes less)
+    } else {  // in 16-byte pieces, none across a line
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_castsi512_si128(r));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16), _mm512_extracti32x4_epi32(r, 1));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 32), _mm512_extracti32x4_epi32(r, 2));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 48), _mm512_extracti32x4_epi32(r, 3));
     }
   } else {
-    const __m256i ab =
-        _mm256_packs_epi32(_mm256_cvtps_epi32(ToRaw(a)), _mm256_cvtps_epi32(ToRaw(b)));
-    const __m256i cd =
-        _mm256_packs_epi32(_mm256_cvtps_epi32(ToRaw(c)), _mm256_cvtps_epi32(ToRaw(d)));
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const __m256i r = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
+    const __m256i r = _mm256_permutevar8x32_epi32(
+        Unsigned ? _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d))
+                 : _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d)),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     if constexpr (Split) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(r));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p2), _mm256_extracti128_si256(r, 1));
@@ -388,6 +384,22 @@ static OCTATTN_INLINE void StoreRoundI8x4(W a, W b, W c, W d, int8_t* p, int8_t*
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(r));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16), _mm256_extracti128_si256(r, 1));
     }
+  }
+}
+// Four vectors of quotients in (-127.5, 127.5) rounded half to even (the conversion's
+// rounding: embedded in AVX-512, the default mode in AVX2, as RoundEven) and narrowed to
+// int8 (NarrowBytes4).
+template <bool Split = false, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreRoundI8x4(W a, W b, W c, W d, int8_t* p, int8_t* p2 = nullptr) {
+  if constexpr (N == 16) {
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    NarrowBytes4<false, Split>(_mm512_cvt_roundps_epi32(ToRaw(a), kRound),
+                               _mm512_cvt_roundps_epi32(ToRaw(b), kRound),
+                               _mm512_cvt_roundps_epi32(ToRaw(c), kRound),
+                               _mm512_cvt_roundps_epi32(ToRaw(d), kRound), p, p2);
+  } else {
+    NarrowBytes4<false, Split>(_mm256_cvtps_epi32(ToRaw(a)), _mm256_cvtps_epi32(ToRaw(b)),
+                               _mm256_cvtps_epi32(ToRaw(c)), _mm256_cvtps_epi32(ToRaw(d)), p, p2);
   }
 }
 // Lane (kLanes / 4) * k + u from a[u]'s quarter k, for u < kLanes / 4 (AbsMax4's results,
@@ -403,13 +415,13 @@ static OCTATTN_INLINE W Interleave4(const W* a) {
   }
 }
 
-// kLanes floats narrowed to fp8 codes (E4M3: e4m3fn, else e5m2) at p: F32ToFp8's cases
+// The fp8 codes of kLanes floats (E4M3: e4m3fn, else e5m2), as int32 lanes: F32ToFp8's cases
 // (subnormals by the add of a magic, normals by the rebiased exponent and the mantissa
 // rounded half to even, saturation, Inf, NaN) on the lanes' bits, picked in its order by
 // compares (|x|'s bits are below 2^31, so signed compares order them), in the compiler's
 // vectors of the register's width.
 template <bool E4M3, size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void StoreFp8(W v, uint8_t* p) {
+static OCTATTN_INLINE auto Fp8Codes(W v) {
   typedef int32_t I16 __attribute__((vector_size(64)));
   typedef int32_t I8 __attribute__((vector_size(32)));
   typedef float F16 __attribute__((vector_size(64)));
@@ -433,13 +445,28 @@ static OCTATTN_INLINE void StoreFp8(W v, uint8_t* p) {
   code = ax > 0x7F800000 ? zero + nan : code;
   code |= sign;  // every lane below 256
   if constexpr (N == 16) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm512_cvtepi32_epi8(__builtin_bit_cast(__m512i, code)));
+    return __builtin_bit_cast(__m512i, code);
   } else {
-    const __m256i c = __builtin_bit_cast(__m256i, code);
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    return __builtin_bit_cast(__m256i, code);
+  }
+}
+// kLanes floats' fp8 codes at p.
+template <bool E4M3, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreFp8(W v, uint8_t* p) {
+  const auto code = Fp8Codes<E4M3>(v);
+  if constexpr (N == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(code));
+  } else {
+    const __m128i w =
+        _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
   }
+}
+// Four vectors' fp8 codes at p (NarrowBytes4), a's first.
+template <bool E4M3, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StoreFp8x4(W a, W b, W c, W d, uint8_t* p) {
+  NarrowBytes4<true, false>(Fp8Codes<E4M3>(a), Fp8Codes<E4M3>(b), Fp8Codes<E4M3>(c),
+                            Fp8Codes<E4M3>(d), p, nullptr);
 }
 
 // t[i] lane e = element i of row8(e), the eight floats (or floats' bits) of key e, for e <

@@ -73,6 +73,10 @@ template <bool, class... A>
 static void StoreFp8(A&&...) {
   static_assert(kAbsent<A...>, "StoreFp8 is not an instruction of this target");
 }
+template <bool, class... A>
+static void StoreFp8x4(A&&...) {
+  static_assert(kAbsent<A...>, "StoreFp8x4 is not an instruction of this target");
+}
 // Quantized rows dequantized in registers (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kQuantRows = false;
 #define OCTATTN_ABSENT_T(R, name)                                              \
