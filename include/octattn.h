@@ -30,8 +30,10 @@
  * holds as stated for 16-bit inputs; one exception: bf16 q and k on the avx512_bf16
  * target's fused path (vdpbf16ps; see the targets below). The fused algorithm widens keys and
  * values as a tile reads them (scratch bounded by the tiles, as for f32); naive widens a head's
- * operands into its scratch. The backward pass and merge take f32 only (UNSUPPORTED);
- * of the stages (since 0.8), octattn_scores takes 16-bit q and k and
+ * operands into its scratch. The backward pass (since 0.11) reads q, k, v, o and dout
+ * the same way, in any of the three (any combination), and writes f32 gradients: its
+ * bytes are the f32 backward's on the widened tensors. Merge takes f32 only
+ * (UNSUPPORTED); of the stages (since 0.8), octattn_scores takes 16-bit q and k and
  * octattn_weighted_sum a 16-bit v, each with the bytes of the f32 stage on the widened
  * values (scores, weights and o f32), and the head layout calls copy f32, bf16 or f16
  * elements (dst of src's dtype); the other stages work on f32 scores.
@@ -387,10 +389,10 @@ typedef int32_t octattn_status;
 /* The caller's workspace is smaller than octattn_attention_workspace_size() says. */
 #define OCTATTN_ERROR_WORKSPACE_TOO_SMALL 8
 /* Valid but not available: a bf16 or f16 tensor where f32 is required (lse, weights,
- * an o of another dtype than q's, the backward, merge, the stages), a SIMD target that
- * is not compiled or not supported by this CPU, weights requested from the fused
- * algorithm, sequences given to a stage, a paged cache given to naive or to the
- * backward. */
+ * an o of another dtype than q's, the backward's gradients, merge, the stages), a SIMD
+ * target that is not compiled or not supported by this CPU, weights requested from the
+ * fused algorithm, sequences given to a stage, a paged cache given to naive or to the
+ * backward, a quantized one to the backward or a stage. */
 #define OCTATTN_ERROR_UNSUPPORTED 9
 /* Memory could not be allocated, or would exceed the context's memory limit. */
 #define OCTATTN_ERROR_OUT_OF_MEMORY 10
@@ -833,7 +835,8 @@ OCTATTN_API octattn_status octattn_kv_store(octattn_context* ctx, const octattn_
  * All inputs must be disjoint from every output; outputs must not overlap each other.
  * @return OCTATTN_OK, NULL_POINTER (also lse, dout, dq, dk, dv), INVALID_SHAPE,
  *   INVALID_STRIDE, OVERFLOW, ALIASING, INVALID_OPTION (also dsinks without
- *   options.sinks), STRUCT_SIZE, WORKSPACE_TOO_SMALL, UNSUPPORTED (dtype, NAIVE),
+ *   options.sinks), STRUCT_SIZE, WORKSPACE_TOO_SMALL, UNSUPPORTED (a quantized cache, a
+ *   16-bit gradient, NAIVE),
  *   OUT_OF_MEMORY, MISALIGNED, INTERNAL. Since 0.5. */
 OCTATTN_API octattn_status octattn_attention_backward(
     octattn_context* ctx, const octattn_attention_options* options, const octattn_tensor* q,

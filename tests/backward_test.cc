@@ -427,6 +427,71 @@ bool Reads(const octattn_attention_options& opt, int64_t tq, int64_t tk, int64_t
 
 }  // namespace
 
+TEST_CASE("backward over 16-bit q, k, v, o and dout: the f32 call's bytes on their values",
+          "[backward][dispatch][dtype]") {
+  // Each case's dtypes of q, k and v, o, dout; the gradients stay f32.
+  struct Case {
+    octattn_dtype q, kv, o, dout;
+  };
+  const octattn_dtype F = OCTATTN_DTYPE_F32, B = OCTATTN_DTYPE_BF16, H = OCTATTN_DTYPE_F16;
+  const Case cases[] = {{B, B, B, B}, {H, H, H, H}, {B, F, F, B}, {F, H, F, F}, {F, F, F, H}};
+  const int64_t t = Sized(75, 41);
+  for (const Target& target : AllTargets()) {
+    INFO(target.Name());
+    for (Layout layout : {Layout::kBHTD, Layout::kPadded}) {
+      INFO("layout " << static_cast<int>(layout));
+      for (const Case& c : cases) {
+        INFO("dtypes " << c.q << " " << c.kv << " " << c.o << " " << c.dout);
+        for (bool sparse : {false, true}) {  // causal with sinks and dbias; a window + stride
+          Problem p(2, 4, 2, t, t + 9, 24, 20, 81, 1.0f, static_cast<int>(layout));
+          // Values each dtype holds exactly: the f32 call then reads what the 16-bit one does.
+          auto round = [](Tensor& x, octattn_dtype type) {
+            if (type == OCTATTN_DTYPE_F32) return;
+            for (float& y : x.buf) y = Widen(Narrow(y, type), type);
+          };
+          round(p.q, c.q);
+          round(p.k, c.kv);
+          round(p.v, c.kv);
+          octattn_attention_options opt = sparse ? Options(1, 13, 5) : Options(1, 0, 0);
+          std::vector<float> sinks = {0.5f, -1.0f, 0.0f, 1.5f};
+          if (!sparse) opt.sinks = sinks.data();
+          Context ctx(target, 2);
+          Tensor o = p.Out(static_cast<int>(layout)), lse = p.Lse();
+          Attend(ctx, opt, p.q, p.k, p.v, o, &lse);
+          round(o, c.o);
+          Tensor dout = p.Out(static_cast<int>(layout));
+          dout.Fill(82);
+          round(dout, c.dout);
+          for (octattn_algorithm algo : {OCTATTN_ALGORITHM_FUSED, OCTATTN_ALGORITHM_REFERENCE}) {
+            INFO("algorithm " << algo);
+            opt.algorithm = algo;
+            Grads g32(p, !sparse, !sparse, layout), g16(p, !sparse, !sparse, layout);
+            RequireBackward(ctx, opt, p, o, lse, dout, g32);
+            std::vector<uint16_t> qb, kb, vb, ob, db;
+            const octattn_tensor q16 = Narrowed(*p.q.ptr(), c.q, &qb),
+                                 k16 = Narrowed(*p.k.ptr(), c.kv, &kb),
+                                 v16 = Narrowed(*p.v.ptr(), c.kv, &vb),
+                                 o16 = Narrowed(*o.ptr(), c.o, &ob),
+                                 d16 = Narrowed(*dout.ptr(), c.dout, &db);
+            const octattn_status st = octattn_attention_backward(
+                ctx, &opt, &q16, &k16, &v16, &o16, lse.ptr(), &d16, nullptr, g16.dq.ptr(),
+                g16.dk.ptr(), g16.dv.ptr(), sparse ? nullptr : g16.dsinks.data(),
+                sparse ? nullptr : g16.dbias.ptr(), nullptr, 0);
+            INFO(ctx.Error());
+            REQUIRE(st == OCTATTN_OK);
+            for (const auto& pair :
+                 {std::make_pair(&g32.dq, &g16.dq), std::make_pair(&g32.dk, &g16.dk),
+                  std::make_pair(&g32.dv, &g16.dv), std::make_pair(&g32.dbias, &g16.dbias)})
+              CHECK(std::memcmp(pair.first->buf.data(), pair.second->buf.data(),
+                                pair.first->buf.size() * sizeof(float)) == 0);
+            CHECK(g32.dsinks == g16.dsinks);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("backward gradients are causal, also with NaN and Inf", "[backward][dispatch]") {
   const int64_t t = Sized(150, 70);
   for (const Target& target : AllTargets()) {
@@ -769,7 +834,7 @@ TEST_CASE("backward bad input: a status, a message, nothing written", "[backward
   octattn_attention_options naive = Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE);
   octattn_attention_options small = opt;
   small.struct_size = 40;
-  Tensor wrong(1, 4, 9, 7), bf = dout, huge_dq = g.dq, misaligned = g.dq;
+  Tensor wrong(1, 4, 9, 7), bf = g.dq, huge_dq = g.dq, misaligned = g.dq;
   bf.t.dtype = OCTATTN_DTYPE_BF16;
   huge_dq.t.shape[0] = int64_t{1} << 61;
   misaligned.t.data = reinterpret_cast<char*>(misaligned.buf.data()) + 1;
@@ -860,9 +925,9 @@ TEST_CASE("backward bad input: a status, a message, nothing written", "[backward
          return run(&naive, lse.ptr(), dout.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
                     nullptr);
        }},
-      {"bf16 dout", OCTATTN_ERROR_UNSUPPORTED,
+      {"bf16 dq", OCTATTN_ERROR_UNSUPPORTED,
        [&] {
-         return run(&opt, lse.ptr(), bf.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
+         return run(&opt, lse.ptr(), dout.ptr(), bf.ptr(), g.dk.ptr(), g.dv.ptr(), nullptr,
                     nullptr);
        }},
       {"misaligned dq", OCTATTN_ERROR_MISALIGNED,

@@ -820,15 +820,16 @@ TEST_CASE("bad 16-bit input: a status and a message, nothing written", "[dtype][
   octattn_tensor unknown = *k.ptr();
   unknown.dtype = 42;
   expect(OCTATTN_ERROR_INVALID_OPTION, q.ptr(), &unknown, o.ptr(), nullptr);
-  // The backward pass takes f32 only.
+  // The backward reads 16-bit inputs but writes f32 gradients only.
   Tensor lse = p.Lse(), dq(1, 2, 5, 8), dk(1, 1, 9, 8), dv(1, 1, 9, 8);
   Attend(ctx, opt, q.f32, k.f32, v.f32, o, &lse);
-  const float first = dq.buf[0];
+  const float first = dk.buf[0];
+  Tensor16 dq16(dq, OCTATTN_DTYPE_BF16);
   CHECK(octattn_attention_backward(ctx, &opt, q.ptr(), k.ptr(), v.ptr(), o.ptr(), lse.ptr(),
-                                   o.ptr(), nullptr, dq.ptr(), dk.ptr(), dv.ptr(), nullptr, nullptr,
+                                   o.ptr(), nullptr, &dq16.t, dk.ptr(), dv.ptr(), nullptr, nullptr,
                                    nullptr, 0) == OCTATTN_ERROR_UNSUPPORTED);
   CHECK(!ctx.Error().empty());
-  CHECK(dq.buf[0] == first);
+  CHECK(dk.buf[0] == first);
 }
 
 // A row reading one key outputs that key's value row exactly (weight 1): with v in f32

@@ -813,7 +813,9 @@ struct Buffers {
   QuantData kq, vq;           // a quantized cache
   octattn_tensor tq, tk, tv, to;
   // The backward's: the forward's lse, dout and the gradients.
-  std::vector<float> lse, dout, dq, dk, dv;
+  std::vector<float> lse, dq, dk, dv;
+  Floats dout;
+  Halves dout16;  // of o's dtype
   octattn_tensor tlse{}, tdout{}, tdq{}, tdk{}, tdv{};
   std::vector<float> slopes, sinks, bias;
   std::vector<uint8_t> mask, tree, kinds;
@@ -861,6 +863,7 @@ struct Buffers {
     }
     Retype(&q, &q16, &tq, c.dtype);
     Retype(&o, &o16, &to, c.dtype);
+    if (c.backward) Retype(&dout, &dout16, &tdout, c.dtype);
     if (Quantized(c.KvType())) {
       Quantize(&k, &kq, &tk, c);
       if (!c.v_of_k) Quantize(&v, &vq, &tv, c);

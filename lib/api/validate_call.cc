@@ -427,15 +427,19 @@ api::Check ValidateBackward(octattn_context* ctx, const octattn_attention_option
   OCTATTN_CHECK(api::ValidateAttention(ctx, options, q, k, v, o, lse, nullptr, &c->fwd, seqs,
                                        api::Role::kInput));
   for (const api::TensorInfo* t : {&c->fwd.q, &c->fwd.k, &c->fwd.v, &c->fwd.o})
-    if (t->type != octattn::base::kF32)
-      return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the backward pass takes f32 q, k, v and o");
+    if (t->type != octattn::base::kF32 && t->type != octattn::base::kBf16 &&
+        t->type != octattn::base::kF16)
+      return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
+                       "the backward pass takes f32, bf16 or f16 q, k, v and o, not a quantized "
+                       "cache");
   if (seqs->paged)
     return api::Fail(OCTATTN_ERROR_UNSUPPORTED,
                      "the backward writes dk and dv of contiguous keys: it takes no paged cache");
   if (!lse)
     return api::Fail(OCTATTN_ERROR_NULL_POINTER, "lse is NULL: the backward reads the forward's");
   const plan::CallShape& sh = c->fwd.shape;
-  OCTATTN_CHECK(api::ValidateTensor(dout, "dout", api::Role::kInput, false, &c->dout));
+  OCTATTN_CHECK(
+      api::ValidateTensor(dout, "dout", api::Role::kInput, false, &c->dout, api::kFloating));
   OCTATTN_CHECK(SameShape(c->dout, "dout", c->fwd.o, "o"));
   if (dlse) {
     OCTATTN_CHECK(api::ValidateTensor(dlse, "dlse", api::Role::kInput, false, &c->dlse));

@@ -422,9 +422,10 @@ constexpr int64_t kMaxTaskKvHeads = 16;
 // query head (dq, dbias) and of the kv head (dk, dv), strides in elements.
 struct BackwardTask {
   Operands op;
-  int64_t heads;  // query heads of the group
-  const float* dout;
+  int64_t heads;      // query heads of the group
+  const float* dout;  // of do_type (ElemAt), as op's q, k, v and o of theirs
   int64_t do_head, do_row, do_dim;
+  Dtype do_type = kF32;
   const float* dlse;  // null: zero
   int64_t dlse_head, dlse_row;
   float* dq;

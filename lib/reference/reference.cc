@@ -159,8 +159,8 @@ namespace {
 // The operands of query head h of a group task (h counted from the task's first head).
 Operands HeadOf(const Operands& op, int64_t h) {
   Operands r = op;
-  r.q += h * op.q_head;
-  r.o += h * op.o_head;
+  r.q = base::ElemAt(op.q, h * op.q_head, op.q_type);
+  r.o = base::ElemAt(op.o, h * op.o_head, op.o_type);
   if (r.lse) r.lse += h * op.lse_head;
   kernels::Mods& m = r.mods;
   if (m.slopes) m.slopes += h;
@@ -191,8 +191,8 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
     double dsink = 0.0;
     for (int64_t i = 0; i < op.q_len; ++i) {
       const int64_t qpos = op.mask.q_start + i;
-      const float* q = op.q + i * op.q_row;
-      const float* dout = t.dout + h * t.do_head + i * t.do_row;
+      const float* q = base::ElemAt(op.q, i * op.q_row, op.q_type);
+      const float* dout = base::ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type);
       float* dq_out = t.dq + h * t.dq_head + i * t.dq_row;
       float* db = t.dbias ? t.dbias + h * t.db_head + i * t.db_row : nullptr;
       double m = kNegInf;
@@ -204,7 +204,8 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
         const float* k = KeyRow(op, j);
         double dot = 0.0;
         for (int64_t d = 0; d < hd; ++d)
-          dot += static_cast<double>(q[d * op.q_dim]) * k[d * op.k_dim];
+          dot += static_cast<double>(LoadElem(q, d * op.q_dim, op.q_type)) *
+                 LoadElem(k, d * op.k_dim, op.k_type);
         double x = dot * op.scale;
         th[j] = 0.0;
         if (mods.softcap > 0.0f) {
@@ -233,10 +234,11 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
         if (!PairAllowed(op, i, qpos, j, listed)) continue;
         p[j] /= sum;
         const float* v = ValueRow(op, j);
-        for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * v[d * op.v_dim];
+        for (int64_t d = 0; d < vd; ++d) o[d] += p[j] * LoadElem(v, d * op.v_dim, op.v_type);
       }
       double dd = -dlse;  // do . o - dlse
-      for (int64_t d = 0; d < vd; ++d) dd += static_cast<double>(dout[d * t.do_dim]) * o[d];
+      for (int64_t d = 0; d < vd; ++d)
+        dd += static_cast<double>(LoadElem(dout, d * t.do_dim, t.do_type)) * o[d];
       if (sink != kNegInf) dsink -= std::exp(sink - m) / sum * dd;
       for (int64_t d = 0; d < hd; ++d) dq[d] = 0.0;
       for (int64_t j = 0; j < n; ++j) {
@@ -245,15 +247,17 @@ void BackwardGroup(const kernels::BackwardTask& t, double* scratch) {
         const float* k = KeyRow(op, j);
         double dp = 0.0;
         for (int64_t d = 0; d < vd; ++d)
-          dp += static_cast<double>(dout[d * t.do_dim]) * v[d * op.v_dim];
+          dp += static_cast<double>(LoadElem(dout, d * t.do_dim, t.do_type)) *
+                LoadElem(v, d * op.v_dim, op.v_type);
         const double ds = p[j] * (dp - dd);
         if (db) db[j * t.db_col] = static_cast<float>(ds);
         const double g = (mods.softcap > 0.0f ? ds * (1.0 - th[j] * th[j]) : ds) * op.scale;
         for (int64_t d = 0; d < hd; ++d) {
-          dq[d] += g * k[d * op.k_dim];
-          dk[j * hd + d] += g * q[d * op.q_dim];
+          dq[d] += g * LoadElem(k, d * op.k_dim, op.k_type);
+          dk[j * hd + d] += g * LoadElem(q, d * op.q_dim, op.q_type);
         }
-        for (int64_t d = 0; d < vd; ++d) dv[j * vd + d] += p[j] * dout[d * t.do_dim];
+        for (int64_t d = 0; d < vd; ++d)
+          dv[j * vd + d] += p[j] * LoadElem(dout, d * t.do_dim, t.do_type);
       }
       for (int64_t d = 0; d < hd; ++d) dq_out[d * t.dq_dim] = static_cast<float>(dq[d]);
     }

@@ -156,7 +156,9 @@ kernels::BackwardTask BackwardTaskOf(const BackwardCall& c, const plan::Sequence
   t.do_head = c.dout.stride[1];
   t.do_row = c.dout.stride[2];
   t.do_dim = c.dout.stride[3];
-  t.dout = c.dout.data + b * c.dout.stride[0] + h * t.do_head + i * t.do_row;
+  t.do_type = c.dout.type;
+  t.dout =
+      base::ElemAt(c.dout.data, b * c.dout.stride[0] + h * t.do_head + i * t.do_row, t.do_type);
   if (c.dlse.hi != 0) {
     t.dlse_head = c.dlse.stride[1];
     t.dlse_row = c.dlse.stride[2];

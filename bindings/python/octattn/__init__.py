@@ -209,7 +209,8 @@ def attention_backward(q, k, v, o, lse, dout, dlse=None, *, causal=True, window=
     returned them; dout = dL/do (the shape of o), dlse = dL/dlse (None: zero). Returns (dq, dk, dv), then dsinks [Hq]
     (return_dsinks, with sinks) and dbias [B, Hq, Tq, Tk] (return_dbias: the gradient of
     the scores, that is of a bias tensor before any broadcast) as asked. The gradients
-    are new arrays of q's kind in q's layout. algorithm: "auto"/"fused" or "reference".
+    are new float32 arrays of q's kind in q's layout (q, k, v, o and dout may be float32,
+    bfloat16 or float16: the float32 gradients of their values). algorithm: "auto"/"fused" or "reference".
     q_starts, kv_starts, kv_lens: a padded batch's sequences, tree (octattn.pack_tree),
     blocks (octattn.block_mask) and key lists (key_indices ...: token-sparse attention), as
     the forward call had them.

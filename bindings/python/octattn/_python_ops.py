@@ -91,7 +91,8 @@ def _backward(ctx, grad_o, grad_lse):
         if dims:
             dbias = dbias.sum(dim=dims, keepdim=True)
         dbias = dbias.to(bias.dtype)
-    return (dq, dk, dv, None, dsinks, dbias) + (None,) * 8
+    # The library's gradients are float32; autograd wants each in its input's dtype.
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, dsinks, dbias) + (None,) * 8
 
 
 def register(fake_attention, fake_backward):

@@ -16,8 +16,8 @@ materialized), softcap and sinks where the model has them. A mask the library's 
 mask functions, packed sequences, block overlays) is built as transformers builds it for
 sdpa and passed as the library's mask tensor, so every model stays exact.
 
-Models run in float32, bfloat16 or float16 (the backward, for training, takes float32);
-dropout must be 0.
+Models run in float32, bfloat16 or float16, training included (the backward reads 16-bit
+tensors as they are); dropout must be 0.
 
 QuantizedCache keeps every layer's K/V quantized (int8 with a scale per group of channels,
 float8, or ggml's q8_0/q4_0 blocks): each step's new rows go in through octattn.kv_store

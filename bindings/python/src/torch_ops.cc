@@ -381,7 +381,15 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         if (bias->size(i) == 1 && dbias.size(i) != 1) dims.push_back(i);
       gbias = (dims.empty() ? dbias : dbias.sum(dims, /*keepdim=*/true)).to(bias->scalar_type());
     }
-    return {dq, dk, dv, Tensor(), gsinks, gbias, Tensor(), Tensor()};
+    // The library's gradients are float32; autograd wants each in its input's dtype.
+    return {dq.to(q.scalar_type()),
+            dk.to(k.scalar_type()),
+            dv.to(v.scalar_type()),
+            Tensor(),
+            gsinks,
+            gbias,
+            Tensor(),
+            Tensor()};
   }
 };
 

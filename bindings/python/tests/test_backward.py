@@ -265,10 +265,28 @@ def test_operator_errors_name_the_status():
         torch.ops.octattn.attention(q.double(), k, v)
     with pytest.raises(ValueError, match="sinks"):
         torch.ops.octattn.attention(q, k, v, None, torch.zeros(3))
-    with pytest.raises(RuntimeError, match="UNSUPPORTED"):  # the backward takes float32
-        qb, kb, vb = (t.bfloat16().requires_grad_(True) for t in (q, k, v))
-        o, _ = torch.ops.octattn.attention(qb, kb, vb)
-        o.float().sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_tensors_train_through_the_operator(dtype):
+    """bf16 and f16 q, k, v: the gradients are the float32 backward's on their values
+    (the same o and lse, dout widened), rounded to each input's dtype."""
+    q, k, v, g = problem(30, B=2, Tq=9, Tk=11)
+    leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+    o, lse = torch.ops.octattn.attention(*leaves, window=5)
+    dout = torch.randn(o.shape, generator=g).to(dtype)
+    (o.float() * dout.float()).sum().backward()
+    wide = [t.detach().float() for t in leaves]
+    grads = octattn.attention_backward(*wide, o.detach().float(), lse.detach(), dout.float(),
+                                       window=5)
+    for leaf, d in zip(leaves, grads):
+        assert leaf.grad.dtype == dtype
+        assert torch.equal(leaf.grad, d.to(dtype))
+    # The library reads the 16-bit tensors as they are: the same float32 bytes.
+    direct = octattn.attention_backward(*[t.detach() for t in leaves], o.detach(), lse.detach(),
+                                        dout, window=5)
+    for a, b in zip(direct, grads):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
 
 
 def test_operators_run_on_the_package_contexts():

@@ -193,12 +193,18 @@ static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
   return f;
 }
 
-// n elements of a strided row into dst, zero padded to `pad`.
-static inline void BwdPackRow(const float* src, int64_t step, int64_t n, int64_t pad, float* dst) {
+// n elements of a strided row of dtype t into dst (16-bit ones widened: exact), zero
+// padded to `pad`.
+static inline void BwdPackRow(const float* src, int64_t step, int64_t n, int64_t pad, float* dst,
+                              Dtype t = kF32) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   int64_t d = 0;
-  if (step == 1)
+  if (t != kF32) {
+    WidenRowV(src, step, t, n, dst);
+    d = n;
+  } else if (step == 1) {
     for (; d + L <= n; d += L) S::Store(S::Load(src + d), dst + d);
+  }
   for (; d < n; ++d) dst[d] = src[d * step];
   for (; d < pad; ++d) dst[d] = 0.0f;
 }
@@ -211,11 +217,12 @@ static inline float BwdDot(const float* a, const float* b, int64_t n) {
   return S::ReduceSum(acc);
 }
 
-// do . o of one row in f32: the padded rows multiplied lane-wise in order, then summed.
+// do . o of one row in f32 (o of dtype o_type): the padded rows multiplied lane-wise in
+// order, then summed.
 static inline float BwdRowDot(const float* dop, const float* o, int64_t o_dim, int64_t value_dim,
-                              float* tmp) {
+                              float* tmp, Dtype o_type) {
   const int64_t dvp = PadKeys(value_dim);
-  BwdPackRow(o, o_dim, value_dim, dvp, tmp);
+  BwdPackRow(o, o_dim, value_dim, dvp, tmp, o_type);
   return BwdDot(dop, tmp, dvp);
 }
 
@@ -306,18 +313,24 @@ static void BwdSparseRow(const float* q, const float* dout, const float* kr, int
   }
 }
 
+// Whether the key rows are read in place (f32 whole vectors), else packed as rows (kr).
+static inline bool BwdKDirect(const Operands& op) {
+  return op.k_type == kF32 && op.k_dim == 1 && PadKeys(op.head_dim) == op.head_dim;
+}
+
 // Query rows [i0, i0 + nq) of head h against the packed key tile [j0, j0 + nk).
 static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, int64_t i0,
                         int64_t nq, int64_t j0, int64_t nk, base::TileKind kind) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   const Operands& op = t.op;
   const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
-  // Rows that are whole vectors in the caller's memory are read (and dq accumulated) in
-  // place, others through packed copies: the same products either way.
-  const bool q_direct = op.q_dim == 1 && dp == op.head_dim;
-  const bool do_direct = t.do_dim == 1 && dvp == op.value_dim;
+  // Rows that are whole vectors of f32 in the caller's memory are read (and dq accumulated)
+  // in place, others through packed copies (16-bit ones widened): the same products either
+  // way.
+  const bool q_direct = op.q_type == kF32 && op.q_dim == 1 && dp == op.head_dim;
+  const bool do_direct = t.do_type == kF32 && t.do_dim == 1 && dvp == op.value_dim;
   const bool dq_direct = t.dq_dim == 1 && dp == op.head_dim;
-  const bool k_direct = op.k_dim == 1 && dp == op.head_dim;
+  const bool k_direct = BwdKDirect(op);
   const float* q = q_direct ? op.q + h * op.q_head + i0 * op.q_row : f.qp;
   const int64_t q_row = q_direct ? op.q_row : dp;
   const float* dout = do_direct ? t.dout + h * t.do_head + i0 * t.do_row : f.dop;
@@ -329,13 +342,14 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
   for (int64_t r = 0; r < nq; ++r) {
     const int64_t i = i0 + r;
     if (!q_direct)
-      BwdPackRow(op.q + h * op.q_head + i * op.q_row, op.q_dim, op.head_dim, dp, f.qp + r * dp);
+      BwdPackRow(ElemAt(op.q, h * op.q_head + i * op.q_row, op.q_type), op.q_dim, op.head_dim, dp,
+                 f.qp + r * dp, op.q_type);
     if (!do_direct)
-      BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp,
-                 f.dop + r * dvp);
+      BwdPackRow(ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type), t.do_dim, op.value_dim,
+                 dvp, f.dop + r * dvp, t.do_type);
     f.lse[r] = op.lse[h * op.lse_head + i * op.lse_row];
-    f.dd[r] = BwdRowDot(dout + r * do_row, op.o + h * op.o_head + i * op.o_row, op.o_dim,
-                        op.value_dim, f.row) -
+    f.dd[r] = BwdRowDot(dout + r * do_row, ElemAt(op.o, h * op.o_head + i * op.o_row, op.o_type),
+                        op.o_dim, op.value_dim, f.row, op.o_type) -
               BwdDlse(t, h, i);
   }
   // Whether every pair is read (then no pair is checked).
@@ -427,19 +441,30 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
 }
 
 // The key tile [j0, j0 + nk) into f: transposed (kt, vt) and, where BwdTilePair does not
-// read k in place, as rows (kr), with key lists v as rows too (vr); zeros past nk.
+// read k in place, as rows (kr), with key lists v as rows too (vr); zeros past nk. 16-bit
+// rows are widened first (k into kr, v into f.row) and transposed from there.
 static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, int64_t nk) {
   const Operands& op = t.op;
   const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
-  const bool k_direct = op.k_dim == 1 && dp == op.head_dim;
+  const bool k_direct = BwdKDirect(op);
   for (int64_t j = 0; j < kp; ++j) {
     const bool real = j < nk;
-    const float* k = op.k + (j0 + j) * op.k_row;
-    const float* v = op.v + (j0 + j) * op.v_row;
-    for (int64_t d = 0; d < op.head_dim; ++d) f.kt[d * kp + j] = real ? k[d * op.k_dim] : 0.0f;
-    for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = real ? v[d * op.v_dim] : 0.0f;
-    if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp);
-    if (real && f.vr) BwdPackRow(v, op.v_dim, op.value_dim, dvp, f.vr + j * dvp);
+    const float* k = ElemAt(op.k, (j0 + j) * op.k_row, op.k_type);
+    const float* v = ElemAt(op.v, (j0 + j) * op.v_row, op.v_type);
+    if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp, op.k_type);
+    if (real && f.vr) BwdPackRow(v, op.v_dim, op.value_dim, dvp, f.vr + j * dvp, op.v_type);
+    int64_t k_dim = op.k_dim, v_dim = op.v_dim;
+    if (real && op.k_type != kF32) {
+      k = f.kr + j * dp;
+      k_dim = 1;
+    }
+    if (real && op.v_type != kF32) {
+      WidenRowV(v, op.v_dim, op.v_type, op.value_dim, f.row);
+      v = f.row;
+      v_dim = 1;
+    }
+    for (int64_t d = 0; d < op.head_dim; ++d) f.kt[d * kp + j] = real ? k[d * k_dim] : 0.0f;
+    for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = real ? v[d * v_dim] : 0.0f;
   }
 }
 
@@ -533,9 +558,10 @@ static void BackwardTaskRun(const BackwardTask& t, float* scratch) {
                 ? BwdListRow(t, f, 0, i) > 0
                 : base::AllowedCount(base::KeysOf(mask, mask.q_start + i, op.kv_len)) > 0;
         if (reads) {
-          BwdPackRow(t.dout + h * t.do_head + i * t.do_row, t.do_dim, op.value_dim, dvp, f.dop);
-          dd +=
-              BwdRowDot(f.dop, op.o + h * op.o_head + i * op.o_row, op.o_dim, op.value_dim, f.row);
+          BwdPackRow(ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type), t.do_dim,
+                     op.value_dim, dvp, f.dop, t.do_type);
+          dd += BwdRowDot(f.dop, ElemAt(op.o, h * op.o_head + i * op.o_row, op.o_type), op.o_dim,
+                          op.value_dim, f.row, op.o_type);
         }
         sum -= __builtin_exp(static_cast<double>(sink) - lse) * dd;
       }
