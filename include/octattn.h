@@ -32,7 +32,8 @@
  * values as a tile reads them (scratch bounded by the tiles, as for f32); naive widens a head's
  * operands into its scratch. The backward pass (since 0.11) reads q, k, v, o and dout
  * the same way, in any of the three (any combination), and writes f32 gradients: its
- * bytes are the f32 backward's on the widened tensors. Merge takes f32 only
+ * bytes are the f32 backward's on the widened tensors (but on avx512_bf16, below). Merge
+ * takes f32 only
  * (UNSUPPORTED); of the stages (since 0.8), octattn_scores takes 16-bit q and k and
  * octattn_weighted_sum a 16-bit v, each with the bytes of the f32 stage on the widened
  * values (scores, weights and o f32), and the head layout calls copy f32, bf16 or f16
@@ -477,6 +478,10 @@ typedef int32_t octattn_backend;
  * subnormals to zero; the denominator keeps the f32 weights), keys summed in pairs (key
  * 2m + 1, then 2m; a key whose pair partner the row may not read, alone), which adds
  * max|v| * 2^-8 to the bound. Decode still equals prefill, and every other invariant holds.
+ * The backward (since 0.11) recomputes q.k of bf16 q and k (even head_dim) and computes
+ * dout.v of bf16 dout and v (even value_dim) on vdpbf16ps the same way (one chain over
+ * the pairs), its bound taken over the inputs with their subnormals zeroed; its sums over
+ * rows and keys (dq, dk, dv) stay f32 on the widened values.
  * Everything else it runs is avx512's code, the same bytes; a caller who wants the
  * widened-f32 bytes selects avx512.
  * amx_bf16 (since 0.9) is avx512_bf16 on CPUs with AMX-TILE and AMX-BF16 (Intel

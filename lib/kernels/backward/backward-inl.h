@@ -22,8 +22,9 @@ constexpr int kBwdR = 6;
 constexpr int kBwdC = S::kRegs >= 32 ? 4 : 2;
 
 // c[m][n..] += sum over t of a[m * am + t * at] * b[t * ldb + n..]: R rows, C vectors,
-// one FMA chain per accumulator in t order.
-template <int R, int C>
+// one FMA chain per accumulator in t order. P (S::kDotBf16): a's and b's elements are bf16
+// pairs in 32 bits (t counts pairs), each step one S::DotBf16.
+template <int R, int C, bool P = false>
 static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
                             float* c, int64_t ldc, int64_t t_len) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
@@ -36,7 +37,13 @@ static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float*
     for (int k = 0; k < C; ++k) bv[k] = S::Load(b + t * ldb + k * L);
     for (int r = 0; r < R; ++r) {
       const V av = S::Set(a[r * am + t * at]);
-      for (int k = 0; k < C; ++k) acc[r][k] = S::MulAdd(av, bv[k], acc[r][k]);
+      for (int k = 0; k < C; ++k) {
+        if constexpr (P) {
+          acc[r][k] = S::DotBf16(av, bv[k], acc[r][k]);
+        } else {
+          acc[r][k] = S::MulAdd(av, bv[k], acc[r][k]);
+        }
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -45,30 +52,31 @@ static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float*
 
 // Rows in blocks of kBwdR, the rest in blocks of 4, 2 and 1 (a row's bytes do not depend
 // on its block: fewer block heights keep the build small).
-template <int C>
+template <int C, bool P>
 static inline void BwdCols(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t m_len, int64_t t_len) {
   int64_t m = 0;
   for (; m + kBwdR <= m_len; m += kBwdR)
-    BwdBlock<kBwdR, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    BwdBlock<kBwdR, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
   while (m < m_len) {
     const int64_t h = m_len - m >= 4 ? 4 : m_len - m >= 2 ? 2 : 1;
-    if (h == 4) BwdBlock<4, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
-    if (h == 2) BwdBlock<2, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
-    if (h == 1) BwdBlock<1, C>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    if (h == 4) BwdBlock<4, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    if (h == 2) BwdBlock<2, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    if (h == 1) BwdBlock<1, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
     m += h;
   }
 }
 
 // c[m][n] += sum_t a[m * am + t * at] * b[t * ldb + n] for m < m_len, t < t_len and
-// n < n_len (whole vectors).
+// n < n_len (whole vectors); P: on bf16 pairs (BwdBlock).
+template <bool P = false>
 static void BwdProduct(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
                        float* c, int64_t ldc, int64_t m_len, int64_t n_len, int64_t t_len) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   int64_t n = 0;
   for (; n + kBwdC * L <= n_len; n += kBwdC * L)
-    BwdCols<kBwdC>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
-  for (; n < n_len; n += L) BwdCols<1>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+    BwdCols<kBwdC, P>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+  for (; n < n_len; n += L) BwdCols<1, P>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
 }
 
 // BwdProduct over the pairs (m, t) with ok[m * om + t * ot] != 0 only: the same
@@ -111,9 +119,22 @@ static void BwdProductMasked(const float* a, int64_t am, int64_t at, const uint8
   }
 }
 
+// On the S::kDotBf16 targets, which of the backward's products over a tile's dimensions
+// run on bf16 pairs (S::DotBf16, as the forward's q . k does): q . k with bf16 q and k,
+// dout . v with bf16 dout and v, an even number of dimensions each. The products that
+// sum over rows or keys (dv, dk, dq) stay f32 on the widened values.
+static inline bool BwdPairsQk(const BackwardTask& t) {
+  return S::kDotBf16 && t.op.q_type == kBf16 && t.op.k_type == kBf16 && t.op.head_dim % 2 == 0;
+}
+static inline bool BwdPairsDv(const BackwardTask& t) {
+  return S::kDotBf16 && t.do_type == kBf16 && t.op.v_type == kBf16 && t.op.value_dim % 2 == 0;
+}
+
 // Scratch pieces of a task.
 struct BwdScratch {
-  float *kt, *vt;   // K and V tile transposed: [head_dim][kp], [value_dim][kp]
+  float *kt, *vt;   // K and V tile transposed: [head_dim][kp], [value_dim][kp] (pairs:
+                    // [head_dim / 2][kp] pair words, BwdPairsQk; v's likewise, BwdPairsDv)
+  float *qw, *dow;  // pairs: the query tile's q and dout rows as pair words [kBwdRows][dp]
   float* kr;        // K tile rows [kBwdKeys][dp]
   float *dk, *dv;   // the tile's accumulators [kBwdKeys][dp], [kBwdKeys][dvp]
   float *qp, *dop;  // query tile rows [kBwdRows][dp], output gradient rows [kBwdRows][dvp]
@@ -145,6 +166,10 @@ static size_t BackwardScratchFloats(const BackwardTask& t) {
   n = base::SatAdd(n, base::SatMul(2, Piece2(kBwdRows, kp)));
   n = base::SatAdd(n, Piece(base::Count(base::MaxI(2 * dvp, kp))));  // dvp < 2^61
   n = base::SatAdd(n, base::SatMul(2, Piece(kBwdRows)));
+  // (The pairs' rows whatever dout's dtype: the schedule sizes a task from the forward
+  // call's dtypes.)
+  if (BwdPairsQk(t)) n = base::SatAdd(n, Piece2(kBwdRows, dp));
+  if (S::kDotBf16 && t.op.v_type == kBf16) n = base::SatAdd(n, Piece2(kBwdRows, dvp));
   const int64_t cap = t.op.mods.ListCapacity();  // key lists: a query tile's
   if (cap > 0) {
     n = base::SatAdd(n, Piece2(kBwdRows, cap));
@@ -176,6 +201,8 @@ static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
   f.row = take(Piece(base::Count(base::MaxI(2 * dvp, kp))));
   f.lse = take(Piece(kBwdRows));
   f.dd = take(Piece(kBwdRows));
+  f.qw = BwdPairsQk(t) ? take(Piece2(kBwdRows, dp)) : nullptr;
+  f.dow = BwdPairsDv(t) ? take(Piece2(kBwdRows, dvp)) : nullptr;
   f.cap = t.op.mods.ListCapacity();
   f.keys = nullptr;
   f.counts = f.cursor = nullptr;
@@ -207,6 +234,17 @@ static inline void BwdPackRow(const float* src, int64_t step, int64_t n, int64_t
   }
   for (; d < n; ++d) dst[d] = src[d * step];
   for (; d < pad; ++d) dst[d] = 0.0f;
+}
+
+// n (even) bf16 elements of a row, `step` elements apart, as n / 2 pair words (elements 2t
+// and 2t + 1 of the row, as the forward's pairs), word t at dst[t * dst_step].
+static inline void BwdPairWords(const float* src, int64_t step, int64_t n, float* dst,
+                                int64_t dst_step) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  for (int64_t d = 0; d < n; d += 2) {
+    const uint32_t w = s[d * step] | static_cast<uint32_t>(s[(d + 1) * step]) << 16;
+    memcpy(dst + d / 2 * dst_step, &w, sizeof(w));
+  }
 }
 
 // a . b over n floats (whole vectors: padded rows), lane-wise in order, then summed.
@@ -347,6 +385,12 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     if (!do_direct)
       BwdPackRow(ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type), t.do_dim, op.value_dim,
                  dvp, f.dop + r * dvp, t.do_type);
+    if (f.qw)
+      BwdPairWords(ElemAt(op.q, h * op.q_head + i * op.q_row, op.q_type), op.q_dim, op.head_dim,
+                   f.qw + r * dp, 1);
+    if (f.dow)
+      BwdPairWords(ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type), t.do_dim, op.value_dim,
+                   f.dow + r * dvp, 1);
     f.lse[r] = op.lse[h * op.lse_head + i * op.lse_row];
     f.dd[r] = BwdRowDot(dout + r * do_row, ElemAt(op.o, h * op.o_head + i * op.o_row, op.o_type),
                         op.o_dim, op.value_dim, f.row, op.o_type) -
@@ -397,10 +441,23 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     S::Store(S::Zero(), f.s + x);
     S::Store(S::Zero(), f.g + x);
   }
-  if (!listed) {
-    BwdProduct(q, q_row, 1, f.kt, kp, f.s, kp, nq, kp, op.head_dim);
-    BwdProduct(dout, do_row, 1, f.vt, kp, f.g, kp, nq, kp, op.value_dim);
-  }
+  // Rows [r, e) of the tile: their scores into f.s and dout . v into f.g.
+  auto dense = [&](int64_t r, int64_t e) {
+    bool qk_pairs = false, dv_pairs = false;
+    if constexpr (S::kDotBf16) {
+      if ((qk_pairs = f.qw != nullptr))
+        BwdProduct<true>(f.qw + r * dp, dp, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp,
+                         op.head_dim / 2);
+      if ((dv_pairs = f.dow != nullptr))
+        BwdProduct<true>(f.dow + r * dvp, dvp, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp,
+                         op.value_dim / 2);
+    }
+    if (!qk_pairs)
+      BwdProduct(q + r * q_row, q_row, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp, op.head_dim);
+    if (!dv_pairs)
+      BwdProduct(dout + r * do_row, do_row, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp, op.value_dim);
+  };
+  if (!listed) dense(0, nq);
   // Key lists: rows that read few of the tile's keys take dot products of their pairs
   // (BwdSparseRow), runs of the others the dense products (a row's bytes do not depend
   // on its block, so neither on its neighbours').
@@ -413,8 +470,7 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     }
     int64_t e = r + 1;
     while (e < nq && !BwdSparse(f.ok + e * kp, nk)) ++e;
-    BwdProduct(q + r * q_row, q_row, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp, op.head_dim);
-    BwdProduct(dout + r * do_row, do_row, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp, op.value_dim);
+    dense(r, e);
     r = e;
   }
 
@@ -440,31 +496,44 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     }
 }
 
-// The key tile [j0, j0 + nk) into f: transposed (kt, vt) and, where BwdTilePair does not
-// read k in place, as rows (kr), with key lists v as rows too (vr); zeros past nk. 16-bit
-// rows are widened first (k into kr, v into f.row) and transposed from there.
+// The key tile [j0, j0 + nk) into f: transposed (kt, vt; with pairs, bf16 pair words)
+// and, where BwdTilePair does not read k in place, as rows (kr), with key lists v as rows
+// too (vr); zeros past nk. 16-bit rows are widened first (k into kr, v into f.row) and
+// transposed from there.
 static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, int64_t nk) {
   const Operands& op = t.op;
   const int64_t dp = PadKeys(op.head_dim), dvp = PadKeys(op.value_dim), kp = BwdKp();
   const bool k_direct = BwdKDirect(op);
+  const int64_t kt_rows = f.qw ? op.head_dim / 2 : op.head_dim;
+  const int64_t vt_rows = f.dow ? op.value_dim / 2 : op.value_dim;
   for (int64_t j = 0; j < kp; ++j) {
-    const bool real = j < nk;
+    if (j >= nk) {
+      for (int64_t d = 0; d < kt_rows; ++d) f.kt[d * kp + j] = 0.0f;
+      for (int64_t d = 0; d < vt_rows; ++d) f.vt[d * kp + j] = 0.0f;
+      continue;
+    }
     const float* k = ElemAt(op.k, (j0 + j) * op.k_row, op.k_type);
     const float* v = ElemAt(op.v, (j0 + j) * op.v_row, op.v_type);
-    if (real && !k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp, op.k_type);
-    if (real && f.vr) BwdPackRow(v, op.v_dim, op.value_dim, dvp, f.vr + j * dvp, op.v_type);
-    int64_t k_dim = op.k_dim, v_dim = op.v_dim;
-    if (real && op.k_type != kF32) {
-      k = f.kr + j * dp;
-      k_dim = 1;
+    if (!k_direct) BwdPackRow(k, op.k_dim, op.head_dim, dp, f.kr + j * dp, op.k_type);
+    if (f.vr) BwdPackRow(v, op.v_dim, op.value_dim, dvp, f.vr + j * dvp, op.v_type);
+    if (f.qw) {
+      BwdPairWords(k, op.k_dim, op.head_dim, f.kt + j, kp);
+    } else {
+      const float* kf = op.k_type == kF32 ? k : f.kr + j * dp;
+      const int64_t k_dim = op.k_type == kF32 ? op.k_dim : 1;
+      for (int64_t d = 0; d < op.head_dim; ++d) f.kt[d * kp + j] = kf[d * k_dim];
     }
-    if (real && op.v_type != kF32) {
-      WidenRowV(v, op.v_dim, op.v_type, op.value_dim, f.row);
-      v = f.row;
-      v_dim = 1;
+    if (f.dow) {
+      BwdPairWords(v, op.v_dim, op.value_dim, f.vt + j, kp);
+    } else {
+      int64_t v_dim = op.v_dim;
+      if (op.v_type != kF32) {
+        WidenRowV(v, op.v_dim, op.v_type, op.value_dim, f.row);
+        v = f.row;
+        v_dim = 1;
+      }
+      for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = v[d * v_dim];
     }
-    for (int64_t d = 0; d < op.head_dim; ++d) f.kt[d * kp + j] = real ? k[d * k_dim] : 0.0f;
-    for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = real ? v[d * v_dim] : 0.0f;
   }
 }
 
