@@ -480,8 +480,13 @@ typedef int32_t octattn_backend;
  * max|v| * 2^-8 to the bound. Decode still equals prefill, and every other invariant holds.
  * The backward (since 0.11) recomputes q.k of bf16 q and k (even head_dim) and computes
  * dout.v of bf16 dout and v (even value_dim) on vdpbf16ps the same way (one chain over
- * the pairs), its bound taken over the inputs with their subnormals zeroed; its sums over
- * rows and keys (dq, dk, dv) stay f32 on the widened values.
+ * the pairs), its bound taken over the inputs with their subnormals zeroed. Where all
+ * four are bf16, a tile of 64 rows and 64 keys all of whose pairs are read (no mask edge,
+ * mask tensor, bias or list inside it) also sums dv and dk over pairs of rows and dq over
+ * pairs of keys on vdpbf16ps, the probabilities and the scores' gradient rounded to bf16
+ * (nearest even, subnormals to zero); that adds max|dout| * 2^-8 * max(1, P_j) to dv's
+ * bound, |scale| * max|q| * G * 2^-8 * max(1, P_j) to dk's and |scale| * max|k| * G *
+ * 2^-8 to dq's. Every invariant of the backward holds.
  * Everything else it runs is avx512's code, the same bytes; a caller who wants the
  * widened-f32 bytes selects avx512.
  * amx_bf16 (since 0.9) is avx512_bf16 on CPUs with AMX-TILE and AMX-BF16 (Intel
@@ -835,7 +840,8 @@ OCTATTN_API octattn_status octattn_kv_store(octattn_context* ctx, const octattn_
  *     |dq_i - ref| <= R * |scale| * max|k| * G * 4
  *     |dk_j - ref| <= R * |scale| * max|q| * G * 4 * max(1, P_j)
  *     |dbias - ref| <= R * G * 4,   |dsinks - ref| <= R * G * 2 * (rows with a key)
- * the maxima taken over the call (tests/README.md).
+ * the maxima taken over the call (tests/README.md); bf16 tensors on avx512_bf16 add the
+ * terms of that target's rule (SIMD targets, below).
  *
  * All inputs must be disjoint from every output; outputs must not overlap each other.
  * @return OCTATTN_OK, NULL_POINTER (also lse, dout, dq, dk, dv), INVALID_SHAPE,

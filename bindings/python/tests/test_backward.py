@@ -269,24 +269,28 @@ def test_operator_errors_name_the_status():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16_bit_tensors_train_through_the_operator(dtype):
-    """bf16 and f16 q, k, v: the gradients are the float32 backward's on their values
-    (the same o and lse, dout widened), rounded to each input's dtype."""
+    """bf16 and f16 q, k, v: autograd's gradients are the library's float32 gradients of
+    the 16-bit tensors rounded to each input's dtype; those are the float32 call's on the
+    widened values (f16 bit for bit; bf16 within the rounding of the avx512_bf16 rule,
+    where that target runs)."""
     q, k, v, g = problem(30, B=2, Tq=9, Tk=11)
     leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
     o, lse = torch.ops.octattn.attention(*leaves, window=5)
     dout = torch.randn(o.shape, generator=g).to(dtype)
     (o.float() * dout.float()).sum().backward()
-    wide = [t.detach().float() for t in leaves]
-    grads = octattn.attention_backward(*wide, o.detach().float(), lse.detach(), dout.float(),
-                                       window=5)
-    for leaf, d in zip(leaves, grads):
-        assert leaf.grad.dtype == dtype
-        assert torch.equal(leaf.grad, d.to(dtype))
-    # The library reads the 16-bit tensors as they are: the same float32 bytes.
     direct = octattn.attention_backward(*[t.detach() for t in leaves], o.detach(), lse.detach(),
                                         dout, window=5)
-    for a, b in zip(direct, grads):
-        assert a.dtype == torch.float32 and torch.equal(a, b)
+    for leaf, d in zip(leaves, direct):
+        assert d.dtype == torch.float32
+        assert leaf.grad.dtype == dtype and torch.equal(leaf.grad, d.to(dtype))
+    wide = octattn.attention_backward(*[t.detach().float() for t in leaves], o.detach().float(),
+                                      lse.detach(), dout.float(), window=5)
+    pairs = dtype == torch.bfloat16 and octattn.last_run()["target"] in ("avx512_bf16", "amx_bf16")
+    for a, b in zip(direct, wide):
+        if not pairs:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, rtol=0, atol=2**-6 * float(b.abs().max()))
 
 
 def test_operators_run_on_the_package_contexts():

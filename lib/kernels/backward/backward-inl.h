@@ -129,12 +129,26 @@ static inline bool BwdPairsQk(const BackwardTask& t) {
 static inline bool BwdPairsDv(const BackwardTask& t) {
   return S::kDotBf16 && t.do_type == kBf16 && t.op.v_type == kBf16 && t.op.value_dim % 2 == 0;
 }
+// With both, a tile whose every pair is read also runs its sums over rows and keys (dv,
+// dk, dq) on pairs: the probabilities and the scores' gradient rounded to bf16 (as the
+// forward's weights are), pairs of rows and of keys. (Sized from q, k and v alone: the
+// schedule sizes a task from the forward call's dtypes.)
+static inline bool BwdPairsSized(const BackwardTask& t) {
+  return S::kDotBf16 && t.op.q_type == kBf16 && t.op.k_type == kBf16 && t.op.v_type == kBf16 &&
+         t.op.head_dim % 2 == 0 && t.op.value_dim % 2 == 0;
+}
+static inline bool BwdPairsAll(const BackwardTask& t) { return BwdPairsQk(t) && BwdPairsDv(t); }
 
 // Scratch pieces of a task.
 struct BwdScratch {
   float *kt, *vt;   // K and V tile transposed: [head_dim][kp], [value_dim][kp] (pairs:
                     // [head_dim / 2][kp] pair words, BwdPairsQk; v's likewise, BwdPairsDv)
   float *qw, *dow;  // pairs: the query tile's q and dout rows as pair words [kBwdRows][dp]
+  // BwdPairsAll: p and the scores' gradient as pairs of rows [kBwdRows / 2][kp] (pt, gt)
+  // and of keys [kBwdRows][kp / 2] (gk); q and dout as pairs of rows [kBwdRows / 2][dp]
+  // (q2, do2); the key tile's bf16 rows [kBwdKeys][dp] (kb) and pairs of them
+  // [kBwdKeys / 2][dp] (k2).
+  float *pt, *gt, *gk, *q2, *do2, *kb, *k2;
   float* kr;        // K tile rows [kBwdKeys][dp]
   float *dk, *dv;   // the tile's accumulators [kBwdKeys][dp], [kBwdKeys][dvp]
   float *qp, *dop;  // query tile rows [kBwdRows][dp], output gradient rows [kBwdRows][dvp]
@@ -170,6 +184,14 @@ static size_t BackwardScratchFloats(const BackwardTask& t) {
   // call's dtypes.)
   if (BwdPairsQk(t)) n = base::SatAdd(n, Piece2(kBwdRows, dp));
   if (S::kDotBf16 && t.op.v_type == kBf16) n = base::SatAdd(n, Piece2(kBwdRows, dvp));
+  if (BwdPairsSized(t)) {
+    n = base::SatAdd(n, base::SatMul(2, Piece2(kBwdRows / 2, kp)));
+    n = base::SatAdd(n, Piece2(kBwdRows, kp / 2));
+    n = base::SatAdd(n, Piece2(kBwdRows / 2, dp));
+    n = base::SatAdd(n, Piece2(kBwdRows / 2, dvp));
+    n = base::SatAdd(n, Piece2(kBwdKeys, dp));
+    n = base::SatAdd(n, Piece2(kBwdKeys / 2, dp));
+  }
   const int64_t cap = t.op.mods.ListCapacity();  // key lists: a query tile's
   if (cap > 0) {
     n = base::SatAdd(n, Piece2(kBwdRows, cap));
@@ -203,6 +225,16 @@ static inline BwdScratch BwdCarve(const BackwardTask& t, float* p) {
   f.dd = take(Piece(kBwdRows));
   f.qw = BwdPairsQk(t) ? take(Piece2(kBwdRows, dp)) : nullptr;
   f.dow = BwdPairsDv(t) ? take(Piece2(kBwdRows, dvp)) : nullptr;
+  f.pt = f.gt = f.gk = f.q2 = f.do2 = f.kb = f.k2 = nullptr;
+  if (BwdPairsAll(t)) {
+    f.pt = take(Piece2(kBwdRows / 2, kp));
+    f.gt = take(Piece2(kBwdRows / 2, kp));
+    f.gk = take(Piece2(kBwdRows, kp / 2));
+    f.q2 = take(Piece2(kBwdRows / 2, dp));
+    f.do2 = take(Piece2(kBwdRows / 2, dvp));
+    f.kb = take(Piece2(kBwdKeys, dp));
+    f.k2 = take(Piece2(kBwdKeys / 2, dp));
+  }
   f.cap = t.op.mods.ListCapacity();
   f.keys = nullptr;
   f.counts = f.cursor = nullptr;
@@ -351,6 +383,47 @@ static void BwdSparseRow(const float* q, const float* dout, const float* kr, int
   }
 }
 
+// BwdPairsAll, a tile whose every pair is read: dv += p^T dout and dk += g^T q over pairs
+// of rows, dq += g k over pairs of keys, p and g (f.s, f.g: the probabilities and the
+// scores' gradient times scale) rounded to bf16 pairs. A row past nq and keys past nk
+// are zero (g's padded keys zeroed first: their probabilities are no key's).
+static void BwdPairSums(const BwdScratch& f, int64_t dp, int64_t dvp, int64_t nq, int64_t nk,
+                        float* dq, int64_t dq_row) {
+  if constexpr (S::kDotBf16) {
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    using V = typename S::V;
+    const int64_t kp = BwdKp(), row_pairs = (nq + 1) / 2;
+    alignas(64) static const uint16_t kZero[S::kLanes] = {};  // the row past an odd nq
+    const float* zero = reinterpret_cast<const float*>(kZero);
+    for (int64_t r = 0; r < nq; ++r) std::fill(f.g + r * kp + nk, f.g + (r + 1) * kp, 0.0f);
+    for (int64_t m = 0; m < row_pairs; ++m) {  // rows 2m and 2m + 1
+      const bool two = 2 * m + 1 < nq;
+      const float* qa = f.qw + 2 * m * dp;
+      for (int64_t c = 0; c < dp; c += L)
+        S::Store(S::PairRows(ElemAt(qa, c, kBf16), two ? ElemAt(qa + dp, c, kBf16) : zero),
+                 f.q2 + m * dp + c);
+      const float* da = f.dow + 2 * m * dvp;
+      for (int64_t c = 0; c < dvp; c += L)
+        S::Store(S::PairRows(ElemAt(da, c, kBf16), two ? ElemAt(da + dvp, c, kBf16) : zero),
+                 f.do2 + m * dvp + c);
+      for (int64_t j = 0; j < kp; j += L) {
+        const float* s0 = f.s + 2 * m * kp + j;
+        const float* g0 = f.g + 2 * m * kp + j;
+        const V s1 = two ? S::Load(s0 + kp) : S::Zero(), g1 = two ? S::Load(g0 + kp) : S::Zero();
+        S::Store(S::NarrowRowPairs(S::Load(s0), s1), f.pt + m * kp + j);
+        S::Store(S::NarrowRowPairs(S::Load(g0), g1), f.gt + m * kp + j);
+      }
+    }
+    for (int64_t r = 0; r < nq; ++r)
+      for (int64_t j = 0; j < kp; j += 2 * L)
+        S::Store(S::NarrowPairs(S::Load(f.g + r * kp + j), S::Load(f.g + r * kp + j + L)),
+                 f.gk + r * (kp / 2) + j / 2);
+    BwdProduct<true>(f.pt, 1, kp, f.do2, dvp, f.dv, dvp, nk, dvp, row_pairs);       // dv += p^T do
+    BwdProduct<true>(f.gt, 1, kp, f.q2, dp, f.dk, dp, nk, dp, row_pairs);           // dk += g^T q
+    BwdProduct<true>(f.gk, kp / 2, 1, f.k2, dp, dq, dq_row, nq, dp, (nk + 1) / 2);  // dq += g k
+  }
+}
+
 // Whether the key rows are read in place (f32 whole vectors), else packed as rows (kr).
 static inline bool BwdKDirect(const Operands& op) {
   return op.k_type == kF32 && op.k_dim == 1 && PadKeys(op.head_dim) == op.head_dim;
@@ -385,12 +458,16 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     if (!do_direct)
       BwdPackRow(ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type), t.do_dim, op.value_dim,
                  dvp, f.dop + r * dvp, t.do_type);
-    if (f.qw)
+    if (f.qw) {  // the bf16 row, zeros past it
       BwdPairWords(ElemAt(op.q, h * op.q_head + i * op.q_row, op.q_type), op.q_dim, op.head_dim,
                    f.qw + r * dp, 1);
-    if (f.dow)
+      std::fill(f.qw + r * dp + op.head_dim / 2, f.qw + (r + 1) * dp, 0.0f);
+    }
+    if (f.dow) {
       BwdPairWords(ElemAt(t.dout, h * t.do_head + i * t.do_row, t.do_type), t.do_dim, op.value_dim,
                    f.dow + r * dvp, 1);
+      std::fill(f.dow + r * dvp + op.value_dim / 2, f.dow + (r + 1) * dvp, 0.0f);
+    }
     f.lse[r] = op.lse[h * op.lse_head + i * op.lse_row];
     f.dd[r] = BwdRowDot(dout + r * do_row, ElemAt(op.o, h * op.o_head + i * op.o_row, op.o_type),
                         op.o_dim, op.value_dim, f.row, op.o_type) -
@@ -480,11 +557,15 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     for (int64_t r = 0; r < nq; ++r)
       BwdPackRow(t.dq + h * t.dq_head + (i0 + r) * t.dq_row, t.dq_dim, op.head_dim, dp,
                  f.dq + r * dp);
-  if (every) {
+  bool pairs = false;
+  if constexpr (S::kDotBf16) {
+    if ((pairs = every && f.pt != nullptr)) BwdPairSums(f, dp, dvp, nq, nk, dq, dq_row);
+  }
+  if (!pairs && every) {
     BwdProduct(f.s, 1, kp, dout, do_row, f.dv, dvp, nk, dvp, nq);  // dv += p^T do
     BwdProduct(f.g, 1, kp, q, q_row, f.dk, dp, nk, dp, nq);        // dk += g^T q
     BwdProduct(f.g, kp, 1, kr, k_row, dq, dq_row, nq, dp, nk);     // dq += g k
-  } else {
+  } else if (!pairs) {
     BwdProductMasked(f.s, 1, kp, f.ok, 1, kp, dout, do_row, f.dv, dvp, nk, dvp, nq);
     BwdProductMasked(f.g, 1, kp, f.ok, 1, kp, q, q_row, f.dk, dp, nk, dp, nq);
     BwdProductMasked(f.g, kp, 1, f.ok, kp, 1, kr, k_row, dq, dq_row, nq, dp, nk);
@@ -507,6 +588,12 @@ static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, 
   const int64_t kt_rows = f.qw ? op.head_dim / 2 : op.head_dim;
   const int64_t vt_rows = f.dow ? op.value_dim / 2 : op.value_dim;
   for (int64_t j = 0; j < kp; ++j) {
+    if (f.kb) {  // the bf16 row, zeros past it (and past nk)
+      float* row = f.kb + j * dp;
+      std::fill(row, row + dp, 0.0f);
+      if (j < nk)
+        BwdPairWords(ElemAt(op.k, (j0 + j) * op.k_row, kBf16), op.k_dim, op.head_dim, row, 1);
+    }
     if (j >= nk) {
       for (int64_t d = 0; d < kt_rows; ++d) f.kt[d * kp + j] = 0.0f;
       for (int64_t d = 0; d < vt_rows; ++d) f.vt[d * kp + j] = 0.0f;
@@ -534,6 +621,14 @@ static void BwdPackTile(const BackwardTask& t, const BwdScratch& f, int64_t j0, 
       }
       for (int64_t d = 0; d < op.value_dim; ++d) f.vt[d * kp + j] = v[d * v_dim];
     }
+  }
+  if constexpr (S::kDotBf16) {
+    constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+    for (int64_t m = 0; f.k2 && m < kp / 2; ++m)  // pairs of keys (2m, 2m + 1)
+      for (int64_t c = 0; c < dp; c += L)
+        S::Store(S::PairRows(ElemAt(f.kb + 2 * m * dp, c, kBf16),
+                             ElemAt(f.kb + (2 * m + 1) * dp, c, kBf16)),
+                 f.k2 + m * dp + c);
   }
 }
 

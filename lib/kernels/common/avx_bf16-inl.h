@@ -101,6 +101,16 @@ static OCTATTN_INLINE V NarrowPairs(W lo, W hi) {
   return FromRaw(
       _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(ToRaw(hi), ToRaw(lo)))));
 }
+// Two rows of sixteen floats as bf16 pairs rounded as NarrowPairs rounds: lane c = a[c]
+// (low half) and b[c] (high half).
+template <class W = V>
+static OCTATTN_INLINE V NarrowRowPairs(W a, W b) {
+  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i w = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(ToRaw(b), ToRaw(a)));
+  return FromRaw(_mm512_castsi512_ps(_mm512_permutexvar_epi16(_mm512_load_si512(kIdx), w)));
+}
 // Sixteen bf16 columns of two value rows a (low halves) and b (high halves) as pairs:
 // lane c = column c of a and of b.
 static OCTATTN_INLINE V PairRows(const float* a, const float* b) {

@@ -124,6 +124,7 @@ static OCTATTN_INLINE void TransposeRows(const float* rows, int64_t row, V (&t)[
 static constexpr bool kDotBf16 = false;
 OCTATTN_ABSENT(V, DotBf16)
 OCTATTN_ABSENT(V, NarrowPairs)
+OCTATTN_ABSENT(V, NarrowRowPairs)
 OCTATTN_ABSENT(V, PairRows)
 OCTATTN_ABSENT(void, PairRows32)
 OCTATTN_ABSENT(void, PairColumns)
