@@ -414,8 +414,8 @@ class _RingFunction(torch.autograd.Function):
         q, k, v, sinks, out, lse = ctx.saved_tensors
         layout = ctx.layout
         s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
-        # (the backward takes float32: 16-bit q, k, v widened exactly, as the forward read
-        # them)
+        # (on float32 copies: 16-bit q, k, v widened exactly, as the ring's forward reads
+        # them, so that the gradients are the float32 ring's on those values)
         dq, dk, dv, dsinks = _ring_backward(
             ctx.plan, *(_bhtd(x, layout).float() for x in (q, k, v)), out, lse,
             _bhtd(dout, layout).to(torch.float32), dlse, ctx.alibi_slopes, s, ctx.timeout)
