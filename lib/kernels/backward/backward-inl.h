@@ -122,7 +122,8 @@ static void BwdProductMasked(const float* a, int64_t am, int64_t at, const uint8
 // On the S::kDotBf16 targets, which of the backward's products over a tile's dimensions
 // run on bf16 pairs (S::DotBf16, as the forward's q . k does): q . k with bf16 q and k,
 // dout . v with bf16 dout and v, an even number of dimensions each. The products that
-// sum over rows or keys (dv, dk, dq) stay f32 on the widened values.
+// sum over rows or keys (dv, dk, dq) stay f32 on the widened values but where
+// BwdPairsAll.
 static inline bool BwdPairsQk(const BackwardTask& t) {
   return S::kDotBf16 && t.op.q_type == kBf16 && t.op.k_type == kBf16 && t.op.head_dim % 2 == 0;
 }
