@@ -388,8 +388,8 @@ static void BwdSparseRow(const float* q, const float* dout, const float* kr, int
 // of rows, dq += g k over pairs of keys, p and g (f.s, f.g: the probabilities and the
 // scores' gradient times scale) rounded to bf16 pairs. A row past nq and keys past nk
 // are zero (g's padded keys zeroed first: their probabilities are no key's).
-static void BwdPairSums(const BwdScratch& f, int64_t dp, int64_t dvp, int64_t nq, int64_t nk,
-                        float* dq, int64_t dq_row) {
+static inline void BwdPairSums(const BwdScratch& f, int64_t dp, int64_t dvp, int64_t nq, int64_t nk,
+                               float* dq, int64_t dq_row) {
   if constexpr (S::kDotBf16) {
     constexpr int64_t L = static_cast<int64_t>(S::kLanes);
     using V = typename S::V;
