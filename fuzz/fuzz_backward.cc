@@ -6,7 +6,8 @@
 // byte-identical, and any bits in query row r's q, o, lse, dout and dlse leave dq of
 // the other rows and dk, dv of the keys after r byte-identical. Key lists (unsorted,
 // duplicates, -1, counts of 0, entries past the causal bound) may narrow what every row
-// reads.
+// reads. q, k and v may be bf16 or f16 (dout in q's dtype): bf16 ones on avx512_bf16 take
+// the header's added terms of the bound.
 #include <algorithm>
 
 #include "fuzz_support.h"
@@ -32,12 +33,17 @@ struct Seeds {
   Tensor dout, dlse;
 };
 
+// q, k and v in the problem's dtypes, dout in q's (16-bit copies of their values), o f32.
 octattn_status Backward(octattn_context* ctx, const Problem& p,
                         const octattn_attention_options& opt, Tensors& t, Seeds& s, Grads& g) {
   const bool sinks = opt.sinks != nullptr;
-  return octattn_attention_backward(
-      ctx, &opt, &t.q.t, &t.k.t, &t.v.t, &t.o.t, &t.lse.t, &s.dout.t, &s.dlse.t, &g.dq.t, &g.dk.t,
-      &g.dv.t, sinks ? g.dsinks.data() : nullptr, p.opt.bias ? &g.dbias.t : nullptr, nullptr, 0);
+  std::vector<uint16_t> qb, kb, vb, db;
+  const octattn_tensor q = Narrowed(t.q.t, t.types.q, &qb), k = Narrowed(t.k.t, t.types.kv, &kb),
+                       v = Narrowed(t.v.t, t.types.kv, &vb),
+                       dout = Narrowed(s.dout.t, t.types.q, &db);
+  return octattn_attention_backward(ctx, &opt, &q, &k, &v, &t.o.t, &t.lse.t, &dout, &s.dlse.t,
+                                    &g.dq.t, &g.dk.t, &g.dv.t, sinks ? g.dsinks.data() : nullptr,
+                                    p.opt.bias ? &g.dbias.t : nullptr, nullptr, 0);
 }
 
 FUZZ_PLUMBING bool SameGrads(const Grads& x, const Grads& y, const Problem& p) {
@@ -74,6 +80,7 @@ FUZZ_PLUMBING double MaxAbs(const Tensor& t) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   Problem p = Problem::Read(in, 40);
+  p.ReadTypes(in, false);
   p.opt.algorithm = OCTATTN_ALGORITHM_FUSED;
   p.lse = true;
   p.weights = false;
@@ -83,12 +90,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Seeds s{Tensor(p.batch, p.q_heads, p.q_len, p.value_dim, p.layout),
           Tensor(p.batch, p.q_heads, p.q_len, 1, p.layout)};
   FillSmall(in, s.dout);
+  Quantize(s.dout, t.types.q);
   FillSmall(in, s.dlse);
   KeyLists lists;
   p.ReadLists(in, &lists);
 
   Context one(p, 1), two(p, 2);
-  FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);
+  {  // o and lse of the f32 forward on the same values (the bound's o and lse)
+    const Dtypes types = t.types;
+    t.types = Dtypes{};
+    FUZZ_CHECK(Attend(one, p.opt, t) == OCTATTN_OK);
+    t.types = types;
+  }
   Grads g(p, p.layout);
   FUZZ_CHECK(Backward(one, p, p.opt, t, s, g) == OCTATTN_OK);
   {
@@ -127,6 +140,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const double max_do = MaxAbs(s.dout), max_v = MaxAbs(t.v), max_q = MaxAbs(t.q),
                  max_k = MaxAbs(t.k);
     const double gg = static_cast<double>(p.value_dim) * max_do * max_v + MaxAbs(s.dlse);
+    // bf16 tensors: the header's avx512_bf16 terms (sums on bf16 pairs), on every target.
+    const double pairs =
+        t.types.q == OCTATTN_DTYPE_BF16 && t.types.kv == OCTATTN_DTYPE_BF16 ? 0x1p-8 : 0.0;
     std::vector<double> weight(static_cast<size_t>(p.batch * p.kv_heads * p.kv_len), 0.0);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)
@@ -144,17 +160,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const double pj =
               std::max(1.0, weight[static_cast<size_t>((b * p.kv_heads + h) * p.kv_len + j)]);
           for (int64_t d = 0; d < p.value_dim; ++d)
-            FUZZ_CHECK(near(g.dv.at(b, h, j, d), ref.dv.at(b, h, j, d), r * max_do * pj));
+            FUZZ_CHECK(near(g.dv.at(b, h, j, d), ref.dv.at(b, h, j, d), (r + pairs) * max_do * pj));
           for (int64_t d = 0; d < p.head_dim; ++d)
-            FUZZ_CHECK(
-                near(g.dk.at(b, h, j, d), ref.dk.at(b, h, j, d), r * scale * max_q * gg * 4 * pj));
+            FUZZ_CHECK(near(g.dk.at(b, h, j, d), ref.dk.at(b, h, j, d),
+                            (r * 4 + pairs) * scale * max_q * gg * pj));
         }
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.q_heads; ++h)
         for (int64_t i = 0; i < p.q_len; ++i) {
           for (int64_t d = 0; d < p.head_dim; ++d)
-            FUZZ_CHECK(
-                near(g.dq.at(b, h, i, d), ref.dq.at(b, h, i, d), r * scale * max_k * gg * 4));
+            FUZZ_CHECK(near(g.dq.at(b, h, i, d), ref.dq.at(b, h, i, d),
+                            (r * 4 + pairs) * scale * max_k * gg));
           if (p.opt.bias)
             for (int64_t j = 0; j < p.kv_len; ++j)
               FUZZ_CHECK(near(g.dbias.at(b, h, i, j), ref.dbias.at(b, h, i, j), r * gg * 4));

@@ -11,8 +11,6 @@
 namespace octtest {
 namespace {
 
-constexpr int64_t kDef = OCTATTN_Q_START_DEFAULT;
-
 // A random tree of n draft tokens in topological order: node c's parent is an earlier
 // node or none (a root on the prefix); a row's bits are the node and its ancestors.
 std::vector<std::vector<uint8_t>> RandomTree(int64_t n, std::mt19937& rng) {
