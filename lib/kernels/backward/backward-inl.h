@@ -273,6 +273,10 @@ static inline void BwdPackRow(const float* src, int64_t step, int64_t n, int64_t
 // and 2t + 1 of the row, as the forward's pairs), word t at dst[t * dst_step].
 static inline void BwdPairWords(const float* src, int64_t step, int64_t n, float* dst,
                                 int64_t dst_step) {
+  if (step == 1 && dst_step == 1) {  // a contiguous row's elements are its words
+    memcpy(dst, src, static_cast<size_t>(n) * 2);
+    return;
+  }
   const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
   for (int64_t d = 0; d < n; d += 2) {
     const uint32_t w = s[d * step] | static_cast<uint32_t>(s[(d + 1) * step]) << 16;
