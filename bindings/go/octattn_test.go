@@ -647,6 +647,97 @@ func TestBF16TensorsAreTheFloat32CallOnTheirValues(t *testing.T) {
 	}
 }
 
+// bf16 q, k, v, o and dout train: the float32 gradients are the float32 call's on their
+// values (byte for byte where the target widens them; on avx512_bf16 and amx_bf16 the
+// products of whole tiles run on bf16 pairs, within the header's added terms); a bf16
+// gradient is refused with nothing written.
+func TestBF16BackwardIsTheFloat32CallOnTheirValues(t *testing.T) {
+	const b, hq, hkv, n, d = 1, 4, 2, 150, 16
+	q16, q := toBF16(data(b*hq*n*d, 51))
+	k16, k := toBF16(data(b*hkv*n*d, 52))
+	v16, v := toBF16(data(b*hkv*n*d, 53))
+	do16, dout := toBF16(data(b*hq*n*d, 54))
+	ctx, err := NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	tq, _ := BHTD(q, b, hq, n, d)
+	tk, _ := BHTD(k, b, hkv, n, d)
+	tv, _ := BHTD(v, b, hkv, n, d)
+	lse := make([]float32, b*hq*n)
+	tl, _ := BHTD(lse, b, hq, n, 1)
+	of := make([]float32, len(q))
+	to, _ := BHTD(of, b, hq, n, d)
+	if err := ctx.Attention(nil, tq, tk, tv, to, &tl); err != nil {
+		t.Fatal(err)
+	}
+	o16, o := toBF16(of) // the bf16 o a bf16 forward would hand back, and its values
+	grads := func(q, k, v, o, dout Tensor, dq Tensor) ([][]float32, error) {
+		dk, dv := make([]float32, len(k16)), make([]float32, len(v16))
+		g := Grads{DQ: dq}
+		g.DK, _ = BHTD(dk, b, hkv, n, d)
+		g.DV, _ = BHTD(dv, b, hkv, n, d)
+		err := ctx.AttentionBackward(nil, q, k, v, o, tl, dout, nil, &g)
+		return [][]float32{dq.Data, dk, dv}, err
+	}
+	half := func(x []uint16, h int) Tensor {
+		r, _ := HalfBHTD(x, BF16, b, h, n, d)
+		return r
+	}
+	wide := func(x []float32, h int) Tensor {
+		r, _ := BHTD(x, b, h, n, d)
+		return r
+	}
+	want, err := grads(tq, tk, tv, wide(o, hq), wide(dout, hq), wide(make([]float32, len(q)), hq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := grads(half(q16, hq), half(k16, hkv), half(v16, hkv), half(o16, hq), half(do16, hq),
+		wide(make([]float32, len(q)), hq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := ctx.LastRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs := run.Target == "avx512_bf16" || run.Target == "amx_bf16"
+	for i := range want {
+		top := 0.0
+		for _, x := range want[i] {
+			top = math.Max(top, math.Abs(float64(x)))
+		}
+		for j, x := range got[i] {
+			if pairs && math.Abs(float64(x-want[i][j])) > top/64 ||
+				!pairs && math.Float32bits(x) != math.Float32bits(want[i][j]) {
+				t.Fatalf("gradient %d[%d] on %s: %v, the float32 call %v", i, j, run.Target, x, want[i][j])
+			}
+		}
+	}
+	// A bf16 dq: refused, nothing written to any gradient.
+	bad := make([]uint16, len(q))
+	g := Grads{DQ: half(bad, hq)}
+	dk := make([]float32, len(k16))
+	g.DK, _ = BHTD(dk, b, hkv, n, d)
+	g.DV, _ = BHTD(make([]float32, len(v16)), b, hkv, n, d)
+	err = ctx.AttentionBackward(nil, half(q16, hq), half(k16, hkv), half(v16, hkv), half(o16, hq), tl,
+		half(do16, hq), nil, &g)
+	if !IsStatus(err, Unsupported) {
+		t.Fatalf("a bf16 dq: %v, want Unsupported", err)
+	}
+	for i := range bad {
+		if bad[i] != 0 {
+			t.Fatal("a refused call wrote dq")
+		}
+	}
+	for i := range dk {
+		if dk[i] != 0 {
+			t.Fatal("a refused call wrote dk")
+		}
+	}
+}
+
 func TestInt8CacheIsTheFloat32CallOnItsValues(t *testing.T) {
 	const b, hq, hkv, n, d, g = 1, 4, 2, 300, 64, 32
 	q, k, v := data(b*hq*n*d, 41), data(b*hkv*n*d, 42), data(b*hkv*n*d, 43)

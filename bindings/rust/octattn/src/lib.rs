@@ -301,7 +301,8 @@ impl<'a> Tensor<'a> {
         })
     }
     /// bf16 or f16 `data` (bit patterns) as [B, H, T, D] with any strides (in elements):
-    /// q, k and v of `attention` (a 16-bit model, or f32 queries over a 16-bit cache).
+    /// q, k and v of `attention` (a 16-bit model, or f32 queries over a 16-bit cache), and
+    /// q, k, v, o and dout of `attention_backward`.
     pub fn half(
         data: &'a [u16],
         kind: Half,
@@ -892,8 +893,9 @@ impl Context {
     /// The gradients of `attention` (octattn_attention_backward, since 0.5): given the
     /// forward's options and inputs, the o and lse it returned, dout = dL/do and
     /// optionally dlse = dL/dlse, writes dq, dk, dv, and dsinks (one entry per query
-    /// head; needs options.sinks) and dbias ([B, Hq, Tq, Tk]) when given. The same bytes
-    /// for any thread count and layout; on failure nothing is written.
+    /// head; needs options.sinks) and dbias ([B, Hq, Tq, Tk]) when given. q, k, v, o and
+    /// dout may be bf16 or f16 (`Tensor::half`, any mix); the gradients are f32. The same
+    /// bytes for any thread count and layout; on failure nothing is written.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward(
         &mut self,
@@ -1603,6 +1605,110 @@ mod tests {
         }
         let err = grads(Algorithm::Auto, hq - 1).unwrap_err();
         assert_eq!(err.status, octattn_sys::OCTATTN_ERROR_INVALID_SHAPE);
+    }
+
+    #[test]
+    fn bf16_backward_is_the_f32_call_on_their_values() {
+        // bf16 q, k, v, o and dout: the f32 gradients of the f32 call on their values,
+        // byte for byte where the target widens them; on avx512_bf16 and amx_bf16 whole
+        // tiles' products run on bf16 pairs, within the header's added terms.
+        let (b, hq, hkv, t, d) = (1, 4, 2, 150, 16);
+        let (sq, skv) = ([b, hq, t, d], [b, hkv, t, d]);
+        let bf16 = |x: &[f32]| -> (Vec<u16>, Vec<f32>) {
+            let h: Vec<u16> = x.iter().map(|f| (f.to_bits() >> 16) as u16).collect();
+            let w = h
+                .iter()
+                .map(|x| f32::from_bits((*x as u32) << 16))
+                .collect();
+            (h, w)
+        };
+        let (q16, q) = bf16(&data(b * hq * t * d, 51));
+        let (k16, k) = bf16(&data(b * hkv * t * d, 52));
+        let (v16, v) = bf16(&data(b * hkv * t * d, 53));
+        let (do16, dout) = bf16(&data(b * hq * t * d, 54));
+        let mut ctx = Context::new().unwrap();
+        let mut of = vec![0.0f32; q.len()];
+        let mut lse = vec![0.0f32; b * hq * t];
+        ctx.attention(
+            &Options::default(),
+            &Tensor::bhtd(&q, sq).unwrap(),
+            &Tensor::bhtd(&k, skv).unwrap(),
+            &Tensor::bhtd(&v, skv).unwrap(),
+            &mut TensorMut::bhtd(&mut of, sq).unwrap(),
+            Some(&mut TensorMut::bhtd(&mut lse, [b, hq, t, 1]).unwrap()),
+        )
+        .unwrap();
+        let (o16, o) = bf16(&of); // the bf16 o of a bf16 forward, and its values
+        let lse = Tensor::bhtd(&lse, [b, hq, t, 1]).unwrap();
+        fn half(x: &[u16], s: [usize; 4]) -> Tensor<'_> {
+            Tensor::half(x, Half::Bf16, s, dense(s)).unwrap()
+        }
+        let grads = |ctx: &mut Context, ins: [Tensor; 5], dq16: Option<&mut [u16]>| {
+            let (mut dq, mut dk, mut dv) = (
+                vec![0.0f32; q.len()],
+                vec![0.0f32; k.len()],
+                vec![0.0f32; v.len()],
+            );
+            let mut dq_t = match dq16 {
+                Some(h) => TensorMut::half(h, Half::Bf16, sq, dense(sq)).unwrap(),
+                None => TensorMut::bhtd(&mut dq, sq).unwrap(),
+            };
+            let r = ctx.attention_backward(
+                &Options::default(),
+                &ins[0],
+                &ins[1],
+                &ins[2],
+                &ins[3],
+                &lse,
+                &ins[4],
+                None,
+                &mut dq_t,
+                &mut TensorMut::bhtd(&mut dk, skv).unwrap(),
+                &mut TensorMut::bhtd(&mut dv, skv).unwrap(),
+                None,
+                None,
+            );
+            r.map(|()| [dq, dk, dv])
+        };
+        let want = grads(
+            &mut ctx,
+            [
+                Tensor::bhtd(&q, sq).unwrap(),
+                Tensor::bhtd(&k, skv).unwrap(),
+                Tensor::bhtd(&v, skv).unwrap(),
+                Tensor::bhtd(&o, sq).unwrap(),
+                Tensor::bhtd(&dout, sq).unwrap(),
+            ],
+            None,
+        )
+        .unwrap();
+        let narrow = || {
+            [
+                half(&q16, sq),
+                half(&k16, skv),
+                half(&v16, skv),
+                half(&o16, sq),
+                half(&do16, sq),
+            ]
+        };
+        let got = grads(&mut ctx, narrow(), None).unwrap();
+        let target = ctx.last_run().unwrap().target;
+        let pairs = matches!(target.as_str(), "avx512_bf16" | "amx_bf16");
+        for (g, w) in got.iter().zip(&want) {
+            let top = w.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            for (a, b) in g.iter().zip(w) {
+                if pairs {
+                    assert!((a - b).abs() <= top / 64.0, "{a} vs {b} on {target}");
+                } else {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{a} vs {b} on {target}");
+                }
+            }
+        }
+        // A bf16 dq: refused, nothing written.
+        let mut dq16 = vec![0u16; q.len()];
+        let err = grads(&mut ctx, narrow(), Some(&mut dq16)).unwrap_err();
+        assert_eq!(err.status, sys::OCTATTN_ERROR_UNSUPPORTED);
+        assert!(dq16.iter().all(|x| *x == 0));
     }
 
     #[test]
