@@ -315,6 +315,48 @@ TEST_CASE("quantized caches: fp8 caches of every finite code compute on their va
   }
 }
 
+TEST_CASE("quantized caches: fp8 scales at the edges of float's range compute on their values",
+          "[dispatch]") {
+  // One e4m3 scale for the tensor and one per head (decode reads each once, and takes the
+  // 2^-8 of F16C's widened codes into it where that stays exact) at the ends of float's
+  // range: the bytes of the f32 call on the values, on every target. Codes of magnitude
+  // below 2^-4 under the large scales keep the scores finite.
+  const auto targets = AllTargets();
+  for (const Format& f : kFormats) {
+    if (f.type != OCTATTN_DTYPE_FP8_E4M3) continue;
+    for (const float s : {0.75f, 0x1p-126f, 0x1p-130f, 0.0f, -0.0f, 0x1.fffffep119f, 0x1p120f,
+                          0x1p121f, -0x1.8p-3f}) {
+      INFO(f.Name() << " scale " << s);
+      Context ctx;
+      const int64_t T = 320, D = 64;
+      QuantProblem qp(ctx, 1, 8, 2, 1, T, D, f, kBHTD, 23);
+      const bool big = std::fabs(s) >= 0x1p100f;
+      uint32_t n = 3;
+      for (Cache* c : {&qp.k, &qp.v}) {
+        c->scale.ForEach(
+            [&](int64_t b, int64_t h, int64_t j, int64_t d) { c->scale.at(b, h, j, d) = s; });
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t j = 0; j < T; ++j)
+            for (int64_t u = 0; u < D; ++u) {
+              uint8_t code = static_cast<uint8_t>(n);
+              n += 7;
+              if (big) code &= 0x97;  // exponent field at most 2
+              if ((code & 0x7F) == 0x7F) code = 0x01;
+              *const_cast<uint8_t*>(c->Unit(0, h, j, u)) = code;
+            }
+        c->values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
+          c->values.at(b, h, j, d) = c->Value(b, h, j, d);
+        });
+      }
+      for (const Target& tg : targets) {
+        INFO(tg.Name());
+        ctx.Use(tg);
+        ExpectAsDequantized(ctx, qp, Options());
+      }
+    }
+  }
+}
+
 TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
   const int64_t T = SmallSized(1296, 208);
   for (const Format& f : kFormats)

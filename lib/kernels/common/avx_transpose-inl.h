@@ -640,35 +640,47 @@ static OCTATTN_INLINE V QuantValues(W raw, int shift, Dtype fp8) {
 // that a few 128-bit operations on the codes and one conversion replace QuantValues' ymm
 // ones. e4m3's NaN codes become f16 NaNs first; e5m2's NaNs come out quiet where
 // QuantValues keeps a signaling one, the same bits once any arithmetic has read them.
-// Fp8Row8: the eight codes at p (e4: e4m3, else e5m2).
-static OCTATTN_INLINE __m256 Fp8Row8(const uint8_t* p, bool e4) {
+// Fp8Row8: the eight codes at p (e4: e4m3, else e5m2); `whole` false leaves e4m3's
+// values times 2^-8 (a caller whose scale takes the 2^8 saves the multiply).
+static OCTATTN_INLINE __m256 Fp8Row8(const uint8_t* p, bool e4, bool whole = true) {
   const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   if (!e4) return _mm256_cvtph_ps(_mm_slli_epi16(b, 8));
   const __m128i em = _mm_and_si128(b, _mm_set1_epi16(0x7F));
   const __m128i sign = _mm_and_si128(_mm_slli_epi16(b, 8), _mm_set1_epi16(-0x8000));
   const __m128i h = _mm_blendv_epi8(_mm_slli_epi16(em, 7), _mm_set1_epi16(0x7E00),
                                     _mm_cmpeq_epi16(em, _mm_set1_epi16(0x7F)));
-  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(h, sign)), _mm256_set1_ps(256.0f));
+  const __m256 x = _mm256_cvtph_ps(_mm_or_si128(h, sign));
+  return whole ? _mm256_mul_ps(x, _mm256_set1_ps(256.0f)) : x;
 }
 // Fp8Row8's steps on sixteen codes, the low bytes of b's 16-bit words (the high ones
-// are not read), in 256-bit integer operations; Fp8Row16: the sixteen codes at p.
+// are not read), in 256-bit integer operations (the NaN codes picked by a mask register,
+// which leaves the upper sixteen vector registers free to the compiler, as a byte blend
+// does not); Fp8Row16: the sixteen codes at p.
 template <size_t N = kLanes>
-static OCTATTN_INLINE V Fp8Words16(__m256i b, bool e4) {
+static OCTATTN_INLINE V Fp8Words16(__m256i b, bool e4, bool whole = true) {
   static_assert(N == 16, "sixteen lanes");
   if (!e4) return FromRaw(_mm512_cvtph_ps(_mm256_slli_epi16(b, 8)));
   const __m256i em = _mm256_and_si256(b, _mm256_set1_epi16(0x7F));
   const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(b, 8), _mm256_set1_epi16(-0x8000));
+#ifdef __AVX512VL__
+  const __m256i h = _mm256_mask_mov_epi16(_mm256_slli_epi16(em, 7),
+                                          _mm256_cmpeq_epi16_mask(em, _mm256_set1_epi16(0x7F)),
+                                          _mm256_set1_epi16(0x7E00));
+#else
   const __m256i h = _mm256_blendv_epi8(_mm256_slli_epi16(em, 7), _mm256_set1_epi16(0x7E00),
                                        _mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x7F)));
-  return FromRaw(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(h, sign)), _mm512_set1_ps(256.0f)));
+#endif
+  const __m512 x = _mm512_cvtph_ps(_mm256_or_si256(h, sign));
+  return FromRaw(whole ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x);
 }
 template <size_t N = kLanes>
-static OCTATTN_INLINE V Fp8Row16(const uint8_t* p, bool e4) {
-  return Fp8Words16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), e4);
+static OCTATTN_INLINE V Fp8Row16(const uint8_t* p, bool e4, bool whole = true) {
+  return Fp8Words16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), e4,
+                    whole);
 }
 // fp8 codes (T kE4m3; the format is `fp8`'s): on eight lanes TransposeBytes and
 // QuantValues as one (TransposeFp8: Fp8Row8 before the transpose), and on every AVX
-// target BytesAs and QuantValues as one (Fp8As).
+// target BytesAs and QuantValues as one (Fp8As; `whole` as Fp8Row8's).
 static constexpr bool kFp8Rows = kLanes == 8;
 static constexpr bool kFp8Values = true;
 template <size_t N = kLanes>
@@ -679,9 +691,9 @@ static OCTATTN_INLINE void TransposeFp8(const uint8_t* const* rows, int64_t off,
   TransposeRowsOf([&](int e) { return Fp8Row8(rows[e] + off, e4); }, t);
 }
 template <size_t N = kLanes>
-static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8) {
-  if constexpr (N == 16) return Fp8Row16(p, fp8 == kE4m3);
-  if constexpr (N == 8) return FromRaw(Fp8Row8(p, fp8 == kE4m3));
+static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8, bool whole = true) {
+  if constexpr (N == 16) return Fp8Row16(p, fp8 == kE4m3, whole);
+  if constexpr (N == 8) return FromRaw(Fp8Row8(p, fp8 == kE4m3, whole));
 }
 
 // Quantized keys' bytes 32 at a time on sixteen lanes (16 bytes for q4_0, whose 32

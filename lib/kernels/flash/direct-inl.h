@@ -1006,8 +1006,26 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   dt.QuantRows(true, g0, g1 - g0, rows, srows);
   for (int64_t k = g0; k < g1; ++k)
     ahead[k - g0] = dt.QuantTarget(dt.t1 - dt.t0 + k - dt.t0 + kDirectAhead);
-  auto columns = [&](auto vecs, int64_t c0) {
-    constexpr int C = decltype(vecs)::value;
+  // One scale for every key and column (fp8's per-tensor and per-head scales): read once,
+  // not once a key and vector. e4m3 codes come out of F16C as their values times 2^-8
+  // (S::Fp8As); where that one scale times 2^8 is finite, the scale takes the 2^8 and
+  // each value's multiply goes: s * v and (2^8 s) * (2^-8 v) are the same product, so
+  // the same bits. (A scale below 2^120, and normal or zero: a subnormal one reads as
+  // zero where MXCSR.DAZ is set, and its 2^8 multiple would not.)
+  bool one = scaled && !blocked && (sc.col == 0 || sc.group >= dvp);
+  for (int64_t k = 1; one && k < g1 - g0; ++k) one = srows[k] == srows[0];
+  float s1 = one ? LoadElem(srows[0], 0, sc.type) : 0.0f;
+  bool fold = false;
+  if constexpr (T == kE4m3 && S::kFp8Values) {
+    const uint32_t a = base::AbsBits(s1);
+    fold = one && type == kE4m3 && a < 0x7B800000u && (a >= 0x00800000u || a == 0);
+    if (fold) s1 *= 256.0f;
+  }
+  const typename S::V vs1 = S::Set(s1);
+  enum { kNone, kEach, kOne };  // how the keys' values are scaled
+  auto columns = [&](auto vecs, int64_t c0, auto mode_c, auto fold_c) {
+    constexpr int C = decltype(vecs)::value, Mode = decltype(mode_c)::value;
+    constexpr bool Fold = decltype(fold_c)::value;
     // Vector c's bytes in a row, its nibbles' shift, and where its scale is (divisions
     // once a block of columns, not once a key).
     int64_t off[C], at[C];
@@ -1019,14 +1037,16 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
               : sc.data ? col / sc.group * sc.col
                         : 0;
     }
-    float f[kDirectKeys][C];                      // the scale of each key's vector c
-    if (scaled && !blocked && sc.type == kF32) {  // (no conversion to choose per element)
-      for (int64_t k = 0; k < g1 - g0; ++k)
-        for (int c = 0; c < C; ++c) f[k][c] = static_cast<const float*>(srows[k])[at[c]];
-    } else if (scaled) {
-      for (int64_t k = 0; k < g1 - g0; ++k)
-        for (int c = 0; c < C; ++c)
-          f[k][c] = QuantScaleAt(blocked, rows[k], srows[k], sc.type, at[c]);
+    float f[kDirectKeys][C];  // the scale of each key's vector c
+    if constexpr (Mode == kEach) {
+      if (!blocked && sc.type == kF32) {  // (no conversion to choose per element)
+        for (int64_t k = 0; k < g1 - g0; ++k)
+          for (int c = 0; c < C; ++c) f[k][c] = static_cast<const float*>(srows[k])[at[c]];
+      } else {
+        for (int64_t k = 0; k < g1 - g0; ++k)
+          for (int c = 0; c < C; ++c)
+            f[k][c] = QuantScaleAt(blocked, rows[k], srows[k], sc.type, at[c]);
+      }
     }
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
@@ -1036,12 +1056,13 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
       typename S::V x[C];
       for (int c = 0; c < C; ++c) {
         if constexpr (T == kE4m3 && S::kFp8Values) {
-          x[c] = S::Fp8As(rows[k] + off[c], type);
+          x[c] = S::Fp8As(rows[k] + off[c], type, !Fold);
         } else {
           x[c] =
               S::template QuantValues<T>(S::template BytesAs<T>(rows[k] + off[c]), shift[c], type);
         }
-        if (scaled) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
+        if constexpr (Mode == kEach) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
+        if constexpr (Mode == kOne) x[c] = S::Mul(vs1, x[c]);
       }
       for (int r = 0; r < R; ++r) {
         const typename S::V pb = S::Set(p[r][g0 + k - dt.t0]);
@@ -1051,9 +1072,20 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) S::Store(acc[r][c], st[r] + 2 + c0 + c * L);
   };
-  int64_t c0 = 0;
-  for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kAvVecs>(), c0);
-  for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0);
+  // (each case's loops compiled apart, their tests out of the key loop)
+  auto blocks = [&](auto mode_c, auto fold_c) {
+    int64_t c0 = 0;
+    for (; c0 + W <= dvp; c0 += W)
+      columns(std::integral_constant<int, kAvVecs>(), c0, mode_c, fold_c);
+    for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0, mode_c, fold_c);
+  };
+  using No = std::false_type;
+  if (!scaled) return blocks(std::integral_constant<int, kNone>(), No());
+  if (!one) return blocks(std::integral_constant<int, kEach>(), No());
+  if constexpr (T == kE4m3 && S::kFp8Values) {
+    if (fold) return blocks(std::integral_constant<int, kOne>(), std::true_type());
+  }
+  blocks(std::integral_constant<int, kOne>(), No());
 }
 
 // The quantized loops for the operands' kind: one instance of the tile's other code
