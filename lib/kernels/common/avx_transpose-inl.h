@@ -685,10 +685,10 @@ static constexpr bool kFp8Rows = kLanes == 8;
 static constexpr bool kFp8Values = true;
 template <size_t N = kLanes>
 static OCTATTN_INLINE void TransposeFp8(const uint8_t* const* rows, int64_t off, Dtype fp8,
-                                        V (&t)[8]) {
+                                        V (&t)[8], bool whole = true) {
   static_assert(N == 8, "eight lanes");
   const bool e4 = fp8 == kE4m3;
-  TransposeRowsOf([&](int e) { return Fp8Row8(rows[e] + off, e4); }, t);
+  TransposeRowsOf([&](int e) { return Fp8Row8(rows[e] + off, e4, whole); }, t);
 }
 template <size_t N = kLanes>
 static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8, bool whole = true) {
@@ -715,9 +715,11 @@ static OCTATTN_INLINE void TransposeRawBytes(const uint8_t* const* rows, int64_t
 }
 // Dimensions 8 * Step .. 8 * Step + 7 of the 32 whose bytes TransposeRawBytes moved, as
 // QuantValues gives them (keys in lanes, before any scale): the same values as
-// TransposeBytes' lanes give it. (Unrolled at compile time: each word is a register.)
+// TransposeBytes' lanes give it (`whole` as Fp8Row8's). (Unrolled at compile time: each
+// word is a register.)
 template <Dtype T, int Step, int I = 0, size_t N = kLanes, class W = V>
-static OCTATTN_INLINE void RawValues(const W (&words)[8], Dtype type, W (&x)[8]) {
+static OCTATTN_INLINE void RawValues(const W (&words)[8], Dtype type, W (&x)[8],
+                                     bool whole = true) {
   if constexpr (N == 16 && I < 8) {
     constexpr int k = 8 * Step + I;
     if constexpr (T == kQ4_0) {  // byte k % 16: low nibbles for k < 16, then high ones
@@ -730,9 +732,9 @@ static OCTATTN_INLINE void RawValues(const W (&words)[8], Dtype type, W (&x)[8])
     } else {  // fp8: the byte as the low byte of a 16-bit lane (Fp8Words16)
       __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
       if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
-      x[I] = Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3);
+      x[I] = Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3, whole);
     }
-    RawValues<T, Step, I + 1>(words, type, x);
+    RawValues<T, Step, I + 1>(words, type, x, whole);
   }
 }
 

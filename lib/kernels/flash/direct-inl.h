@@ -785,16 +785,16 @@ struct QuantKeys {
       DirectTile::Issue(ahead[e]);
   }
   // Dimensions d .. d + 7 of the keys' values, keys in lanes, after Fetch: times the
-  // scales sv[g] of key vector g where sv is given.
+  // scales sv[g] of key vector g where sv is given (`whole` as S::Fp8Row8's).
   template <Dtype T>
   OCTATTN_INLINE void Values(Dtype type, int64_t d, int64_t per, const typename S::V* sv,
-                             typename S::V (&kv)[Vecs][8]) const {
+                             typename S::V (&kv)[Vecs][8], bool whole = true) const {
     Fetch(d, per);
     int shift = 0;
     const int64_t off = QuantOffset(type, d, &shift);
     for (int g = 0; g < Vecs; ++g) {
       if constexpr (T == kE4m3 && S::kFp8Rows) {  // (the same values, fewer operations)
-        S::TransposeFp8(rows[g], off, type, kv[g]);
+        S::TransposeFp8(rows[g], off, type, kv[g], whole);
       } else {
         S::template TransposeBytes<T>(rows[g], off, kv[g]);
         for (int i = 0; i < 8; ++i) kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
@@ -805,15 +805,30 @@ struct QuantKeys {
   }
 };
 
+// Whether every key and column of `op`'s cache reads one scale (fp8's per-tensor and
+// per-head scales), and that scale times 2^8 is exact and kept exact whatever MXCSR says
+// (below 2^120, and normal or zero): then *folded is it, the scale that takes the 2^-8 of
+// e4m3 codes widened by F16C (S::Fp8As): s * v and (2^8 s) * (2^-8 v) are one product.
+static inline bool OneScale(const Operands& op, const Scales& sc, int64_t dim, float* folded) {
+  if (!sc.data || sc.row != 0 || (op.paging && sc.block != 0) || (sc.col != 0 && sc.group < dim))
+    return false;
+  const float s = LoadElem(sc.data, 0, sc.type);
+  const uint32_t a = base::AbsBits(s);
+  *folded = s * 256.0f;
+  return a < 0x7B800000u && (a >= 0x00800000u || a == 0);
+}
+
 // DirectScores on quantized rows: the key rows' bytes transposed 32 dimensions at a time
 // as words on sixteen lanes (TransposeRawBytes, RawValues), else eight at a time widened
 // (TransposeBytes, QuantValues), turned into their values and scaled in registers, then
 // the same chains as the f32 rows of the same values, so the same bits. Each step's row
-// and scale pointers and fetches are found before its loops.
-template <int R, Dtype T, int Vecs>
+// and scale pointers and fetches are found before its loops. Fold (e4m3 keys with one
+// scale, OneScale): that scale times 2^8 takes F16C's 2^-8 (DirectValuesQuant's rule).
+template <int R, Dtype T, int Vecs, bool Fold = false>
 static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, const DirectTile& dt,
                                                         const float* const* q, float* const* s,
-                                                        int64_t j_begin, int64_t j_end) {
+                                                        int64_t j_begin, int64_t j_end,
+                                                        float folded = 0.0f) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), KP = Vecs * L;
   const Operands& op = *dt.op;
   const Dtype type = op.k_type;
@@ -834,8 +849,13 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
     int64_t next_group = 0, scale_col = 0;  // the next group's first dimension, its scale
     auto scales = [&](int64_t d) {
       if (scaled && d == next_group) {
-        for (int g = 0; g < Vecs; ++g)
-          sv[g] = QuantScales(blocked, keys.scales[g], sc.type, scale_col);
+        for (int g = 0; g < Vecs; ++g) {
+          if constexpr (Fold) {
+            sv[g] = S::Set(folded);
+          } else {
+            sv[g] = QuantScales(blocked, keys.scales[g], sc.type, scale_col);
+          }
+        }
         next_group += group;
         scale_col += blocked ? BlockBytes(type) : sc.col;
       }
@@ -869,7 +889,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
                   const int64_t ds = d + 8 * kStep;
                   if (g == 0) keys.Fetch(ds, per);
                   typename S::V kv[1][8];
-                  S::template RawValues<T, kStep>(words, type, kv[0]);
+                  S::template RawValues<T, kStep>(words, type, kv[0], !Fold);
                   if (scaled)
                     for (int i = 0; i < 8; ++i) kv[0][i] = S::Mul(svs[kStep][g], kv[0][i]);
                   DirectDotStepOf<R, Vecs>(q, q_dim, ds, kv[0], g, acc);
@@ -891,7 +911,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
               keys.Fetch(ds, per);
               typename S::V kv[Vecs][8];
               for (int g = 0; g < Vecs; ++g) {
-                S::template RawValues<T, kStep>(words[g], type, kv[g]);
+                S::template RawValues<T, kStep>(words[g], type, kv[g], !Fold);
                 if (scaled)
                   for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
               }
@@ -909,7 +929,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
       for (int64_t d = d0; d < d1; d += 8) {
         scales(d);
         typename S::V kv[Vecs][8];
-        keys.template Values<T>(type, d, per, scaled ? sv : nullptr, kv);
+        keys.template Values<T>(type, d, per, scaled ? sv : nullptr, kv, !Fold);
         DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
       }
       StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
@@ -1110,6 +1130,11 @@ static void DirectScoresQuantOf(const FlashTask& t, const DirectTile& dt, const 
   if (type == kI8 || type == kQ8_0)
     return DirectScoresQuant<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
   if (type == kQ4_0) return DirectScoresQuant<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+  if constexpr (S::kFp8Values) {
+    float folded;
+    if (type == kE4m3 && OneScale(t.op, t.op.k_scales, t.op.head_dim, &folded))
+      return DirectScoresQuant<R, kE4m3, kDirectVecs, true>(t, dt, q, s, j_begin, j_end, folded);
+  }
   DirectScoresQuant<R, kE4m3, kDirectVecs>(t, dt, q, s, j_begin, j_end);
 }
 template <int R>
