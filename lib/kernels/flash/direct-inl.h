@@ -814,8 +814,9 @@ static inline bool OneScale(const Operands& op, const Scales& sc, int64_t dim, f
     return false;
   const float s = LoadElem(sc.data, 0, sc.type);
   const uint32_t a = base::AbsBits(s);
+  if (a >= 0x7B800000u || (a < 0x00800000u && a != 0)) return false;
   *folded = s * 256.0f;
-  return a < 0x7B800000u && (a >= 0x00800000u || a == 0);
+  return true;
 }
 
 // DirectScores on quantized rows: the key rows' bytes transposed 32 dimensions at a time
@@ -823,7 +824,7 @@ static inline bool OneScale(const Operands& op, const Scales& sc, int64_t dim, f
 // (TransposeBytes, QuantValues), turned into their values and scaled in registers, then
 // the same chains as the f32 rows of the same values, so the same bits. Each step's row
 // and scale pointers and fetches are found before its loops. Fold (e4m3 keys with one
-// scale, OneScale): that scale times 2^8 takes F16C's 2^-8 (DirectValuesQuant's rule).
+// scale, OneScale): that scale times 2^8, `folded`, takes F16C's 2^-8.
 template <int R, Dtype T, int Vecs, bool Fold = false>
 static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, const DirectTile& dt,
                                                         const float* const* q, float* const* s,
@@ -1027,20 +1028,14 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   for (int64_t k = g0; k < g1; ++k)
     ahead[k - g0] = dt.QuantTarget(dt.t1 - dt.t0 + k - dt.t0 + kDirectAhead);
   // One scale for every key and column (fp8's per-tensor and per-head scales): read once,
-  // not once a key and vector. e4m3 codes come out of F16C as their values times 2^-8
-  // (S::Fp8As); where that one scale times 2^8 is finite, the scale takes the 2^8 and
-  // each value's multiply goes: s * v and (2^8 s) * (2^-8 v) are the same product, so
-  // the same bits. (A scale below 2^120, and normal or zero: a subnormal one reads as
-  // zero where MXCSR.DAZ is set, and its 2^8 multiple would not.)
+  // not once a key and vector, and for e4m3 codes folded as OneScale says (each value's
+  // multiply by 2^8 goes).
   bool one = scaled && !blocked && (sc.col == 0 || sc.group >= dvp);
   for (int64_t k = 1; one && k < g1 - g0; ++k) one = srows[k] == srows[0];
   float s1 = one ? LoadElem(srows[0], 0, sc.type) : 0.0f;
   bool fold = false;
-  if constexpr (T == kE4m3 && S::kFp8Values) {
-    const uint32_t a = base::AbsBits(s1);
-    fold = one && type == kE4m3 && a < 0x7B800000u && (a >= 0x00800000u || a == 0);
-    if (fold) s1 *= 256.0f;
-  }
+  if constexpr (T == kE4m3 && S::kFp8Values)
+    fold = one && type == kE4m3 && OneScale(op, sc, dvp, &s1);
   const typename S::V vs1 = S::Set(s1);
   enum { kNone, kEach, kOne };  // how the keys' values are scaled
   auto columns = [&](auto vecs, int64_t c0, auto mode_c, auto fold_c) {
