@@ -653,9 +653,10 @@ static OCTATTN_INLINE __m256 Fp8Row8(const uint8_t* p, bool e4, bool whole = tru
   return whole ? _mm256_mul_ps(x, _mm256_set1_ps(256.0f)) : x;
 }
 // Fp8Row8's steps on sixteen codes, the low bytes of b's 16-bit words (the high ones
-// are not read), in 256-bit integer operations (the NaN codes picked by a mask register,
-// which leaves the upper sixteen vector registers free to the compiler, as a byte blend
-// does not); Fp8Row16: the sixteen codes at p.
+// are not read), in 256-bit integer operations (the NaN codes picked by a mask register
+// where the unit is compiled with AVX512VL, the avx512_bf16 and amx_bf16 ones: that
+// leaves the upper sixteen vector registers to the compiler, as a byte blend does not);
+// Fp8Row16: the sixteen codes at p.
 template <size_t N = kLanes>
 static OCTATTN_INLINE V Fp8Words16(__m256i b, bool e4, bool whole = true) {
   static_assert(N == 16, "sixteen lanes");
