@@ -631,8 +631,11 @@ static OCTATTN_INLINE void DirectValuesRun(const DirectTile& dt, const float* co
   const float* pa[R];
   for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
   int64_t c0 = 0, part = 0;
+  // Whether the value rows lie at least two rows apart ([T, H, D] and paged caches).
+  const bool spread = dt.VStride() >= 2 * dvp;
+  const int64_t ahead = dt.t1 - 2 * dt.t0 + DirectAhead<T>();  // stream row of key j: j + ahead
   auto fetch = [&](int64_t j) {
-    if (part == 0) dt.template FetchAs<T>(dt.t1 - dt.t0 + j - dt.t0 + DirectAhead<T>());
+    if (part == 0) dt.template FetchAs<T>(ahead + j);
   };
   if constexpr (T == kBf16 && S::kBf16Pairs && kAvVecs % 2 == 0) {
     // bf16 rows loaded as pairs and split by Bf16Even and Bf16Odd (no widening
@@ -646,7 +649,10 @@ static OCTATTN_INLINE void DirectValuesRun(const DirectTile& dt, const float* co
                           &acc[r][c], &acc[r][c + 1]);
       const float* vc = ElemAt(v, c0, T);
       for (int64_t k = a; k < b; ++k) {
-        fetch(k);
+        // Spread rows are fetched (a head's slices of them, which the core's own
+        // prefetchers do not follow); contiguous ones are not, which their prefetchers
+        // carry and the fetches only slow (DirectValuesRun's bf16 value fetches).
+        if (part == 0 && spread) dt.template FetchAs<T>(ahead + k);
         const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
         typename S::V x[kAvVecs];
         for (int c = 0; c < kAvVecs; c += 2) {
