@@ -21,7 +21,8 @@ constexpr int64_t DirectAhead() {
 // left the rows' compute waiting on memory rather than beside it. A distance in bytes,
 // so that every head_dim gets the same lead in time (D 64 and 256 did better so than
 // at 128 rows, D 128 is the same). Also for bf16 rows read as pairs (FlashPairsV),
-// whose loop is as fast as f32's; not for rows widened in registers, whose loop is bound
+// whose loop is as fast as f32's, and bf16 rows widened in registers that lie apart
+// (SetDirectFetches); not for contiguous rows widened in registers, whose loop is bound
 // by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
 constexpr int64_t kDirectFarBytes = 65536;
 // Of each row fetched into L1 ahead of its step, at most this many bytes where the far
@@ -648,22 +649,31 @@ static OCTATTN_INLINE void DirectValuesRun(const DirectTile& dt, const float* co
           S::Deinterleave(S::Load(st[r] + 2 + c0 + c * L), S::Load(st[r] + 2 + c0 + (c + 1) * L),
                           &acc[r][c], &acc[r][c + 1]);
       const float* vc = ElemAt(v, c0, T);
-      for (int64_t k = a; k < b; ++k) {
-        // Spread rows are fetched (a head's slices of them, which the core's own
-        // prefetchers do not follow); contiguous ones are not, which their prefetchers
-        // carry and the fetches only slow (DirectValuesRun's bf16 value fetches).
-        if (part == 0 && spread) dt.template FetchAs<T>(ahead + k);
-        const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
-        typename S::V x[kAvVecs];
-        for (int c = 0; c < kAvVecs; c += 2) {
-          const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
-          x[c] = S::Bf16Even(pair);
-          x[c + 1] = S::Bf16Odd(pair);
+      auto keys = [&](auto fetching) OCTATTN_LAMBDA_INLINE {
+        for (int64_t k = a; k < b; ++k) {
+          if constexpr (decltype(fetching)::value) dt.template FetchAs<T>(ahead + k);
+          const float* vk = ElemAt(vc, (k - a) * dt.VStride(), T);
+          typename S::V x[kAvVecs];
+          for (int c = 0; c < kAvVecs; c += 2) {
+            const typename S::V pair = S::Load(ElemAt(vk, c * L, T));  // 2L bf16
+            x[c] = S::Bf16Even(pair);
+            x[c + 1] = S::Bf16Odd(pair);
+          }
+          for (int r = 0; r < R; ++r) {
+            const typename S::V pb = S::Set(pa[r][k - a]);
+            for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
+          }
         }
-        for (int r = 0; r < R; ++r) {
-          const typename S::V pb = S::Set(pa[r][k - a]);
-          for (int c = 0; c < kAvVecs; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
-        }
+      };
+      // Spread rows are fetched in the first columns (a head's slices of them, which the
+      // core's own prefetchers do not follow); contiguous ones are not, which those
+      // prefetchers carry and the fetches only slow. Two loops: no test in the contiguous
+      // rows' steps. Not on the 16-register targets, whose loop then kept its pointers on
+      // the stack. (docs/PERFORMANCE.md: bf16 rows that lie apart.)
+      if (S::kRegs >= 32 && part == 0 && spread) {
+        keys(std::true_type());
+      } else {
+        keys(std::false_type());
       }
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < kAvVecs; c += 2) {
