@@ -21,9 +21,9 @@ constexpr int64_t DirectAhead() {
 // left the rows' compute waiting on memory rather than beside it. A distance in bytes,
 // so that every head_dim gets the same lead in time (D 64 and 256 did better so than
 // at 128 rows, D 128 is the same). Also for bf16 rows read as pairs (FlashPairsV),
-// whose loop is as fast as f32's, and bf16 rows widened in registers that lie apart
-// (SetDirectFetches); not for contiguous rows widened in registers, whose loop is bound
-// by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
+// whose loop is as fast as f32's, and on the 16-lane targets bf16 rows widened in
+// registers that lie apart (SetDirectFetches); not for contiguous rows widened in registers, whose
+// loop is bound by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
 constexpr int64_t kDirectFarBytes = 65536;
 // Of each row fetched into L1 ahead of its step, at most this many bytes where the far
 // fetches bring it into L2 (the rest comes from there as the step's transposes reach
@@ -668,9 +668,9 @@ static OCTATTN_INLINE void DirectValuesRun(const DirectTile& dt, const float* co
       // Spread rows are fetched in the first columns (a head's slices of them, which the
       // core's own prefetchers do not follow); contiguous ones are not, which those
       // prefetchers carry and the fetches only slow. Two loops: no test in the contiguous
-      // rows' steps. Not on the 16-register targets, whose loop then kept its pointers on
-      // the stack. (docs/PERFORMANCE.md: bf16 rows that lie apart.)
-      if (S::kRegs >= 32 && part == 0 && spread) {
+      // rows' steps. On the 16-lane targets only: on AVX2 the loop then kept its pointers
+      // on the stack; ARM64 is unmeasured. (docs/PERFORMANCE.md: bf16 rows that lie apart.)
+      if (S::kLanes >= 16 && part == 0 && spread) {
         keys(std::true_type());
       } else {
         keys(std::false_type());

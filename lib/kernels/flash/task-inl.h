@@ -17,12 +17,12 @@ static inline void SetDirectFetches(const FlashTask& t, DirectTile* dt) {
   dt->fetch = to != kFetchNone;
   dt->fetch_l2 = to == kFetchL2;
   dt->values_in_keys = ValuesInKeys(t.op);
-  // bf16 rows widened in registers take them on the 32-register targets where the rows
-  // lie apart ([T, H, D] and paged caches: a head's slices of the rows, which the core's
-  // own prefetchers do not follow), not where they are contiguous (nor on AVX2, nor for
-  // f16 rows: 0.93-0.97x).
+  // bf16 rows widened in registers take them on the 16-lane targets where the rows lie
+  // apart ([T, H, D] and paged caches: a head's slices of the rows, which the core's own
+  // prefetchers do not follow), not where they are contiguous (nor on AVX2, nor for f16
+  // rows: 0.93-0.97x; ARM64 unmeasured).
   const bool spread_bf16 =
-      S::kRegs >= 32 && t.op.k_type == kBf16 && t.op.k_row >= 2 * t.op.head_dim;
+      S::kLanes >= 16 && t.op.k_type == kBf16 && t.op.k_row >= 2 * t.op.head_dim;
   if ((t.op.k_type == kF32 || FlashPairsV(t.op) || spread_bf16) && !t.tuning.vendor_fetch)
     dt->far = base::MaxI(1, kDirectFarBytes / RowBytes(t.op.k_type, t.op.head_dim));
 }
