@@ -22,8 +22,9 @@ constexpr int64_t DirectAhead() {
 // so that every head_dim gets the same lead in time (D 64 and 256 did better so than
 // at 128 rows, D 128 is the same). Also for bf16 rows read as pairs (FlashPairsV),
 // whose loop is as fast as f32's, and on the 16-lane targets bf16 rows widened in
-// registers that lie apart (SetDirectFetches); not for contiguous rows widened in registers, whose
-// loop is bound by its instructions, nor where Tuning::vendor_fetch chooses otherwise.
+// registers that lie apart (RowsApart, SetDirectFetches); not for contiguous rows widened
+// in registers, whose loop is bound by its instructions, nor where Tuning::vendor_fetch
+// chooses otherwise.
 constexpr int64_t kDirectFarBytes = 65536;
 // Of each row fetched into L1 ahead of its step, at most this many bytes where the far
 // fetches bring it into L2 (the rest comes from there as the step's transposes reach
@@ -89,6 +90,9 @@ static inline bool ListedDirect(const FlashTask& t, const int32_t* keys, int64_t
          !FlashPairs(t.op) && !t.op.mods.Modifies();
 }
 
+// Whether rows `row` elements apart hold `dim` elements each with at least one row
+// between them: [T, H, D] and paged caches of several heads, a head's slices of rows.
+static inline bool RowsApart(int64_t row, int64_t dim) { return row >= 2 * dim; }
 // Whether rows `row` elements of `bytes` apart lie a multiple of 4 KiB apart: they then
 // share a few L1 sets (4 KiB an L1 way on the x86 cores measured here).
 static inline bool RowsShareSets(int64_t row, int64_t bytes) { return (row * bytes) % 4096 == 0; }
@@ -111,7 +115,7 @@ static inline bool InPlaceRows(const Paging* paging, const Tuning& tn) {
 }
 static inline bool StageRows(int64_t row, int64_t dim, int64_t bytes, const Paging* paging,
                              const Tuning& tn) {
-  return !InPlaceRows(paging, tn) && row >= 2 * dim && RowsShareSets(row, bytes);
+  return !InPlaceRows(paging, tn) && RowsApart(row, dim) && RowsShareSets(row, bytes);
 }
 // Whether Q K^T steps take one key vector (sixteen keys) at a time, not kDirectVecs:
 // where key rows read in place lie a multiple of 4 KiB apart (vLLM's pools of f32 rows of
@@ -141,7 +145,7 @@ static inline bool WholeRows(const Operands& op, int64_t nh) {
 // prefetcht0, whose misses hold L1's few fill buffers.
 enum FetchTo { kFetchL1, kFetchL2, kFetchNone };
 static inline FetchTo DirectFetch(const Operands& op, const Tuning& tn) {
-  if (op.k_row < 2 * op.head_dim || !tn.vendor_fetch) return kFetchL1;
+  if (!RowsApart(op.k_row, op.head_dim) || !tn.vendor_fetch) return kFetchL1;
   if (op.k_type != kF32) return kFetchL2;
   return RowsShareSets(op.k_row, DtypeBytes(kF32)) ? kFetchNone : kFetchL1;
 }
@@ -632,8 +636,7 @@ static OCTATTN_INLINE void DirectValuesRun(const DirectTile& dt, const float* co
   const float* pa[R];
   for (int r = 0; r < R; ++r) pa[r] = p[r] + (a - dt.t0);
   int64_t c0 = 0, part = 0;
-  // Whether the value rows lie at least two rows apart ([T, H, D] and paged caches).
-  const bool spread = dt.VStride() >= 2 * dvp;
+  const bool spread = RowsApart(dt.VStride(), dvp);
   const int64_t ahead = dt.t1 - 2 * dt.t0 + DirectAhead<T>();  // stream row of key j: j + ahead
   auto fetch = [&](int64_t j) {
     if (part == 0) dt.template FetchAs<T>(ahead + j);

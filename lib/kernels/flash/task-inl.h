@@ -22,7 +22,7 @@ static inline void SetDirectFetches(const FlashTask& t, DirectTile* dt) {
   // prefetchers do not follow), not where they are contiguous (nor on AVX2, nor for f16
   // rows: 0.93-0.97x; ARM64 unmeasured).
   const bool spread_bf16 =
-      S::kLanes >= 16 && t.op.k_type == kBf16 && t.op.k_row >= 2 * t.op.head_dim;
+      S::kLanes >= 16 && t.op.k_type == kBf16 && RowsApart(t.op.k_row, t.op.head_dim);
   if ((t.op.k_type == kF32 || FlashPairsV(t.op) || spread_bf16) && !t.tuning.vendor_fetch)
     dt->far = base::MaxI(1, kDirectFarBytes / RowBytes(t.op.k_type, t.op.head_dim));
 }
