@@ -364,7 +364,7 @@ Check ResolveSequence(const Sequences& all, int64_t s, plan::Sequence* out) {
                         std::to_string(row[b]) + ", not a block of k (" +
                         std::to_string(all.num_blocks) + " blocks)");
     q.paging = kernels::Paging{row, size, start, all.k_block, all.v_block};
-    if ((size & (size - 1)) == 0) q.paging.shift = __builtin_ctzll(size);
+    q.paging.shift = base::Log2IfPow2(size);
   }
   octattn_attention_options seq_opt = opt;
   if (opt.q_starts) {

@@ -25,6 +25,8 @@ inline size_t SatMul(size_t a, size_t b) {
   size_t r;
   return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
 }
+// log2(n) where n (> 0) is a power of two, else -1: a shift that replaces a division.
+inline int Log2IfPow2(int64_t n) { return (n & (n - 1)) == 0 ? __builtin_ctzll(n) : -1; }
 // A non-negative count as a size.
 inline size_t Count(int64_t n) { return n < 0 ? 0 : static_cast<size_t>(n); }
 // n rounded up to a multiple of `to` (saturating).

@@ -116,6 +116,10 @@ struct Scales {
   Dtype type = kF32;
   int64_t row = 0, col = 0, block = 0;
   int64_t rows = 1, group = 1, row0 = 0;
+  // log2(rows) where rows is a power of two (one scale row per key row: 0), else -1: the
+  // scale row of a key found without a division (a test of rows == 1 is not enough: the
+  // compiler folds it into the division, which then runs for every key the loops fetch).
+  int rows_shift = 0;
 };
 
 // The operands of one attention call seen from one (batch, query head): every pointer
@@ -199,21 +203,16 @@ inline const float* ValueRow(const Operands& op, int64_t j) {
 }
 
 // The scale row of key j of an op (Scales), or null where it has no scales.
-inline const void* ScaleRow(const Operands& op, const Scales& s, int64_t j) {
+OCTATTN_INLINE const void* ScaleRow(const Operands& op, const Scales& s, int64_t j) {
   if (!s.data) return nullptr;
   const float* base = static_cast<const float*>(s.data);
-  // (A scale row per key row, the common case, takes no division.)
-  if (!op.paging) {
-    const int64_t r = s.row0 + j;
-    return ElemAt(base, (s.rows == 1 ? r : r / s.rows) * s.row, s.type);
-  }
+  auto over_rows = [&s](int64_t r) { return s.rows_shift >= 0 ? r >> s.rows_shift : r / s.rows; };
+  if (!op.paging) return ElemAt(base, over_rows(s.row0 + j) * s.row, s.type);
   const Paging& p = *op.paging;
   const int64_t r = p.first + j;
   const int64_t b = p.shift >= 0 ? r >> p.shift : r / p.size;
   const int64_t in = r - b * p.size;
-  return ElemAt(
-      base, static_cast<int64_t>(p.blocks[b]) * s.block + (s.rows == 1 ? in : in / s.rows) * s.row,
-      s.type);
+  return ElemAt(base, static_cast<int64_t>(p.blocks[b]) * s.block + over_rows(in) * s.row, s.type);
 }
 
 // Key (value) row j of a quantized op dequantized into dst (head_dim, value_dim floats).

@@ -44,6 +44,7 @@ static kernels::Scales ScalesOf(const ScaleInfo& s, const plan::Sequence& seq, i
   r.row = t.stride[2];
   r.col = t.stride[3];
   r.rows = s.rows;
+  r.rows_shift = base::Log2IfPow2(s.rows);
   r.group = s.group;
   if (seq.paging.blocks) {  // block 0 of the kv head, as k
     r.block = t.stride[0];
