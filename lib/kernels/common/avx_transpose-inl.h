@@ -714,27 +714,32 @@ static OCTATTN_INLINE void TransposeRawBytes(const uint8_t* const* rows, int64_t
       },
       t);
 }
-// Dimensions 8 * Step .. 8 * Step + 7 of the 32 whose bytes TransposeRawBytes moved, as
-// QuantValues gives them (keys in lanes, before any scale): the same values as
-// TransposeBytes' lanes give it (`whole` as Fp8Row8's). (Unrolled at compile time: each
-// word is a register.)
+// Dimension k of the 32 whose bytes TransposeRawBytes moved, as QuantValues gives it
+// (keys in lanes, before any scale): the same values as TransposeBytes' lanes give it
+// (`whole` as Fp8Row8's).
+template <Dtype T, int k, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE W RawValue(const W (&words)[8], Dtype type, bool whole = true) {
+  static_assert(N == 16, "sixteen lanes");
+  if constexpr (T == kQ4_0) {  // byte k % 16: low nibbles for k < 16, then high ones
+    constexpr int byte = k % 16;
+    return QuantValues<T>(words[byte / 4], 8 * (byte % 4) + (k >= 16 ? 4 : 0), type);
+  } else if constexpr (T == kI8) {  // sign extended from the word's top byte
+    __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
+    if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
+    return QuantValues<T>(FromRaw(_mm512_castsi512_ps(_mm512_srai_epi32(w, 24))), 0, type);
+  } else {  // fp8: the byte as the low byte of a 16-bit lane (Fp8Words16)
+    __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
+    if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
+    return Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3, whole);
+  }
+}
+// Dimensions 8 * Step .. 8 * Step + 7 of them (RawValue's). (Unrolled at compile time:
+// each word is a register.)
 template <Dtype T, int Step, int I = 0, size_t N = kLanes, class W = V>
 static OCTATTN_INLINE void RawValues(const W (&words)[8], Dtype type, W (&x)[8],
                                      bool whole = true) {
   if constexpr (N == 16 && I < 8) {
-    constexpr int k = 8 * Step + I;
-    if constexpr (T == kQ4_0) {  // byte k % 16: low nibbles for k < 16, then high ones
-      constexpr int byte = k % 16;
-      x[I] = QuantValues<T>(words[byte / 4], 8 * (byte % 4) + (k >= 16 ? 4 : 0), type);
-    } else if constexpr (T == kI8) {  // sign extended from the word's top byte
-      __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
-      if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
-      x[I] = QuantValues<T>(FromRaw(_mm512_castsi512_ps(_mm512_srai_epi32(w, 24))), 0, type);
-    } else {  // fp8: the byte as the low byte of a 16-bit lane (Fp8Words16)
-      __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
-      if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
-      x[I] = Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3, whole);
-    }
+    x[I] = RawValue<T, 8 * Step + I>(words, type, whole);
     RawValues<T, Step, I + 1>(words, type, x, whole);
   }
 }

@@ -95,6 +95,11 @@ template <Dtype, int, class... A>
 static void RawValues(A&&...) {
   static_assert(kAbsent<A...>, "RawValues is not an operation of this target");
 }
+template <Dtype, int, class... A>
+static V RawValue(A&&...) {
+  static_assert(kAbsent<A...>, "RawValue is not an operation of this target");
+  return V();
+}
 #undef OCTATTN_ABSENT_T
 static constexpr bool kFp8Rows = false;
 static constexpr bool kFp8Values = false;

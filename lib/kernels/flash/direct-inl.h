@@ -398,6 +398,15 @@ static OCTATTN_INLINE void DirectScoresAmx(const FlashTask& t, const DirectTile&
   }
 }
 
+// f(0) .. f(N - 1) in order, each index a compile-time constant (std::integral_constant).
+template <int N, int I = 0, class F>
+static OCTATTN_INLINE void Unrolled(F&& f) {
+  if constexpr (I < N) {
+    f(std::integral_constant<int, I>());
+    Unrolled<N, I + 1>(f);
+  }
+}
+
 // One 8-dimension step of the score chains: dimensions d .. d + 7 of R rows (q_dim
 // apart) times the Vecs key vectors of kv (keys in lanes), added in that order; the f32,
 // 16-bit and quantized direct tiles share it, so their bytes are the same.
@@ -914,10 +923,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
                     for (int i = 0; i < 8; ++i) kv[0][i] = S::Mul(svs[kStep][g], kv[0][i]);
                   DirectDotStepOf<R, Vecs>(q, q_dim, ds, kv[0], g, acc);
                 };
-                step(std::integral_constant<int, 0>());
-                step(std::integral_constant<int, 1>());
-                step(std::integral_constant<int, 2>());
-                step(std::integral_constant<int, 3>());
+                Unrolled<4>(step);
               }
               continue;
             }
@@ -929,18 +935,34 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
               const int64_t ds = d + 8 * kStep;
               scales(ds);
               keys.Fetch(ds, per);
-              typename S::V kv[Vecs][8];
-              for (int g = 0; g < Vecs; ++g) {
-                S::template RawValues<T, kStep>(words[g], type, kv[g], !Fold);
-                if (scaled)
-                  for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
+              if constexpr (T != kI8) {
+                typename S::V kv[Vecs][8];
+                for (int g = 0; g < Vecs; ++g) {
+                  S::template RawValues<T, kStep>(words[g], type, kv[g], !Fold);
+                  if (scaled)
+                    for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
+                }
+                DirectDotStep<R, Vecs>(q, q_dim, ds, kv, acc);
+                return;
               }
-              DirectDotStep<R, Vecs>(q, q_dim, ds, kv, acc);
+              // int8 bytes: each dimension's values made as its FMAs take them (all eight
+              // dimensions' values, 16 registers beside the words and the chains, spilled
+              // to the stack; fp8's, whose values take more temporaries, did better so).
+              auto dim = [&](auto i) {
+                constexpr int kI = decltype(i)::value;
+                typename S::V x[Vecs];
+                for (int g = 0; g < Vecs; ++g) {
+                  x[g] = S::template RawValue<T, 8 * kStep + kI>(words[g], type, !Fold);
+                  if (scaled) x[g] = S::Mul(sv[g], x[g]);
+                }
+                for (int r = 0; r < R; ++r) {
+                  const typename S::V qb = S::Set(q[r][(ds + kI) * q_dim]);
+                  for (int g = 0; g < Vecs; ++g) acc[r][g] = S::MulAdd(qb, x[g], acc[r][g]);
+                }
+              };
+              Unrolled<8>(dim);
             };
-            step(std::integral_constant<int, 0>());
-            step(std::integral_constant<int, 1>());
-            step(std::integral_constant<int, 2>());
-            step(std::integral_constant<int, 3>());
+            Unrolled<4>(step);
           }
           StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
           continue;
@@ -1085,9 +1107,11 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
     typename S::V acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
-    for (int64_t k = 0; k < g1 - g0; ++k) {
+    const float* pk[R];  // the weights of key g0 on
+    for (int r = 0; r < R; ++r) pk[r] = p[r] + (g0 - dt.t0);
+    // Key k's values (x: its C vectors), after its fetch.
+    auto values = [&](int64_t k, typename S::V(&x)[C]) {
       if (c0 == 0) DirectTile::Issue(ahead[k]);
-      typename S::V x[C];
       for (int c = 0; c < C; ++c) {
         if constexpr (T == kE4m3 && S::kFp8Values) {
           x[c] = S::Fp8As(rows[k] + off[c], type, !Fold);
@@ -1098,8 +1122,26 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
         if constexpr (Mode == kEach) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
         if constexpr (Mode == kOne) x[c] = S::Mul(vs1, x[c]);
       }
+    };
+    // Two keys a step (each chain takes key k, then k + 1: the same order), so that the
+    // loop's own work is paid once for both.
+    const int64_t n = g1 - g0;
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+      typename S::V x0[C], x1[C];
+      values(k, x0);
+      values(k + 1, x1);
       for (int r = 0; r < R; ++r) {
-        const typename S::V pb = S::Set(p[r][g0 + k - dt.t0]);
+        const typename S::V pb0 = S::Set(pk[r][k]), pb1 = S::Set(pk[r][k + 1]);
+        for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb0, x0[c], acc[r][c]);
+        for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb1, x1[c], acc[r][c]);
+      }
+    }
+    for (; k < n; ++k) {
+      typename S::V x[C];
+      values(k, x);
+      for (int r = 0; r < R; ++r) {
+        const typename S::V pb = S::Set(pk[r][k]);
         for (int c = 0; c < C; ++c) acc[r][c] = S::MulAdd(pb, x[c], acc[r][c]);
       }
     }
