@@ -359,48 +359,51 @@ TEST_CASE("quantized caches: fp8 scales at the edges of float's range compute on
 
 TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
   const int64_t T = SmallSized(1296, 208);
+  // Query heads per kv head: four, and two and seven, whose decode pads a block of two
+  // or three rows to four.
   for (const Format& f : kFormats)
-    for (int32_t qk : {OCTATTN_QK_EXACT, OCTATTN_QK_INT8}) {
-      if (qk == OCTATTN_QK_INT8 && Scaled(f.type) && f.type != OCTATTN_DTYPE_INT8) continue;
-      INFO(f.Name() << " qk_precision " << qk);
-      Context one(1), two(2);
-      QuantProblem qp(one, 1, 4, 1, T, T, 64, f, kBTHD, 5);
-      Tensor full = qp.p.Out(), full2 = qp.p.Out();
-      octattn_attention_options opt = qp.Options(Options());
-      opt.qk_precision = qk;
-      REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(),
-                                nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
-      REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(),
-                                nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
-      CHECK(BytesEqual(full, full2));
-      for (int64_t i : {int64_t{0}, T / 2, T - 1}) {
-        // Query row i alone, over keys 0..i of the same cache (a view of its first rows).
-        octattn_tensor q1 = qp.p.q.t, k1 = qp.k.t, v1 = qp.v.t;
-        q1.shape[2] = 1;
-        q1.data = &qp.p.q.at(0, 0, i, 0);
-        k1.shape[2] = v1.shape[2] = i + 1;
-        Tensor o1(1, 4, 1, 64);
-        octattn_attention_options o = opt;
-        Tensor ks, vs;  // INT8 scales: the rows of the view's keys
-        octattn_tensor kst, vst;
-        if (qp.k.f.type == OCTATTN_DTYPE_INT8) {
-          kst = qp.k.scale.t;
-          kst.shape[2] = (i + 1 + qp.k.f.rows - 1) / qp.k.f.rows;
-          vst = qp.v.scale.t;
-          vst.shape[2] = i + 1;
-          o.k_scale = &kst;
-          o.v_scale = &vst;
+    for (int32_t qk : {OCTATTN_QK_EXACT, OCTATTN_QK_INT8})
+      for (int64_t H : {4, 2, 7}) {
+        if (qk == OCTATTN_QK_INT8 && Scaled(f.type) && f.type != OCTATTN_DTYPE_INT8) continue;
+        INFO(f.Name() << " qk_precision " << qk << " heads " << H);
+        Context one(1), two(2);
+        QuantProblem qp(one, 1, H, 1, T, T, 64, f, kBTHD, 5);
+        Tensor full = qp.p.Out(), full2 = qp.p.Out();
+        octattn_attention_options opt = qp.Options(Options());
+        opt.qk_precision = qk;
+        REQUIRE(octattn_attention(one, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full.ptr(),
+                                  nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+        REQUIRE(octattn_attention(two, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), full2.ptr(),
+                                  nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
+        CHECK(BytesEqual(full, full2));
+        for (int64_t i : {int64_t{0}, T / 2, T - 1}) {
+          // Query row i alone, over keys 0..i of the same cache (a view of its first rows).
+          octattn_tensor q1 = qp.p.q.t, k1 = qp.k.t, v1 = qp.v.t;
+          q1.shape[2] = 1;
+          q1.data = &qp.p.q.at(0, 0, i, 0);
+          k1.shape[2] = v1.shape[2] = i + 1;
+          Tensor o1(1, H, 1, 64);
+          octattn_attention_options o = opt;
+          Tensor ks, vs;  // INT8 scales: the rows of the view's keys
+          octattn_tensor kst, vst;
+          if (qp.k.f.type == OCTATTN_DTYPE_INT8) {
+            kst = qp.k.scale.t;
+            kst.shape[2] = (i + 1 + qp.k.f.rows - 1) / qp.k.f.rows;
+            vst = qp.v.scale.t;
+            vst.shape[2] = i + 1;
+            o.k_scale = &kst;
+            o.v_scale = &vst;
+          }
+          INFO("row " << i);
+          REQUIRE(octattn_attention(two, &o, &q1, &k1, &v1, o1.ptr(), nullptr, nullptr, nullptr,
+                                    0) == OCTATTN_OK);
+          bool same = true;
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t d = 0; d < 64; ++d)
+              same = same && std::memcmp(&o1.at(0, h, 0, d), &full.at(0, h, i, d), 4) == 0;
+          CHECK(same);
         }
-        INFO("row " << i);
-        REQUIRE(octattn_attention(two, &o, &q1, &k1, &v1, o1.ptr(), nullptr, nullptr, nullptr, 0) ==
-                OCTATTN_OK);
-        bool same = true;
-        for (int64_t h = 0; h < 4; ++h)
-          for (int64_t d = 0; d < 64; ++d)
-            same = same && std::memcmp(&o1.at(0, h, 0, d), &full.at(0, h, i, d), 4) == 0;
-        CHECK(same);
       }
-    }
 }
 
 TEST_CASE("q . k in int8: every target within the bound of the rounded q's reference",

@@ -160,7 +160,9 @@ struct DirectTile {
   int64_t first;  // space key g is key first + g of op
   int64_t t0, t1;
   int64_t next0, next1;  // the next tile's keys (none: next0 == next1)
-  float* scratch;        // kDirectKeys * head_dim floats
+  // kDirectKeys * head_dim floats (at least kTileKeys * head_dim); quantized rows: the
+  // scores and state of the rows that pad a block (FlashDirectTileHeads).
+  float* scratch;
   // With FlashAmx and FlashPairsV: a group's value rows joined into pairs (kDirectKeys /
   // 2 rows of value_dim pairs).
   float* vbuf = nullptr;
