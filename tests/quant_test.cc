@@ -359,11 +359,12 @@ TEST_CASE("quantized caches: fp8 scales at the edges of float's range compute on
 
 TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
   const int64_t T = SmallSized(1296, 208);
-  // Query heads per kv head: four, and two and seven, whose decode pads a block of two
-  // or three rows to four.
+  // Query heads per kv head: four; two, whose decode pads a block of two rows to four;
+  // seven and thirteen, whose blocks of seven and five rows run as eight on the
+  // 32-register targets (as four and three on the others); nine, eight and one.
   for (const Format& f : kFormats)
     for (int32_t qk : {OCTATTN_QK_EXACT, OCTATTN_QK_INT8})
-      for (int64_t H : {4, 2, 7}) {
+      for (int64_t H : {4, 2, 7, 13, 9}) {
         if (qk == OCTATTN_QK_INT8 && Scaled(f.type) && f.type != OCTATTN_DTYPE_INT8) continue;
         INFO(f.Name() << " qk_precision " << qk << " heads " << H);
         Context one(1), two(2);

@@ -937,7 +937,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
               const int64_t ds = d + 8 * kStep;
               scales(ds);
               keys.Fetch(ds, per);
-              if constexpr (T != kI8) {
+              if constexpr (T != kI8 || Vecs == 1) {
                 typename S::V kv[Vecs][8];
                 for (int g = 0; g < Vecs; ++g) {
                   S::template RawValues<T, kStep>(words[g], type, kv[g], !Fold);
@@ -947,9 +947,10 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
                 DirectDotStep<R, Vecs>(q, q_dim, ds, kv, acc);
                 return;
               }
-              // int8 bytes: each dimension's values made as its FMAs take them (all eight
-              // dimensions' values, 16 registers beside the words and the chains, spilled
-              // to the stack; fp8's, whose values take more temporaries, did better so).
+              // int8 bytes of two key vectors: each dimension's values made as its FMAs
+              // take them (all eight dimensions' values, 16 registers beside the words and
+              // the chains, spilled to the stack; fp8's, whose values take more
+              // temporaries, did better so, as do one vector's eight: 0.90x this way).
               auto dim = [&](auto i) {
                 constexpr int kI = decltype(i)::value;
                 typename S::V x[Vecs];
@@ -1057,7 +1058,9 @@ static __attribute__((noinline)) void DirectScoresInt(const FlashTask& t, const 
 template <int R, Dtype T>
 static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, const float* const* p,
                                                         float* const* st, int64_t g0, int64_t g1) {
-  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kAvVecs * L;
+  // Columns a block: kAvVecs vectors, half as many for eight rows (16 chains).
+  constexpr int kC = R >= 8 ? kAvVecs / 2 : kAvVecs;
+  constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kC * L;
   const Operands& op = *dt.op;
   const Dtype type = op.v_type;
   const bool blocked = Blocked(type);
@@ -1154,8 +1157,7 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   // (each case's loops compiled apart, their tests out of the key loop)
   auto blocks = [&](auto mode_c, auto fold_c) {
     int64_t c0 = 0;
-    for (; c0 + W <= dvp; c0 += W)
-      columns(std::integral_constant<int, kAvVecs>(), c0, mode_c, fold_c);
+    for (; c0 + W <= dvp; c0 += W) columns(std::integral_constant<int, kC>(), c0, mode_c, fold_c);
     for (; c0 < dvp; c0 += L) columns(std::integral_constant<int, 1>(), c0, mode_c, fold_c);
   };
   using No = std::false_type;
@@ -1168,34 +1170,37 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
 }
 
 // The quantized loops for the operands' kind: one instance of the tile's other code
-// serves every quantized type (FlashDirectTileHeads<kI8>), and rows run four or one at
-// a time (a block of two or three rows as four: FlashDirectTileHeads pads it with copies
-// of its last row). (Out of line: a call per 32 keys.)
+// serves every quantized type (FlashDirectTileHeads<kI8>), and rows run eight (the
+// 32-register targets), four or one at a time (a block of two or three rows as four, of
+// five to seven as eight: FlashDirectTileHeads pads it with copies of its last row). (Out
+// of line: a call per 32 keys.)
 template <int R>
 static void DirectScoresQuantOf(const FlashTask& t, const DirectTile& dt, const float* const* q,
                                 float* const* s, int64_t j_begin, int64_t j_end) {
+  // Key vectors a step: one for eight rows (their chains and the step's words take 16
+  // registers a vector).
+  constexpr int Vecs = R >= 8 ? 1 : kDirectVecs;
   const Dtype type = t.op.k_type;
   if (t.op.qk_block) {  // integer scores (OCTATTN_QK_INT8: kI8, kQ8_0, kQ4_0 keys)
     if constexpr (S::kDotI8) {
       if (t.op.qk_block % 16 == 0) {
         if (type == kQ4_0)
-          return DirectScoresInt<R, kQ4_0, kDirectVecs, true>(t, dt, q, s, j_begin, j_end);
-        return DirectScoresInt<R, kI8, kDirectVecs, true>(t, dt, q, s, j_begin, j_end);
+          return DirectScoresInt<R, kQ4_0, Vecs, true>(t, dt, q, s, j_begin, j_end);
+        return DirectScoresInt<R, kI8, Vecs, true>(t, dt, q, s, j_begin, j_end);
       }
     }
-    if (type == kQ4_0)
-      return DirectScoresInt<R, kQ4_0, kDirectVecs, false>(t, dt, q, s, j_begin, j_end);
-    return DirectScoresInt<R, kI8, kDirectVecs, false>(t, dt, q, s, j_begin, j_end);
+    if (type == kQ4_0) return DirectScoresInt<R, kQ4_0, Vecs, false>(t, dt, q, s, j_begin, j_end);
+    return DirectScoresInt<R, kI8, Vecs, false>(t, dt, q, s, j_begin, j_end);
   }
   if (type == kI8 || type == kQ8_0)
-    return DirectScoresQuant<R, kI8, kDirectVecs>(t, dt, q, s, j_begin, j_end);
-  if (type == kQ4_0) return DirectScoresQuant<R, kQ4_0, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+    return DirectScoresQuant<R, kI8, Vecs>(t, dt, q, s, j_begin, j_end);
+  if (type == kQ4_0) return DirectScoresQuant<R, kQ4_0, Vecs>(t, dt, q, s, j_begin, j_end);
   if constexpr (S::kFp8Values) {
     float folded;
     if (type == kE4m3 && OneScale(t.op, t.op.k_scales, t.op.head_dim, &folded))
-      return DirectScoresQuant<R, kE4m3, kDirectVecs, true>(t, dt, q, s, j_begin, j_end, folded);
+      return DirectScoresQuant<R, kE4m3, Vecs, true>(t, dt, q, s, j_begin, j_end, folded);
   }
-  DirectScoresQuant<R, kE4m3, kDirectVecs>(t, dt, q, s, j_begin, j_end);
+  DirectScoresQuant<R, kE4m3, Vecs>(t, dt, q, s, j_begin, j_end);
 }
 template <int R>
 static void DirectValuesQuantOf(const DirectTile& dt, const float* const* p, float* const* st,

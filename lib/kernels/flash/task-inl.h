@@ -33,21 +33,30 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   const int64_t t0 = dts[0].t0, t1 = dts[0].t1, dvp = PadKeys(ts[0].op.value_dim);
   const Operands& op0 = ts[0].op;
   const Tuning& tn = ts[0].tuning;
-  // (Quantized rows, a few lines each, are read in place, kDirectVecs key vectors a step.)
+  // (Quantized rows, a few lines each, are read in place, kDirectVecs key vectors a step,
+  // one for eight rows.)
   constexpr bool quant = T >= kI8;
-  // Quantized rows: a block of two or three rows runs as four, the last row's q again in
-  // the others, whose scores and sums go to the tile's scratch (DirectTile::scratch,
-  // which these loops do not use otherwise): each key's bytes are turned into values once
-  // for the block, where one row at a time turned them once a row (two rows took 2.9x
-  // the time per flop of four, three 2.8x). Each row's chains are its own: the same bytes.
-  // Padded rows' state: 2 floats before whole vectors, as the rows' states lie.
+  // Quantized rows: a block of two or three rows runs as four, and on the 32-register
+  // targets a block of five to eight as eight, the last row's q again in the others,
+  // whose scores and sums go to the tile's scratch (DirectTile::scratch, which these loops
+  // do not use otherwise): each key's bytes are turned into values once for the block,
+  // where one row at a time turned them once a row (two rows took 2.9x the time per flop
+  // of four, three 2.8x) and eight rows as two fours twice (1.2-1.3x eight's time). Each
+  // row's chains are its own: the same bytes. Padded rows' state: 2 floats before whole
+  // vectors, as the rows' states lie.
   constexpr int64_t kPadState = kTileKeys + 16 - 2;
+  constexpr bool quant8 = quant && S::kRegs >= 32;
   const bool pad = quant && kPadState + 2 + dvp <= op0.head_dim * kTileKeys;
   if (pad)  // (sums that start at zero, as the rows' do)
     for (int64_t x = 0; x < nh; ++x) memset(dts[x].scratch + kPadState, 0, (2 + dvp) * 4);
   auto blocks = [&](auto&& fn) {
     for (int64_t i = 0; i < n;) {
-      const int64_t h = n - i >= 4 ? 4 : pad && n - i >= 2 ? n - i : n - i >= 2 ? 2 : 1;
+      const int64_t m = n - i;
+      const int64_t h = quant8 && (m >= 8 || (pad && m >= 5)) ? base::MinI(m, 8)
+                        : m >= 4                              ? 4
+                        : pad && m >= 2                       ? m
+                        : m >= 2                              ? 2
+                                                              : 1;
       fn(i, h);
       i += h;
     }
@@ -60,8 +69,8 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
       DirectTile dt = dts[x];
       if (stage_k) dt.Stage(j, j1, fs[0].kt);
       blocks([&](int64_t i, int64_t h) {
-        const float* q[4];
-        float* s[4];
+        const float* q[8];
+        float* s[8];
         for (int64_t r = 0; r < h; ++r) {
           q[r] = fs[x].rows[i + r].q;
           s[r] = fs[x].s_buf + (i + r) * kTileKeys;
@@ -69,6 +78,15 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
         auto scores = [&](auto vecs) {
           constexpr int V = decltype(vecs)::value;
           if constexpr (quant) {
+            if constexpr (quant8) {
+              if (h >= 5) {
+                for (int64_t r = h; r < 8; ++r) {
+                  q[r] = q[h - 1];
+                  s[r] = dt.scratch;
+                }
+                return DirectScoresQuantOf<8>(ts[x], dt, q, s, j, j1);
+              }
+            }
             if (h >= 2 && (h == 4 || pad)) {
               for (int64_t r = h; r < 4; ++r) {
                 q[r] = q[h - 1];
@@ -116,8 +134,8 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
       const int64_t g1 = base::MinI(g + kDirectKeys, t1);
       const DirectTile& dt = dts[x];
       blocks([&](int64_t i, int64_t h) {
-        const float* p[4];
-        float* st[4];
+        const float* p[8];
+        float* st[8];
         bool all = true;
         for (int64_t r = 0; r < h; ++r) {
           p[r] = fs[x].s_buf + (i + r) * kTileKeys;
@@ -125,6 +143,15 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           all &= read[x][i + r];
         }
         if constexpr (quant) {
+          if constexpr (quant8) {
+            if (all && h >= 5) {
+              for (int64_t r = h; r < 8; ++r) {
+                p[r] = p[h - 1];
+                st[r] = dt.scratch + kPadState;
+              }
+              return DirectValuesQuantOf<8>(dt, p, st, g, g1);
+            }
+          }
           if (all && h >= 2 && (h == 4 || pad)) {
             for (int64_t r = h; r < 4; ++r) {
               p[r] = p[h - 1];
