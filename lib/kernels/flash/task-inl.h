@@ -46,11 +46,12 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   // vectors, as the rows' states lie.
   constexpr int64_t kPadState = kTileKeys + 16 - 2;
   constexpr bool quant8 = quant && S::kRegs >= 32;
-  // f32, bf16 and f16 rows: eight at a time on the 32-register targets, in the scores
-  // (each key vector's transposes shared by eight rows: 1.07-1.16x two fours) and as two
-  // fours in the weighted sums (eight rows' broadcast weights cost more there than the
-  // loads of the values they share: 0.88-0.94x); not padded (their scratch stages keys),
-  // nor on AMX (its tiles take the rows).
+  // f32, bf16 and f16 rows: blocks of five to eight rows on the 32-register targets, in
+  // the scores (each key vector's transposes shared by the block: 1.07-1.16x two fours at
+  // eight rows, 1.09-1.28x four and one to three at five to seven), and in blocks of
+  // four, two and one in the weighted sums (eight rows' broadcast weights cost more there
+  // than the loads of the values they share: 0.88-0.94x); not padded (their scratch
+  // stages keys), nor on AMX (its tiles take the rows).
   const bool rows8 = quant8 || (!quant && S::kRegs >= 32 && !FlashAmx(op0));
   const bool pad = quant && kPadState + 2 + dvp <= op0.head_dim * kTileKeys;
   if (pad)  // (sums that start at zero, as the rows' do)
@@ -58,11 +59,11 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   auto blocks = [&](auto&& fn) {
     for (int64_t i = 0; i < n;) {
       const int64_t m = n - i;
-      const int64_t h = rows8 && (m >= 8 || (pad && m >= 5)) ? base::MinI(m, 8)
-                        : m >= 4                             ? 4
-                        : pad && m >= 2                      ? m
-                        : m >= 2                             ? 2
-                                                             : 1;
+      const int64_t h = rows8 && (m >= 8 || ((pad || !quant) && m >= 5)) ? base::MinI(m, 8)
+                        : m >= 4                                         ? 4
+                        : pad && m >= 2                                  ? m
+                        : m >= 2                                         ? 2
+                                                                         : 1;
       fn(i, h);
       i += h;
     }
@@ -104,6 +105,9 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           } else {
             if constexpr (S::kRegs >= 32) {
               if (h == 8) return DirectScores<8, T, 1>(ts[x], dt, q, s, j, j1);
+              if (h == 7) return DirectScores<7, T, 1>(ts[x], dt, q, s, j, j1);
+              if (h == 6) return DirectScores<6, T, 1>(ts[x], dt, q, s, j, j1);
+              if (h == 5) return DirectScores<5, T, 1>(ts[x], dt, q, s, j, j1);
             }
             if (h == 4) DirectScores<4, T, V>(ts[x], dt, q, s, j, j1);
             if (h == 2) DirectScores<2, T, V>(ts[x], dt, q, s, j, j1);
@@ -171,14 +175,20 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           for (int64_t r = 0; r < h; ++r)
             if (read[x][i + r]) DirectValuesQuantOf<1>(dt, &p[r], &st[r], g, g1);
         } else {
-          if (all && h == 8) {  // (two fours: DirectScores' eight rows only)
-            DirectValues<4, T>(ts[x], dt, p, st, g, g1);
-            return DirectValues<4, T>(ts[x], dt, p + 4, st + 4, g, g1);
+          for (int64_t b = 0; b < h;) {  // (blocks of four, two and one)
+            const int64_t hb = h - b >= 4 ? 4 : h - b >= 2 ? 2 : 1;
+            bool read_all = true;
+            for (int64_t r = b; r < b + hb; ++r) read_all &= read[x][i + r];
+            if (read_all && hb == 4) {
+              DirectValues<4, T>(ts[x], dt, p + b, st + b, g, g1);
+            } else if (read_all && hb == 2) {
+              DirectValues<2, T>(ts[x], dt, p + b, st + b, g, g1);
+            } else {
+              for (int64_t r = b; r < b + hb; ++r)
+                if (read[x][i + r]) DirectValues<1, T>(ts[x], dt, &p[r], &st[r], g, g1);
+            }
+            b += hb;
           }
-          if (all && h == 4) return DirectValues<4, T>(ts[x], dt, p, st, g, g1);
-          if (all && h == 2) return DirectValues<2, T>(ts[x], dt, p, st, g, g1);
-          for (int64_t r = 0; r < h; ++r)
-            if (read[x][i + r]) DirectValues<1, T>(ts[x], dt, &p[r], &st[r], g, g1);
         }
       });
     }
