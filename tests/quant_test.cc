@@ -361,7 +361,8 @@ TEST_CASE("quantized caches: decode equals prefill, and threads change no byte")
   const int64_t T = SmallSized(1296, 208);
   // Query heads per kv head: four; two, whose decode pads a block of two rows to four;
   // seven and thirteen, whose blocks of seven and five rows run as eight on the
-  // 32-register targets (as four and three on the others); nine, eight and one.
+  // 32-register targets; nine, a block of eight and one row alone (the other targets:
+  // blocks of four, three padded to four, and one).
   for (const Format& f : kFormats)
     for (int32_t qk : {OCTATTN_QK_EXACT, OCTATTN_QK_INT8})
       for (int64_t H : {4, 2, 7, 13, 9}) {

@@ -41,14 +41,14 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   // whose scores and sums go to the tile's scratch (DirectTile::scratch, which these loops
   // do not use otherwise): each key's bytes are turned into values once for the block,
   // where one row at a time turned them once a row (two rows took 2.9x the time per flop
-  // of four, three 2.8x) and eight rows as two fours twice (1.2-1.3x eight's time). Each
+  // of four, three 2.8x) and eight rows as two fours (1.2-1.3x eight's time). Each
   // row's chains are its own: the same bytes. Padded rows' state: 2 floats before whole
   // vectors, as the rows' states lie.
   constexpr int64_t kPadState = kTileKeys + 16 - 2;
   constexpr bool quant8 = quant && S::kRegs >= 32;
   // f32, bf16 and f16 rows: blocks of five to eight rows on the 32-register targets, in
   // the scores (each key vector's transposes shared by the block: 1.07-1.16x two fours at
-  // eight rows, 1.09-1.28x four and one to three at five to seven), and in blocks of
+  // eight rows, 1.08-1.30x four and one to three at five to seven), and in blocks of
   // four, two and one in the weighted sums (eight rows' broadcast weights cost more there
   // than the loads of the values they share: 0.88-0.94x); not padded (their scratch
   // stages keys), nor on AMX (its tiles take the rows).
