@@ -46,13 +46,15 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   // vectors, as the rows' states lie.
   constexpr int64_t kPadState = kTileKeys + 16 - 2;
   constexpr bool quant8 = quant && S::kRegs >= 32;
-  // f32, bf16 and f16 rows: blocks of five to eight rows on the 32-register targets, in
-  // the scores (each key vector's transposes shared by the block: 1.07-1.16x two fours at
-  // eight rows, 1.08-1.30x four and one to three at five to seven), and in blocks of
-  // four, two and one in the weighted sums (eight rows' broadcast weights cost more there
-  // than the loads of the values they share: 0.88-0.94x); not padded (their scratch
-  // stages keys), nor on AMX (its tiles take the rows).
-  const bool rows8 = quant8 || (!quant && S::kRegs >= 32 && !FlashAmx(op0));
+  // f32, bf16 and f16 rows: a block of three rows, and on the 32-register targets of five
+  // to eight, in the scores (each key vector's transposes shared by the block: 1.07-1.16x
+  // two fours at eight rows, 1.08-1.30x four and one to three at five to seven, 1.11-1.36x
+  // two and one at three), and in blocks of four, three, two and one in the weighted sums
+  // (eight rows' broadcast weights cost more there than the loads of the values they
+  // share: 0.88-0.94x); not padded (their scratch stages keys), nor on AMX (its tiles
+  // take the rows).
+  const bool rows_any = !quant && !FlashAmx(op0);
+  const bool rows8 = quant8 || (rows_any && S::kRegs >= 32);
   const bool pad = quant && kPadState + 2 + dvp <= op0.head_dim * kTileKeys;
   if (pad)  // (sums that start at zero, as the rows' do)
     for (int64_t x = 0; x < nh; ++x) memset(dts[x].scratch + kPadState, 0, (2 + dvp) * 4);
@@ -61,7 +63,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
       const int64_t m = n - i;
       const int64_t h = rows8 && (m >= 8 || ((pad || !quant) && m >= 5)) ? base::MinI(m, 8)
                         : m >= 4                                         ? 4
-                        : pad && m >= 2                                  ? m
+                        : (pad || rows_any) && m >= 2                    ? m
                         : m >= 2                                         ? 2
                                                                          : 1;
       fn(i, h);
@@ -110,6 +112,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
               if (h == 5) return DirectScores<5, T, 1>(ts[x], dt, q, s, j, j1);
             }
             if (h == 4) DirectScores<4, T, V>(ts[x], dt, q, s, j, j1);
+            if (h == 3) DirectScores<3, T, V>(ts[x], dt, q, s, j, j1);
             if (h == 2) DirectScores<2, T, V>(ts[x], dt, q, s, j, j1);
             if (h == 1) DirectScores<1, T, V>(ts[x], dt, q, s, j, j1);
           }
@@ -175,12 +178,14 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           for (int64_t r = 0; r < h; ++r)
             if (read[x][i + r]) DirectValuesQuantOf<1>(dt, &p[r], &st[r], g, g1);
         } else {
-          for (int64_t b = 0; b < h;) {  // (blocks of four, two and one)
-            const int64_t hb = h - b >= 4 ? 4 : h - b >= 2 ? 2 : 1;
+          for (int64_t b = 0; b < h;) {  // (blocks of four, three, two and one)
+            const int64_t hb = h - b >= 4 ? 4 : h - b == 3 && rows_any ? 3 : h - b >= 2 ? 2 : 1;
             bool read_all = true;
             for (int64_t r = b; r < b + hb; ++r) read_all &= read[x][i + r];
             if (read_all && hb == 4) {
               DirectValues<4, T>(ts[x], dt, p + b, st + b, g, g1);
+            } else if (read_all && hb == 3) {
+              DirectValues<3, T>(ts[x], dt, p + b, st + b, g, g1);
             } else if (read_all && hb == 2) {
               DirectValues<2, T>(ts[x], dt, p + b, st + b, g, g1);
             } else {
