@@ -87,19 +87,14 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
         auto scores = [&](auto vecs) {
           constexpr int V = decltype(vecs)::value;
           if constexpr (quant) {
-            if constexpr (quant8) {
-              if (h >= 5) {
-                for (int64_t r = h; r < 8; ++r) {
-                  q[r] = q[h - 1];
-                  s[r] = dt.scratch;
-                }
-                return DirectScoresQuantOf<8>(ts[x], dt, q, s, j, j1);
-              }
-            }
-            if (h >= 2 && (h == 4 || pad)) {
-              for (int64_t r = h; r < 4; ++r) {
+            if (h >= 2 && (h == 4 || h == 8 || pad)) {
+              const int64_t w = h > 4 ? 8 : 4;  // (h > 4: quant8 only)
+              for (int64_t r = h; r < w; ++r) {
                 q[r] = q[h - 1];
                 s[r] = dt.scratch;
+              }
+              if constexpr (quant8) {
+                if (w == 8) return DirectScoresQuantOf<8>(ts[x], dt, q, s, j, j1);
               }
               return DirectScoresQuantOf<4>(ts[x], dt, q, s, j, j1);
             }
@@ -152,26 +147,21 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
       blocks([&](int64_t i, int64_t h) {
         const float* p[8];
         float* st[8];
-        bool all = true;
         for (int64_t r = 0; r < h; ++r) {
           p[r] = fs[x].s_buf + (i + r) * kTileKeys;
           st[r] = sts[x] + static_cast<size_t>(i + r) * stride;
-          all &= read[x][i + r];
         }
         if constexpr (quant) {
-          if constexpr (quant8) {
-            if (all && h >= 5) {
-              for (int64_t r = h; r < 8; ++r) {
-                p[r] = p[h - 1];
-                st[r] = dt.scratch + kPadState;
-              }
-              return DirectValuesQuantOf<8>(dt, p, st, g, g1);
-            }
-          }
-          if (all && h >= 2 && (h == 4 || pad)) {
-            for (int64_t r = h; r < 4; ++r) {
+          bool all = true;
+          for (int64_t r = 0; r < h; ++r) all &= read[x][i + r];
+          if (all && h >= 2 && (h == 4 || h == 8 || pad)) {
+            const int64_t w = h > 4 ? 8 : 4;
+            for (int64_t r = h; r < w; ++r) {
               p[r] = p[h - 1];
               st[r] = dt.scratch + kPadState;
+            }
+            if constexpr (quant8) {
+              if (w == 8) return DirectValuesQuantOf<8>(dt, p, st, g, g1);
             }
             return DirectValuesQuantOf<4>(dt, p, st, g, g1);
           }
@@ -179,7 +169,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
             if (read[x][i + r]) DirectValuesQuantOf<1>(dt, &p[r], &st[r], g, g1);
         } else {
           for (int64_t b = 0; b < h;) {  // (blocks of four, three, two and one)
-            const int64_t hb = h - b >= 4 ? 4 : h - b == 3 && rows_any ? 3 : h - b >= 2 ? 2 : 1;
+            const int64_t hb = h - b >= 4 ? 4 : h - b;
             bool read_all = true;
             for (int64_t r = b; r < b + hb; ++r) read_all &= read[x][i + r];
             if (read_all && hb == 4) {
