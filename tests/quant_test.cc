@@ -630,9 +630,10 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
   // Rows of hostile values: normal ones, a NaN and an infinity in one group each, zeros,
   // f32 subnormals, values past every format's range, halfway points of int8 steps, a
   // row whose last group alone is zero (the vector stores take four groups at a time),
-  // and bf16's rounding edges.
-  constexpr int64_t D = 128;
-  Tensor x(1, 2, 6, D);
+  // and bf16's rounding edges; stored as 6 rows a head (a decode step's few rows, whose
+  // whole lines go past the caches) and as 24 (a prefill's, cached stores).
+  constexpr int64_t D = 128, kRows = 24;
+  Tensor x(1, 2, kRows, D);
   x.Fill(31, -3.0f, 3.0f);
   for (int64_t d = 96; d < D; ++d) x.at(0, 1, 1, d) = 0.0f;
   for (int64_t d = 0; d < D; ++d) {
@@ -650,68 +651,83 @@ TEST_CASE("kv store: every target writes the bytes of the scalar definitions", "
                             0x807FFFFFu, 0x3F80FFFFu, 0x7F800000u, 0x80000000u};
   for (size_t e = 0; e < sizeof(edges) / sizeof(edges[0]); ++e)
     std::memcpy(&x.at(0, 1, 2, static_cast<int64_t>(3 * e)), &edges[e], 4);
-  std::vector<uint16_t> bf(D * 12);  // the same rows as bf16 source values (widened first)
+  std::vector<uint16_t> bf(D * 2 * kRows);  // the same rows as bf16 values (widened first)
   x.ForEach([&](int64_t, int64_t h, int64_t j, int64_t d) {
-    bf[static_cast<size_t>((h * 6 + j) * D + d)] = base::F32ToBf16(x.at(0, h, j, d));
+    bf[static_cast<size_t>((h * kRows + j) * D + d)] = base::F32ToBf16(x.at(0, h, j, d));
   });
   octattn_tensor src16 = x.t;
   src16.data = bf.data();
   src16.dtype = OCTATTN_DTYPE_BF16;
-  src16.stride[3] = 1, src16.stride[2] = D, src16.stride[1] = 6 * D, src16.stride[0] = 12 * D;
-  const octattn_tensor* sources[] = {x.ptr(), &src16};
+  src16.stride[3] = 1, src16.stride[2] = D, src16.stride[1] = kRows * D;
+  src16.stride[0] = 2 * kRows * D;
   // (dtype, scale channels: 0 none, -1 one per kv head)
   const std::pair<octattn_dtype, int64_t> kinds[] = {
-      {OCTATTN_DTYPE_BF16, 0},      {OCTATTN_DTYPE_F16, 0},      {OCTATTN_DTYPE_INT8, 8},
-      {OCTATTN_DTYPE_INT8, 16},     {OCTATTN_DTYPE_INT8, 32},    {OCTATTN_DTYPE_INT8, 64},
-      {OCTATTN_DTYPE_INT8, 128},    {OCTATTN_DTYPE_FP8_E4M3, 0}, {OCTATTN_DTYPE_FP8_E4M3, -1},
-      {OCTATTN_DTYPE_FP8_E5M2, 32}, {OCTATTN_DTYPE_Q8_0, 0},     {OCTATTN_DTYPE_Q4_0, 0}};
+      {OCTATTN_DTYPE_F32, 0},       {OCTATTN_DTYPE_BF16, 0},      {OCTATTN_DTYPE_F16, 0},
+      {OCTATTN_DTYPE_INT8, 8},      {OCTATTN_DTYPE_INT8, 16},     {OCTATTN_DTYPE_INT8, 32},
+      {OCTATTN_DTYPE_INT8, 64},     {OCTATTN_DTYPE_INT8, 128},    {OCTATTN_DTYPE_FP8_E4M3, 0},
+      {OCTATTN_DTYPE_FP8_E4M3, -1}, {OCTATTN_DTYPE_FP8_E5M2, 32}, {OCTATTN_DTYPE_Q8_0, 0},
+      {OCTATTN_DTYPE_Q4_0, 0}};
   for (const auto& kind : kinds) {
     const octattn_dtype type = kind.first;  // (lambdas cannot capture structured bindings)
     const int64_t group = kind.second;
-    for (const octattn_tensor* src : sources) {
-      INFO("dtype " << type << " group " << group << " src " << src->dtype);
-      const bool blocked = Blocked(type);
-      const int64_t units = blocked ? D / 32 : D,
-                    bytes = units * (blocked ? UnitBytes(type) : 1) *
-                            (type == OCTATTN_DTYPE_BF16 || type == OCTATTN_DTYPE_F16 ? 2 : 1);
-      // The store into contiguous rows (the target's kernel) or, step 2, into rows whose
-      // elements lie two apart (the scalar definitions); its bytes and scales, element by
-      // element.
-      auto store = [&](Context& ctx, int64_t step, std::vector<uint8_t>* out, Tensor* sc_out) {
-        std::vector<uint8_t> buf(static_cast<size_t>(12 * bytes * step), 0xEE);
-        octattn_tensor dst{};
-        dst.data = buf.data();
-        dst.dtype = type;
-        for (int d = 0; d < 4; ++d) dst.shape[d] = x.shape[d];
-        dst.stride[3] = step, dst.stride[2] = units * step, dst.stride[1] = 6 * units * step;
-        dst.stride[0] = 12 * units * step;
-        Tensor sc = type == OCTATTN_DTYPE_INT8 ? Tensor(1, 2, 6, D / group)
-                    : group != 0               ? Tensor(1, 2, 1, group < 0 ? 1 : D / group)
-                                               : Tensor(1, 1, 1, 1);
-        if (type != OCTATTN_DTYPE_INT8) sc.Fill(9, 0.5f, 2.0f);
-        REQUIRE(octattn_kv_store(ctx, src, &dst, group != 0 ? sc.ptr() : nullptr, 0, nullptr) ==
-                OCTATTN_OK);
-        const size_t elem = static_cast<size_t>(bytes / units);
-        out->clear();
-        for (int64_t i = 0; i < 12 * units; ++i)
-          out->insert(out->end(), buf.begin() + i * step * static_cast<int64_t>(elem),
-                      buf.begin() + (i * step + 1) * static_cast<int64_t>(elem));
-        *sc_out = sc;
-      };
-      std::vector<uint8_t> want, got;
-      Tensor want_sc, got_sc;
-      {
-        Context ctx;
-        store(ctx, blocked ? 1 : 2, &want, &want_sc);
+    for (const octattn_tensor& whole : {x.t, src16})
+      for (const int64_t rows : {int64_t{6}, kRows}) {
+        octattn_tensor view = whole;  // the first `rows` rows of each head
+        view.shape[2] = rows;
+        const octattn_tensor* src = &view;
+        const int64_t n = 2 * rows;  // rows in all
+        INFO("dtype " << type << " group " << group << " src " << src->dtype << " rows " << rows);
+        const bool blocked = Blocked(type);
+        const int64_t units = blocked ? D / 32 : D,
+                      elem = blocked                     ? UnitBytes(type)
+                             : type == OCTATTN_DTYPE_F32 ? 4
+                             : type == OCTATTN_DTYPE_BF16 || type == OCTATTN_DTYPE_F16 ? 2
+                                                                                       : 1;
+        // The store into rows of contiguous elements (the target's kernel), `shift` bytes
+        // past a line, adjacent or with a line between them (or two blocks: rows that lie
+        // apart take streamed stores where lines are whole), or, step 2, into rows whose
+        // elements lie two apart (the scalar definitions); its bytes and scales, element by
+        // element.
+        auto store = [&](Context& ctx, int64_t step, int64_t shift, bool apart,
+                         std::vector<uint8_t>* out, Tensor* sc_out) {
+          const int64_t pitch = units * step + (apart ? (blocked ? 2 : 64 / elem) : 0);
+          std::vector<uint8_t> buf(static_cast<size_t>(n * pitch * elem + 128), 0xEE);
+          uint8_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) + shift;
+          octattn_tensor dst{};
+          dst.data = base;
+          dst.dtype = type;
+          for (int d = 0; d < 4; ++d) dst.shape[d] = src->shape[d];
+          dst.stride[3] = step, dst.stride[2] = pitch, dst.stride[1] = rows * pitch;
+          dst.stride[0] = n * pitch;
+          Tensor sc = type == OCTATTN_DTYPE_INT8 ? Tensor(1, 2, rows, D / group)
+                      : group != 0               ? Tensor(1, 2, 1, group < 0 ? 1 : D / group)
+                                                 : Tensor(1, 1, 1, 1);
+          if (type != OCTATTN_DTYPE_INT8) sc.Fill(9, 0.5f, 2.0f);
+          REQUIRE(octattn_kv_store(ctx, src, &dst, group != 0 ? sc.ptr() : nullptr, 0, nullptr) ==
+                  OCTATTN_OK);
+          out->clear();
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t e = 0; e < units; ++e)
+              out->insert(out->end(), base + (i * pitch + e * step) * elem,
+                          base + (i * pitch + e * step + 1) * elem);
+          *sc_out = sc;
+        };
+        std::vector<uint8_t> want, got;
+        Tensor want_sc, got_sc;
+        {
+          Context ctx;
+          store(ctx, blocked ? 1 : 2, 0, false, &want, &want_sc);
+        }
+        for (const Target& t : AllTargets())
+          for (const int64_t shift : {0, 16})
+            for (const bool apart : {false, true}) {
+              INFO(t.Name() << " shift " << shift << " apart " << apart);
+              Context ctx(t, 1);
+              store(ctx, 1, shift, apart, &got, &got_sc);
+              CHECK(got == want);
+              if (type == OCTATTN_DTYPE_INT8) CHECK(BytesEqual(got_sc, want_sc));
+            }
       }
-      for (const Target& t : AllTargets()) {
-        INFO(t.Name());
-        Context ctx(t, 1);
-        store(ctx, 1, &got, &got_sc);
-        CHECK(got == want);
-        if (type == OCTATTN_DTYPE_INT8) CHECK(BytesEqual(got_sc, want_sc));
-      }
-    }
   }
 }
 

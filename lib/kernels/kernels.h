@@ -447,6 +447,9 @@ struct StoreRow {
   const float* x;
   int64_t n;
   Dtype t;
+  // The lines the row fills whole may be written past the caches (a decode step's rows:
+  // new lines, far apart; the same for every row of a call).
+  bool stream;
   void* out;
   void* sc;
   Dtype sc_type;

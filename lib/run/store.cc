@@ -24,6 +24,15 @@ float Source(const StoreCall& c, const float* row, int64_t d) {
 // Values a row is widened into before the target's kernel stores them, at most.
 constexpr int64_t kChunk = 2048;
 
+// The most rows a (batch entry, head) whose whole lines the kernel writes past the caches
+// (StoreRow::stream): a decode step's rows (a draft's included) are new lines, far apart,
+// which cached stores read from memory first, one miss a line (on a Zen 4 core a step's
+// store of f32 rows streamed took 0.6x the time, int8 0.65x); a prefill's long runs of
+// rows come in order, and where they are in the caches already (rewritten, or a cache
+// that fits L3) streaming them costs (two threads storing 2048 rows a head into lines in
+// L3: twice the time).
+constexpr int64_t kStreamRows = 16;
+
 // Rows handed to the target's kernel (Table::store_rows) in one call: a decode step's
 // rows of every (batch entry, head) pay one call and one dispatch between them. Rows
 // widened into `x` go alone (the buffer is reused by the next chunk). Whether and how
@@ -47,6 +56,7 @@ class RowBatch {
     row_.sc_type = c.scale.type;
     row_.sc_col = c.scale.stride[3];
     row_.group = grouped_ ? c.group : row_.n;
+    row_.stream = c.src.shape[2] <= kStreamRows;
   }
   // Whether every row is one kernel row read in place (Room, Filled): a decode step's.
   bool whole() const { return whole_; }

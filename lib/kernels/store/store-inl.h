@@ -5,6 +5,12 @@
 // base/dtype.h); the AVX targets' Q4_0 quotients by the inverse of their scale
 // (S::DivByInverse) are the division's.
 
+// Streamed stores (S::kStream, StoreRow::stream): the lines a row's store fills whole with
+// one register are written past the caches, so that none is read from memory before it is
+// written over; S::StreamFence orders them before the call returns. Whether p starts a
+// line.
+static inline bool LineStart(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 63) == 0; }
+
 // The largest AbsBits of each of `count` blocks of b floats from x into top[0, count)
 // (a NaN's bits above every finite value's, as AbsBits orders them); in vectors where
 // the target narrows to int8 and a block is whole vectors, four blocks' last steps
@@ -151,9 +157,11 @@ static inline void StoreBlocks(const StoreRow& r, float magic) {
 
 // n fp8 codes of x / s (F32ToFp8's selects, for one type); whole vectors by S::StoreFp8x4
 // and S::StoreFp8 where the target has them (the quotients and the cases the same, lane
-// by lane; four vectors narrowed together by packs).
+// by lane; four vectors narrowed together by packs, a whole line past the caches where
+// they fill one: Streamed).
 template <Dtype T>
-static inline void StoreFp8(const float* __restrict x, float s, int64_t n, uint8_t* __restrict o) {
+static inline void StoreFp8(const float* __restrict x, float s, int64_t n, uint8_t* __restrict o,
+                            bool stream) {
   int64_t d = 0;
   if constexpr (S::kStoreI8) {
     constexpr int64_t L = static_cast<int64_t>(S::kLanes);
@@ -163,7 +171,8 @@ static inline void StoreFp8(const float* __restrict x, float s, int64_t n, uint8
     for (; L == 16 && d + 4 * L <= n; d += 4 * L)
       S::template StoreFp8x4<T == kE4m3>(S::Div(S::Load(x + d), vs), S::Div(S::Load(x + d + L), vs),
                                          S::Div(S::Load(x + d + 2 * L), vs),
-                                         S::Div(S::Load(x + d + 3 * L), vs), o + d);
+                                         S::Div(S::Load(x + d + 3 * L), vs), o + d,
+                                         stream && LineStart(o + d));
     for (; d + L <= n; d += L) S::template StoreFp8<T == kE4m3>(S::Div(S::Load(x + d), vs), o + d);
   }
   for (; d < n; ++d) o[d] = F32ToFp8(x[d] / s, T);
@@ -272,11 +281,28 @@ static inline void StoreInt8(const StoreRow& r, float magic) {
   }
 }
 
-static inline void StoreOneRow(const StoreRow& r, float magic) {
+// An f32 row: with `stream`, the lines it fills whole from its first line boundary on
+// Streamed; the rest copied.
+template <int = 0>  // (a template: S::StreamStore is the 16-lane AVX targets' only)
+static inline void StoreF32Row(const float* __restrict x, int64_t n, float* __restrict o,
+                               bool stream) {
+  int64_t d = 0;
+  if constexpr (S::kStream) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(o);
+    if (stream && a % 4 == 0) {
+      const int64_t head = MinI(n, static_cast<int64_t>((64 - a % 64) % 64) / 4);
+      memcpy(o, x, static_cast<size_t>(head) * 4);
+      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+      for (d = head; d + L <= n; d += L) S::StreamStore(S::Load(x + d), o + d);
+    }
+  }
+  memcpy(o + d, x + d, static_cast<size_t>(n - d) * 4);
+}
+
+static inline void StoreOneRow(const StoreRow& r, float magic, bool stream) {
   switch (r.t) {
     case kF32:
-      memcpy(r.out, r.x, static_cast<size_t>(r.n) * 4);
-      return;
+      return StoreF32Row(r.x, r.n, static_cast<float*>(r.out), stream);
     case kBf16:
       return NarrowRowV(r.x, r.n, r.out, 1, kBf16);
     case kF16:
@@ -290,9 +316,9 @@ static inline void StoreOneRow(const StoreRow& r, float magic) {
         const float s = r.sc ? LoadElem(r.sc, g0 / r.group * r.sc_col, r.sc_type) : 1.0f;
         const int64_t m = MinI(r.group, r.n - g0);
         if (r.t == kE4m3) {
-          StoreFp8<kE4m3>(r.x + g0, s, m, o + g0);
+          StoreFp8<kE4m3>(r.x + g0, s, m, o + g0, stream);
         } else {
-          StoreFp8<kE5m2>(r.x + g0, s, m, o + g0);
+          StoreFp8<kE5m2>(r.x + g0, s, m, o + g0, stream);
         }
       }
       return;
@@ -441,7 +467,8 @@ static OCTATTN_INLINE void I8Scale(const I8Unit* units, int n, I8Scales* out) {
   S::Store(S::Div(S::Set(1.0f), s), out->inv);
 }
 template <int P, bool Q8>
-static OCTATTN_INLINE void I8Values(const I8Unit* units, int n, const I8Scales& sc, float magic) {
+static OCTATTN_INLINE void I8Values(const I8Unit* units, int n, const I8Scales& sc, float magic,
+                                    bool stream) {
   using V = typename S::V;
   constexpr int L = static_cast<int>(S::kLanes), U = L / 4;
   constexpr int64_t G = P * static_cast<int64_t>(L);
@@ -472,6 +499,7 @@ static OCTATTN_INLINE void I8Values(const I8Unit* units, int n, const I8Scales& 
         a.sc[k * a.r->sc_col] = sc.s[k * U + u];
       }
     }
+    const bool lines = stream && LineStart(a.o);  // INT8: whole lines (Streamed)
     // Half the quotients by the divider, half by the inverse on the FMA units: both
     // exact, and each unit busy with its own half.
     for (int j = 0; j < 4 * P; j += 4) {
@@ -482,7 +510,7 @@ static OCTATTN_INLINE void I8Values(const I8Unit* units, int n, const I8Scales& 
         q[i] = i < 2 ? S::Div(v, vs[k]) : S::DivByInverse(v, vs[k], vi[k]);
       }
       if constexpr (!Q8) {
-        S::template StoreRoundI8x4<false>(q[0], q[1], q[2], q[3], a.o + j * L);
+        S::template StoreRoundI8x4<false>(q[0], q[1], q[2], q[3], a.o + j * L, nullptr, lines);
       } else if constexpr (P == 2) {  // two blocks
         S::template StoreRoundI8x4<true>(q[0], q[1], q[2], q[3], a.o + j / P * Bytes + 2,
                                          a.o + (j / P + 1) * Bytes + 2);
@@ -493,7 +521,7 @@ static OCTATTN_INLINE void I8Values(const I8Unit* units, int n, const I8Scales& 
   }
 }
 template <int P, bool Q8>
-static void StoreInt8Rows(const StoreRow* rows, int64_t count, float magic) {
+static void StoreInt8Rows(const StoreRow* rows, int64_t count, float magic, bool stream) {
   constexpr int U = static_cast<int>(S::kLanes) / 4;  // units a division serves
   constexpr int64_t G = P * static_cast<int64_t>(S::kLanes);
   int64_t row = 0, g0 = 0;  // the next unit
@@ -521,7 +549,7 @@ static void StoreInt8Rows(const StoreRow* rows, int64_t count, float magic) {
   for (int cur = 0; n[cur] > 0; cur ^= 1) {
     n[cur ^ 1] = next(units[cur ^ 1]);
     if (n[cur ^ 1] > 0) I8Scale<P, Q8>(units[cur ^ 1], n[cur ^ 1], &scales[cur ^ 1]);
-    I8Values<P, Q8>(units[cur], n[cur], scales[cur], magic);
+    I8Values<P, Q8>(units[cur], n[cur], scales[cur], magic, stream);
   }
 }
 
@@ -536,6 +564,11 @@ static inline int Int8RowsVectors(const StoreRow& r) {
 
 static void StoreRowsRun(const StoreRow* rows, int64_t count) {
   const float magic = RoundMagic();
+  // (A call's rows share their type; the fence waits for every store before it, so only
+  // the types that stream pay it.)
+  const Dtype t = count > 0 ? rows[0].t : kF32;
+  const bool stream = S::kStream && count > 0 && rows[0].stream &&
+                      (t == kF32 || t == kI8 || t == kE4m3 || t == kE5m2);
   int64_t i = 0;
   while (i < count) {
     if constexpr (S::kStoreI8) {
@@ -555,16 +588,16 @@ static void StoreRowsRun(const StoreRow* rows, int64_t count) {
           ++j;
         switch (p) {
           case 1:
-            StoreInt8Rows<1, false>(rows + i, j - i, magic);
+            StoreInt8Rows<1, false>(rows + i, j - i, magic, stream);
             break;
           case 2:
-            StoreInt8Rows<2, false>(rows + i, j - i, magic);
+            StoreInt8Rows<2, false>(rows + i, j - i, magic, stream);
             break;
           case 4:
-            StoreInt8Rows<4, false>(rows + i, j - i, magic);
+            StoreInt8Rows<4, false>(rows + i, j - i, magic, stream);
             break;
           default:
-            StoreInt8Rows<8, false>(rows + i, j - i, magic);
+            StoreInt8Rows<8, false>(rows + i, j - i, magic, stream);
             break;
         }
         i = j;
@@ -573,11 +606,14 @@ static void StoreRowsRun(const StoreRow* rows, int64_t count) {
       // The longest run of Q8_0 rows from i of whole units (four blocks).
       while (j < count && rows[j].t == kQ8_0 && rows[j].n % (4 * kQuantBlock) == 0) ++j;
       if (j > i) {
-        StoreInt8Rows<kQuantBlock / static_cast<int>(S::kLanes), true>(rows + i, j - i, magic);
+        StoreInt8Rows<kQuantBlock / static_cast<int>(S::kLanes), true>(rows + i, j - i, magic,
+                                                                       stream);
         i = j;
         continue;
       }
     }
-    StoreOneRow(rows[i++], magic);
+    StoreOneRow(rows[i++], magic, stream);
   }
+  if constexpr (S::kStream)
+    if (stream) S::StreamFence();
 }
