@@ -614,9 +614,10 @@ TEST_CASE("16-bit decode equals prefill, and in-place tiles packed ones, on ever
         Tensor prefill(1, Hq, n - first, sh.d, sh.layout);
         REQUIRE(octattn_attention(ctx, &opt, &pq, k.ptr(), v.ptr(), prefill.ptr(), nullptr, nullptr,
                                   nullptr, 0) == OCTATTN_OK);
-        for (int64_t heads : {Hq, int64_t{1}}) {
-          // The last row alone, of every head or of one (decode: tiles read in place where
-          // the shape allows; the prefill's rows pack them).
+        for (int64_t heads : {Hq, Hq - 1, int64_t{1}}) {
+          // The last row alone, of every head, of all but one (a block of seven or three
+          // rows) or of one (decode: tiles read in place where the shape allows; the
+          // prefill's rows pack them).
           octattn_tensor qv = *q.ptr();
           qv.data = static_cast<char*>(qv.data) + (n - 1) * qv.stride[2] * bytes;
           qv.shape[2] = 1;

@@ -253,8 +253,12 @@ TEST_CASE("quantized caches: every path computes on the dequantized values, byte
     for (int layout : {kBHTD, kBTHD}) {
       if (small && layout != (n % 2 ? kBTHD : kBHTD)) continue;
       Context ctx;
-      // Decode (a GQA group stacked), a chunked prefill over a cached prefix, a prefill.
+      // Decode (a GQA group stacked: four rows a kv head; thirteen, a block of eight and
+      // five padded to eight; seven padded to eight, where AVX2 sums blocks of four), a
+      // chunked prefill over a cached prefix, a prefill.
       QuantProblem decode(ctx, 2, 8, 2, 1, kv, 64, f, layout, 11);
+      QuantProblem decode13(ctx, 1, 13, 1, 1, kv, 64, f, layout, 13);
+      QuantProblem decode7(ctx, 1, 7, 1, 1, kv, 64, f, layout, 7);
       QuantProblem chunk(ctx, 1, 4, 2, 37, kv, 64, f, layout, 23);
       QuantProblem square(ctx, 1, 2, 1, 160, 160, 64, f, layout, 31);
       for (const Target& tg : targets) {
@@ -262,6 +266,8 @@ TEST_CASE("quantized caches: every path computes on the dequantized values, byte
         ctx.Use(tg);
         ExpectAsDequantized(ctx, decode, Options());
         ExpectAsDequantized(ctx, decode, Options(1, 100, 64));
+        ExpectAsDequantized(ctx, decode13, Options());
+        ExpectAsDequantized(ctx, decode7, Options());
         ExpectAsDequantized(ctx, chunk, Options());
         if (!small) {
           ExpectAsDequantized(ctx, square, Options(1, 48, 16));
@@ -360,9 +366,9 @@ TEST_CASE("quantized caches: fp8 scales at the edges of float's range compute on
 TEST_CASE("quantized caches: decode equals prefill, and threads change no byte") {
   const int64_t T = SmallSized(1296, 208);
   // Query heads per kv head: four; two, whose decode pads a block of two rows to four;
-  // seven and thirteen, whose blocks of seven and five rows run as eight on the
-  // 32-register targets; nine, a block of eight and one row alone (the other targets:
-  // blocks of four, three padded to four, and one).
+  // seven and thirteen, whose blocks of seven and five rows run as eight (on AVX2 the
+  // scores; its weighted sums in blocks of four, three padded to four, and one); nine, a
+  // block of eight and one row alone.
   for (const Format& f : kFormats)
     for (int32_t qk : {OCTATTN_QK_EXACT, OCTATTN_QK_INT8})
       for (int64_t H : {4, 2, 7, 13, 9}) {

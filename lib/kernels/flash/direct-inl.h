@@ -1171,9 +1171,9 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
 
 // The quantized loops for the operands' kind: one instance of the tile's other code
 // serves every quantized type (FlashDirectTileHeads<kI8>), and rows run eight (the
-// 32-register targets), four or one at a time (a block of two or three rows as four, of
-// five to seven as eight: FlashDirectTileHeads pads it with copies of its last row). (Out
-// of line: a call per 32 keys.)
+// 32-register targets; on AVX2 the scores only), four or one at a time (a block of two
+// or three rows as four, of five to seven as eight: FlashDirectTileHeads pads it with
+// copies of its last row). (Out of line: a call per 32 keys.)
 template <int R>
 static void DirectScoresQuantOf(const FlashTask& t, const DirectTile& dt, const float* const* q,
                                 float* const* s, int64_t j_begin, int64_t j_end) {

@@ -36,8 +36,9 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   // (Quantized rows, a few lines each, are read in place, kDirectVecs key vectors a step,
   // one for eight rows.)
   constexpr bool quant = T >= kI8;
-  // Quantized rows: a block of two or three rows runs as four, and on the 32-register
-  // targets a block of five to eight as eight, the last row's q again in the others,
+  // Quantized rows: a block of two or three rows runs as four, and a block of five to
+  // eight as eight (on the eight-lane targets, AVX2, in the scores only), the last row's q
+  // again in the others,
   // whose scores and sums go to the tile's scratch (DirectTile::scratch, which these loops
   // do not use otherwise): each key's bytes are turned into values once for the block,
   // where one row at a time turned them once a row (two rows took 2.9x the time per flop
@@ -45,16 +46,23 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
   // row's chains are its own: the same bytes. Padded rows' state: 2 floats before whole
   // vectors, as the rows' states lie.
   constexpr int64_t kPadState = kTileKeys + 16 - 2;
-  constexpr bool quant8 = quant && S::kRegs >= 32;
-  // f32, bf16 and f16 rows: a block of three rows, and on the 32-register targets of five
-  // to eight, in the scores (each key vector's transposes shared by the block: 1.07-1.16x
+  // Eight rows' scores: the 32-register targets, and on AVX2 quantized and bf16 rows, whose
+  // eight chains and one key vector's values (some on the stack) cost less than each key
+  // widened twice (1.03-1.14x two blocks of four); not f32 and f16 rows, whose two key
+  // vectors of four dimensions a step (TransposeRowsHalf) ran faster as two blocks of four.
+  // Quantized weighted sums of eight rows only with 32 registers (AVX2: two blocks of
+  // four; eight ran 0.93x).
+  constexpr bool kScores8 = S::kRegs >= 32 || (S::kLanes == 8 && (quant || T == kBf16));
+  constexpr bool quant8 = quant && kScores8, quant8v = quant && S::kRegs >= 32;
+  // f32, bf16 and f16 rows: a block of three rows, and of five to eight (kScores8), in
+  // the scores (each key vector's transposes shared by the block: 1.07-1.16x
   // two fours at eight rows, 1.08-1.30x four and one to three at five to seven, 1.11-1.36x
   // two and one at three), and in blocks of four, three, two and one in the weighted sums
   // (eight rows' broadcast weights cost more there than the loads of the values they
   // share: 0.88-0.94x); not padded (their scratch stages keys), nor on AMX (its tiles
   // take the rows).
   const bool rows_any = !quant && !FlashAmx(op0);
-  const bool rows8 = quant8 || (rows_any && S::kRegs >= 32);
+  const bool rows8 = quant8 || (rows_any && kScores8);
   const bool pad = quant && kPadState + 2 + dvp <= op0.head_dim * kTileKeys;
   if (pad)  // (sums that start at zero, as the rows' do)
     for (int64_t x = 0; x < nh; ++x) memset(dts[x].scratch + kPadState, 0, (2 + dvp) * 4);
@@ -100,7 +108,7 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
             }
             for (int64_t r = 0; r < h; ++r) DirectScoresQuantOf<1>(ts[x], dt, &q[r], &s[r], j, j1);
           } else {
-            if constexpr (S::kRegs >= 32) {
+            if constexpr (kScores8) {
               if (h == 8) return DirectScores<8, T, 1>(ts[x], dt, q, s, j, j1);
               if (h == 7) return DirectScores<7, T, 1>(ts[x], dt, q, s, j, j1);
               if (h == 6) return DirectScores<6, T, 1>(ts[x], dt, q, s, j, j1);
@@ -152,21 +160,30 @@ static void FlashDirectTileHeads(const FlashTask* ts, const DirectTile* dts, con
           st[r] = sts[x] + static_cast<size_t>(i + r) * stride;
         }
         if constexpr (quant) {
-          bool all = true;
-          for (int64_t r = 0; r < h; ++r) all &= read[x][i + r];
-          if (all && h >= 2 && (h == 4 || h == 8 || pad)) {
-            const int64_t w = h > 4 ? 8 : 4;
-            for (int64_t r = h; r < w; ++r) {
-              p[r] = p[h - 1];
-              st[r] = dt.scratch + kPadState;
+          for (int64_t b = 0; b < h;) {  // (blocks of eight, or without quant8v four)
+            const int64_t hb = base::MinI(h - b, quant8v ? 8 : 4);
+            bool all = true;
+            for (int64_t r = b; r < b + hb; ++r) all &= read[x][i + r];
+            if (all && hb >= 2 && (hb == 4 || hb == 8 || pad)) {
+              const int64_t w = hb > 4 ? 8 : 4;
+              for (int64_t r = b + hb; r < b + w; ++r) {
+                p[r] = p[b + hb - 1];
+                st[r] = dt.scratch + kPadState;
+              }
+              if constexpr (quant8v) {
+                if (w == 8) {
+                  DirectValuesQuantOf<8>(dt, p + b, st + b, g, g1);
+                  b += hb;
+                  continue;
+                }
+              }
+              DirectValuesQuantOf<4>(dt, p + b, st + b, g, g1);
+            } else {
+              for (int64_t r = b; r < b + hb; ++r)
+                if (read[x][i + r]) DirectValuesQuantOf<1>(dt, &p[r], &st[r], g, g1);
             }
-            if constexpr (quant8) {
-              if (w == 8) return DirectValuesQuantOf<8>(dt, p, st, g, g1);
-            }
-            return DirectValuesQuantOf<4>(dt, p, st, g, g1);
+            b += hb;
           }
-          for (int64_t r = 0; r < h; ++r)
-            if (read[x][i + r]) DirectValuesQuantOf<1>(dt, &p[r], &st[r], g, g1);
         } else {
           for (int64_t b = 0; b < h;) {  // (blocks of four, three, two and one)
             const int64_t hb = h - b >= 4 ? 4 : h - b;
