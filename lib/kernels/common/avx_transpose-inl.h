@@ -95,7 +95,8 @@ static OCTATTN_INLINE void Transpose16x8Regs(__m512 (&r)[8], V (&t)[8]) {
 // Stores past the caches (non-temporal: no line is read before it is written), for the
 // lines a caller writes whole, on the 16-lane targets: one register fills a line. (On
 // AVX2 a line's two 32-byte streamed stores ran 0.87-0.93x the cached stores into new
-// rows on a Zen 4 core.) StreamStore: kLanes floats at p, aligned to 64 bytes;
+// rows on a Zen 4 core; a 16-bit row's 32-byte halves streamed alone 0.51-0.87x, so
+// StreamStore16 joins two.) StreamStore: kLanes floats at p, aligned to 64 bytes;
 // StreamFence orders them before the stores that follow it.
 static constexpr bool kStream = kLanes == 16;
 template <size_t N = kLanes, class W = V>
@@ -123,16 +124,21 @@ static OCTATTN_INLINE void StoreF16(W v, float* p) {
 // the scalar definition's (vcvtneps2bf16 would flush subnormals).
 static constexpr bool kStoreBf16 = true;
 template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE __m256i Bf16Bits16(W v) {
+  static_assert(N == 16, "sixteen lanes");
+  const __m512i x = _mm512_castps_si512(ToRaw(v)), hi = _mm512_srli_epi32(x, 16);
+  const __m512i up = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)),
+                                      _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i r =
+      _mm512_mask_or_epi32(_mm512_srli_epi32(up, 16), nan, hi, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+template <size_t N = kLanes, class W = V>
 static OCTATTN_INLINE void StoreBf16(W v, float* p) {
   if constexpr (N == 16) {
-    const __m512i x = _mm512_castps_si512(ToRaw(v)), hi = _mm512_srli_epi32(x, 16);
-    const __m512i up = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)),
-                                        _mm512_and_si512(hi, _mm512_set1_epi32(1)));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-    const __m512i r =
-        _mm512_mask_or_epi32(_mm512_srli_epi32(up, 16), nan, hi, _mm512_set1_epi32(0x40));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), Bf16Bits16(v));
   } else {
     const __m256i x = _mm256_castps_si256(ToRaw(v)), hi = _mm256_srli_epi32(x, 16);
     const __m256i up = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)),
@@ -146,6 +152,23 @@ static OCTATTN_INLINE void StoreBf16(W v, float* p) {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
   }
+}
+
+// 2 kLanes floats narrowed to 16-bit elements of type t (kBf16, kF16: StoreBf16's and
+// StoreF16's bits), the whole line at p (aligned to 64 bytes) written past the caches as
+// StreamStore writes.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void StreamStore16(W a, W b, Dtype t, void* p) {
+  static_assert(N == 16, "sixteen lanes");
+  __m256i lo, hi;
+  if (t == kBf16) {
+    lo = Bf16Bits16(a), hi = Bf16Bits16(b);
+  } else {
+    lo = _mm512_cvtps_ph(ToRaw(a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    hi = _mm512_cvtps_ph(ToRaw(b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(p),
+                      _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
 }
 
 // INT8, Q8_0 and Q4_0 stores in vectors: the largest AbsBits of n floats (n a multiple of

@@ -50,6 +50,7 @@ OCTATTN_ABSENT(void, StoreBf16)
 // Stores past the caches (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStream = false;
 OCTATTN_ABSENT(void, StreamStore)
+OCTATTN_ABSENT(void, StreamStore16)
 OCTATTN_ABSENT(void, StreamFence)
 // INT8, Q8_0, Q4_0 and FP8 stores in vectors (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kStoreI8 = false;

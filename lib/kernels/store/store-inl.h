@@ -299,14 +299,34 @@ static inline void StoreF32Row(const float* __restrict x, int64_t n, float* __re
   memcpy(o + d, x + d, static_cast<size_t>(n - d) * 4);
 }
 
+// A bf16 or f16 row (T): with `stream`, the lines it fills whole from its first line
+// boundary on Streamed, two vectors narrowed a line; the rest narrowed as NarrowRowV.
+template <Dtype T>  // (S::StreamStore16 is the 16-lane AVX targets' only)
+static inline void Store16Row(const float* __restrict x, int64_t n, void* __restrict o,
+                              bool stream) {
+  int64_t d = 0;
+  float* out = static_cast<float*>(o);  // (ElemAt's pointer type)
+  if constexpr (S::kStream) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(o);
+    if (stream && a % 2 == 0) {
+      d = MinI(n, static_cast<int64_t>((64 - a % 64) % 64) / 2);
+      NarrowRowV(x, d, o, 1, T);
+      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
+      for (; d + 2 * L <= n; d += 2 * L)
+        S::StreamStore16(S::Load(x + d), S::Load(x + d + L), T, ElemAt(out, d, T));
+    }
+  }
+  NarrowRowV(x + d, n - d, ElemAt(out, d, T), 1, T);
+}
+
 static inline void StoreOneRow(const StoreRow& r, float magic, bool stream) {
   switch (r.t) {
     case kF32:
       return StoreF32Row(r.x, r.n, static_cast<float*>(r.out), stream);
     case kBf16:
-      return NarrowRowV(r.x, r.n, r.out, 1, kBf16);
+      return Store16Row<kBf16>(r.x, r.n, r.out, stream);
     case kF16:
-      return NarrowRowV(r.x, r.n, r.out, 1, kF16);
+      return Store16Row<kF16>(r.x, r.n, r.out, stream);
     case kI8:
       return StoreInt8(r, magic);
     case kE4m3:
@@ -567,8 +587,9 @@ static void StoreRowsRun(const StoreRow* rows, int64_t count) {
   // (A call's rows share their type; the fence waits for every store before it, so only
   // the types that stream pay it.)
   const Dtype t = count > 0 ? rows[0].t : kF32;
-  const bool stream = S::kStream && count > 0 && rows[0].stream &&
-                      (t == kF32 || t == kI8 || t == kE4m3 || t == kE5m2);
+  const bool stream =
+      S::kStream && count > 0 && rows[0].stream &&
+      (t == kF32 || t == kBf16 || t == kF16 || t == kI8 || t == kE4m3 || t == kE5m2);
   int64_t i = 0;
   while (i < count) {
     if constexpr (S::kStoreI8) {
