@@ -781,8 +781,8 @@ OCTATTN_API octattn_status octattn_attention(octattn_context* ctx,
  * consecutive slots from a multiple of scale_rows (block_size a multiple of it). Rows are
  * written in order (two rows with one slot: the later one's bytes), and the bytes are
  * the same for any thread count. A store of at most 16 rows a (batch entry, kv head), a
- * decode step's, writes the 64-byte lines that F32, INT8 and FP8 rows fill whole past the
- * CPU's caches (non-temporal stores, fenced before the call returns: new rows then cost
+ * decode step's, writes the 64-byte lines that F32, BF16, F16, INT8 and FP8 rows fill whole
+ * past the CPU's caches (non-temporal stores, fenced before the call returns: new rows then cost
  * no read of their lines; rewriting rows already in the caches costs more); longer ones
  * write through the caches.
  * @return OCTATTN_OK, NULL_POINTER (also scale for INT8), INVALID_SHAPE, INVALID_STRIDE,
