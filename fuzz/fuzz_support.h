@@ -109,7 +109,9 @@ struct Problem {
     Problem p;
     p.batch = in.Range(1, 2);
     p.kv_heads = in.Range(1, 3);
-    p.q_heads = p.kv_heads * in.Range(1, 4);
+    // Up to eight query heads a kv head: decode's blocks of five to eight rows (padded
+    // to eight over quantized caches) as well as of one to four.
+    p.q_heads = p.kv_heads * in.Range(1, 8);
     p.kv_len = in.Range(1, max_len);
     p.q_len = in.Bool() ? p.kv_len : in.Range(1, max_len);
     p.head_dim = in.Range(1, 64);
