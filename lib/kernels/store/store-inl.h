@@ -281,52 +281,48 @@ static inline void StoreInt8(const StoreRow& r, float magic) {
   }
 }
 
-// An f32 row: with `stream`, the lines it fills whole from its first line boundary on
-// Streamed; the rest copied.
-template <int = 0>  // (a template: S::StreamStore is the 16-lane AVX targets' only)
-static inline void StoreF32Row(const float* __restrict x, int64_t n, float* __restrict o,
-                               bool stream) {
-  int64_t d = 0;
-  if constexpr (S::kStream) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(o);
-    if (stream && a % 4 == 0) {
-      const int64_t head = MinI(n, static_cast<int64_t>((64 - a % 64) % 64) / 4);
-      memcpy(o, x, static_cast<size_t>(head) * 4);
-      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-      for (d = head; d + L <= n; d += L) S::StreamStore(S::Load(x + d), o + d);
-    }
-  }
-  memcpy(o + d, x + d, static_cast<size_t>(n - d) * 4);
-}
-
-// A bf16 or f16 row (T): with `stream`, the lines it fills whole from its first line
-// boundary on Streamed, two vectors narrowed a line; the rest narrowed as NarrowRowV.
-template <Dtype T>  // (S::StreamStore16 is the 16-lane AVX targets' only)
-static inline void Store16Row(const float* __restrict x, int64_t n, void* __restrict o,
-                              bool stream) {
-  int64_t d = 0;
+// A row of f32, bf16 or f16 elements (T): with `stream`, the lines it fills whole from
+// its first line boundary on Streamed (a vector a line of f32, two narrowed of the 16-bit
+// types: S::StreamStore16); the rest copied (f32) or narrowed (NarrowRowV).
+template <Dtype T>  // (S::StreamStore and StreamStore16 are the 16-lane AVX targets' only)
+static inline void StoreWideRow(const float* __restrict x, int64_t n, void* __restrict o,
+                                bool stream) {
+  constexpr int64_t kBytes = T == kF32 ? 4 : 2;
   float* out = static_cast<float*>(o);  // (ElemAt's pointer type)
+  auto plain = [&](int64_t d0, int64_t d1) {
+    if constexpr (T == kF32) {
+      memcpy(out + d0, x + d0, static_cast<size_t>(d1 - d0) * 4);
+    } else {
+      NarrowRowV(x + d0, d1 - d0, ElemAt(out, d0, T), 1, T);
+    }
+  };
+  int64_t d = 0;
   if constexpr (S::kStream) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(o);
-    if (stream && a % 2 == 0) {
-      d = MinI(n, static_cast<int64_t>((64 - a % 64) % 64) / 2);
-      NarrowRowV(x, d, o, 1, T);
-      constexpr int64_t L = static_cast<int64_t>(S::kLanes);
-      for (; d + 2 * L <= n; d += 2 * L)
-        S::StreamStore16(S::Load(x + d), S::Load(x + d + L), T, ElemAt(out, d, T));
+    if (stream && a % kBytes == 0) {
+      d = MinI(n, static_cast<int64_t>((64 - a % 64) % 64) / kBytes);
+      plain(0, d);
+      constexpr int64_t L = static_cast<int64_t>(S::kLanes), E = 64 / kBytes;
+      for (; d + E <= n; d += E) {
+        if constexpr (T == kF32) {
+          S::StreamStore(S::Load(x + d), out + d);
+        } else {
+          S::StreamStore16(S::Load(x + d), S::Load(x + d + L), T, ElemAt(out, d, T));
+        }
+      }
     }
   }
-  NarrowRowV(x + d, n - d, ElemAt(out, d, T), 1, T);
+  plain(d, n);
 }
 
 static inline void StoreOneRow(const StoreRow& r, float magic, bool stream) {
   switch (r.t) {
     case kF32:
-      return StoreF32Row(r.x, r.n, static_cast<float*>(r.out), stream);
+      return StoreWideRow<kF32>(r.x, r.n, r.out, stream);
     case kBf16:
-      return Store16Row<kBf16>(r.x, r.n, r.out, stream);
+      return StoreWideRow<kBf16>(r.x, r.n, r.out, stream);
     case kF16:
-      return Store16Row<kF16>(r.x, r.n, r.out, stream);
+      return StoreWideRow<kF16>(r.x, r.n, r.out, stream);
     case kI8:
       return StoreInt8(r, magic);
     case kE4m3:
