@@ -488,7 +488,9 @@ typedef int32_t octattn_backend;
  * bound, |scale| * max|q| * G * 2^-8 * max(1, P_j) to dk's and |scale| * max|k| * G *
  * 2^-8 to dq's. Every invariant of the backward holds.
  * Everything else it runs is avx512's code, the same bytes; a caller who wants the
- * widened-f32 bytes selects avx512.
+ * widened-f32 bytes selects avx512. AUTO picks it on AMD cores; on Intel cores (since
+ * 0.11) AUTO picks avx512, whose widened bf16 ran faster there (prefill and decode), and
+ * a caller who wants vdpbf16ps asks for avx512_bf16.
  * amx_bf16 (since 0.9) is avx512_bf16 on CPUs with AMX-TILE and AMX-BF16 (Intel
  * Sapphire Rapids and later) where Linux grants the process the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; refused: the target is not available).
@@ -512,7 +514,7 @@ typedef int32_t octattn_backend;
  * vectors are 256 bits and sve2_128 when it has SVE2 with 128-bit vectors; any other
  * ARM64 CPU (no SVE, or SVE of another length) runs neon. */
 typedef int32_t octattn_target;
-#define OCTATTN_TARGET_AUTO 0 /* the best compiled target this CPU supports */
+#define OCTATTN_TARGET_AUTO 0 /* the best compiled target this CPU runs (see above) */
 #define OCTATTN_TARGET_SCALAR 1
 #define OCTATTN_TARGET_SSE2 2
 #define OCTATTN_TARGET_SSSE3 3
@@ -613,8 +615,10 @@ typedef struct octattn_run_info {
 OCTATTN_API octattn_status octattn_context_last_run(const octattn_context* ctx,
                                                     octattn_run_info* info);
 
-/* Lists the targets compiled into `backend` that this CPU supports, best first (the one
- * AUTO picks), then amx_bf16, which AUTO never picks.
+/* Lists the targets compiled into `backend` that this CPU supports: the one AUTO picks
+ * first, then the others from the newest extensions down (on Intel cores avx512_bf16
+ * follows avx512, which AUTO picks there: see OCTATTN_TARGET_AVX512_BF16), then amx_bf16,
+ * which AUTO never picks.
  * @return OCTATTN_OK, NULL_POINTER (count), INVALID_OPTION (backend).
  * *count = the number of such targets; at most `capacity` are written to `targets`
  * (which may be NULL when capacity is 0). */

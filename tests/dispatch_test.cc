@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
+#include "lib/kernels/kernels.h"
 #include "support.h"
 
 using namespace octtest;
@@ -58,9 +60,11 @@ TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled targ
   for (int64_t t : targets) {
     INFO(hwy::TargetName(t));
     octattn_target expected = FromHighway(t);
-    // AVX3 on a CPU with AVX512_BF16 (which Highway does not know): avx512_bf16 (auto
-    // never picks amx_bf16: it runs when asked for).
-    if (expected == OCTATTN_TARGET_AVX512 &&
+    // AVX3 on a CPU with AVX512_BF16 (which Highway does not know): avx512_bf16 where
+    // auto takes the bf16 dot product (AMD cores; auto never picks amx_bf16: it runs when
+    // asked for; a lean tree without the plain avx512 unit takes avx512_bf16 anyway).
+    const bool plain = std::find(compiled, compiled + n, OCTATTN_TARGET_AVX512) != compiled + n;
+    if (expected == OCTATTN_TARGET_AVX512 && (octattn::kernels::AutoTakesBf16Dot() || !plain) &&
         std::find(compiled, compiled + n, OCTATTN_TARGET_AVX512_BF16) != compiled + n)
       expected = OCTATTN_TARGET_AVX512_BF16;
     if (std::find(compiled, compiled + n, expected) == compiled + n)
@@ -77,6 +81,53 @@ TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled targ
     CHECK(MaxDiff(o, ref) <= kTolerance * p.v.MaxAbs());
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST_CASE("auto takes avx512_bf16 only where the core's choice says so", "[dispatch]") {
+  namespace k = octattn::kernels;
+  const k::Table* with = k::HighwayBest(true);
+  const k::Table* without = k::HighwayBest(false);
+  REQUIRE(with != nullptr);
+  REQUIRE(without != nullptr);
+  CHECK(with->target != k::kAmxBf16);
+  CHECK(without->target != k::kAmxBf16);
+  if (const k::Table* bf16 = k::HighwayTable(k::kAvx512Bf16)) {
+    CHECK(with == bf16);
+    // The plain avx512 unit where it is compiled (a lean tree's 16 lanes are bf16's).
+    const k::Table* plain = k::HighwayTable(k::kAvx512);
+    CHECK(without == (plain ? plain : bf16));
+  } else {
+    CHECK(with == without);
+  }
+#if defined(__x86_64__)
+  // The choice is the vendor's: Intel cores ran bf16 faster widened.
+  __builtin_cpu_init();
+  CHECK(k::AutoTakesBf16Dot() == !__builtin_cpu_is("intel"));
+#endif
+  // What a context under auto runs, and what the list names first.
+  const k::Table* chosen = k::AutoTakesBf16Dot() ? with : without;
+  Context ctx;
+  Problem p(1, 1, 1, 3, 3, 4, 4, 1);
+  Tensor o = p.Out();
+  Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE), p.q, p.k, p.v, o);
+  octattn_run_info info{};
+  info.struct_size = sizeof(info);
+  REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+  CHECK(info.target == static_cast<octattn_target>(chosen->target));
+  octattn_target list[16];
+  size_t n = 0;
+  REQUIRE(octattn_available_targets(OCTATTN_BACKEND_HIGHWAY, list, 16, &n) == OCTATTN_OK);
+  REQUIRE(n >= 1);
+  REQUIRE(n <= 16);
+  std::vector<octattn_target> v(list, list + n);
+  CHECK(v[0] == info.target);
+  // Every target the CPU runs listed once, amx_bf16 (if it runs) last.
+  if (std::find(v.begin(), v.end(), OCTATTN_TARGET_AMX_BF16) != v.end())
+    CHECK(v.back() == OCTATTN_TARGET_AMX_BF16);
+  if (k::HighwayTable(k::kAvx512Bf16))
+    CHECK(std::find(v.begin(), v.end(), OCTATTN_TARGET_AVX512_BF16) != v.end());
+  std::sort(v.begin(), v.end());
+  CHECK(std::adjacent_find(v.begin(), v.end()) == v.end());
 }
 
 TEST_CASE("the best target of each backend is the expected one for this CPU", "[dispatch]") {

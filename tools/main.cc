@@ -39,12 +39,15 @@ int RunInfo(int, char**) {
   // (the context's target serves them all; which arithmetic it runs depends on the type).
   std::printf("auto, per element type of q, k and v (o: f32 or q's; computed in f32):\n");
   const uint16_t halves[2] = {0x3F80, 0x3C00};  // 1.0 in bf16 and in f16
-  bool amx_runs = false;
+  bool amx_runs = false, dot_runs = false;
   {
     octattn_target targets[8];
     size_t n = 0;
     octattn_available_targets(OCTATTN_BACKEND_HIGHWAY, targets, 8, &n);
-    for (size_t i = 0; i < n && i < 8; ++i) amx_runs |= targets[i] == OCTATTN_TARGET_AMX_BF16;
+    for (size_t i = 0; i < n && i < 8; ++i) {
+      amx_runs |= targets[i] == OCTATTN_TARGET_AMX_BF16;
+      dot_runs |= targets[i] == OCTATTN_TARGET_AVX512_BF16;
+    }
   }
   for (octattn_dtype t : {OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F16}) {
     uint16_t h = t == OCTATTN_DTYPE_BF16 ? halves[0] : halves[1], h_out = 0;
@@ -73,14 +76,19 @@ int RunInfo(int, char**) {
                   "else vdpbf16ps"
             : dot ? "fused q.k on vdpbf16ps, the weighted sums too where v is bf16 and no score "
                     "modifier or strided column applies (the header's bound for it)"
-                  : "widened to f32 as it is read (this target has no bf16 dot product)";
+            : dot_runs && ti.target == OCTATTN_TARGET_AVX512
+                ? "widened to f32 as it is read: auto passes over avx512_bf16 on Intel cores, "
+                  "where vdpbf16ps ran bf16 prefill and decode slower than widening "
+                  "(OCTATTN_TARGET=avx512_bf16 asks for it)"
+                : "widened to f32 as it is read (this target has no bf16 dot product)";
     std::printf("  %-5s %s %s: %s\n", name, octattn_backend_name(ti.backend),
                 octattn_target_name(ti.target), how);
   }
   if (amx_runs && info.target != OCTATTN_TARGET_AMX_BF16)
     std::printf(
-        "amx_bf16 runs here only when asked for (OCTATTN_TARGET=amx_bf16): its bf16 prefill ran "
-        "2.6-2.9x avx512_bf16's, its decode 0.72-0.88x (docs/PERFORMANCE.md)\n");
+        "amx_bf16 runs here only when asked for (OCTATTN_TARGET=amx_bf16): on an Intel host its "
+        "bf16 prefill ran 1.7-1.8x the widened path, its decode 0.72-0.88x avx512_bf16's "
+        "(docs/PERFORMANCE.md)\n");
   octattn_context_destroy(ctx);
   return 0;
 }

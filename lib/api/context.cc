@@ -196,15 +196,20 @@ octattn_status octattn_available_targets(octattn_backend backend, octattn_target
     if (backend < OCTATTN_BACKEND_AUTO || backend > OCTATTN_BACKEND_XSIMD)
       return api::Fail(OCTATTN_ERROR_INVALID_OPTION, "unknown backend");
     size_t n = 0;
-    // Best first, then the targets auto never picks (amx_bf16).
+    // The one auto picks first, then the others from the newest extensions down, then
+    // amx_bf16, which auto never picks.
+    const kernels::Table* best;
+    OCTATTN_CHECK(octattn::api::ResolveTarget(backend, OCTATTN_TARGET_AUTO, &best));
+    const auto first = static_cast<octattn_target>(best->target);
     auto add = [&](octattn_target t) {
       const kernels::Table* table;
       if (octattn::api::ResolveTarget(backend, t, &table).failed()) return;
       if (n < capacity) targets[n] = t;
       ++n;
     };
+    add(first);
     for (octattn_target t = octattn::kernels::kLastTarget; t >= OCTATTN_TARGET_SCALAR; --t)
-      if (t != OCTATTN_TARGET_AMX_BF16) add(t);
+      if (t != OCTATTN_TARGET_AMX_BF16 && t != first) add(t);
     add(OCTATTN_TARGET_AMX_BF16);
     *count = n;
     return api::Check();

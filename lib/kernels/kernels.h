@@ -503,10 +503,15 @@ struct Table {
 // Per-backend tables; nullptr when the target is not compiled or the CPU lacks it.
 const Table* HighwayTable(Target target);
 const Table* XsimdTable(Target target);
+// Whether auto takes avx512_bf16 where the CPU has AVX512_BF16: on AMD cores, where
+// vdpbf16ps runs bf16 prefill 1.6-1.7x and decode 1.1-1.3x the widened path; not on Intel
+// cores, where it ran both slower than widening (docs/PERFORMANCE.md).
+bool AutoTakesBf16Dot();
 // The best target of each backend on this CPU (Highway honours
 // hwy::SetSupportedTargetsForTest: it asks hwy::SupportedTargets(), which costs
-// microseconds in a VM, so contexts resolve their table once).
-const Table* HighwayBest();
+// microseconds in a VM, so contexts resolve their table once); bf16_dot false passes
+// over avx512_bf16 where the plain avx512 unit is compiled (tests force either choice).
+const Table* HighwayBest(bool bf16_dot = AutoTakesBf16Dot());
 const Table* XsimdBest();
 
 }  // namespace kernels

@@ -160,10 +160,15 @@ bool Runs(const Unit& u, int64_t supported) {
 
 }  // namespace
 
-const Table* HighwayBest() {
+// Whether the plain AVX-512 unit is compiled (a lean tree has only avx512_bf16's, which
+// then serves bf16 too).
+constexpr bool kPlainAvx512 = (HWY_TARGETS & HWY_AVX3) != 0;
+
+const Table* HighwayBest(bool bf16_dot) {
   const int64_t supported = hwy::SupportedTargets();
   for (const Unit& u : kUnits)
-    if (u.automatic && Runs(u, supported)) return u.table();
+    if (u.automatic && (bf16_dot || !kPlainAvx512 || u.target != kAvx512Bf16) && Runs(u, supported))
+      return u.table();
   return nullptr;  // not reached: the scalar unit runs everywhere
 }
 
@@ -172,6 +177,15 @@ const Table* HighwayTable(Target target) {
   for (const Unit& u : kUnits)
     if (u.target == target) return Runs(u, supported) ? u.table() : nullptr;
   return nullptr;
+}
+
+bool AutoTakesBf16Dot() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return !__builtin_cpu_is("intel");
+#else
+  return true;
+#endif
 }
 
 // By the vendor, as libgcc's CPU model holds it (__builtin_cpu_init is idempotent).
