@@ -43,6 +43,19 @@ octattn_target FromHighway(int64_t t) {
   }
 }
 
+// The target a context of `backend` under auto runs a small call on.
+octattn_target AutoRuns(octattn_backend backend) {
+  Context ctx;
+  REQUIRE(octattn_context_set_target(ctx, backend, OCTATTN_TARGET_AUTO) == OCTATTN_OK);
+  Problem p(1, 1, 1, 3, 3, 4, 4, 1);
+  Tensor o = p.Out();
+  Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE), p.q, p.k, p.v, o);
+  octattn_run_info info{};
+  info.struct_size = sizeof(info);
+  REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+  return info.target;
+}
+
 }  // namespace
 
 TEST_CASE("auto follows hwy::SetSupportedTargetsForTest over every compiled target", "[dispatch]") {
@@ -106,21 +119,15 @@ TEST_CASE("auto takes avx512_bf16 only where the core's choice says so", "[dispa
 #endif
   // What a context under auto runs, and what the list names first.
   const k::Table* chosen = k::AutoTakesBf16Dot() ? with : without;
-  Context ctx;
-  Problem p(1, 1, 1, 3, 3, 4, 4, 1);
-  Tensor o = p.Out();
-  Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE), p.q, p.k, p.v, o);
-  octattn_run_info info{};
-  info.struct_size = sizeof(info);
-  REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
-  CHECK(info.target == static_cast<octattn_target>(chosen->target));
+  const octattn_target ran = AutoRuns(OCTATTN_BACKEND_HIGHWAY);
+  CHECK(ran == static_cast<octattn_target>(chosen->target));
   octattn_target list[16];
   size_t n = 0;
   REQUIRE(octattn_available_targets(OCTATTN_BACKEND_HIGHWAY, list, 16, &n) == OCTATTN_OK);
   REQUIRE(n >= 1);
   REQUIRE(n <= 16);
   std::vector<octattn_target> v(list, list + n);
-  CHECK(v[0] == info.target);
+  CHECK(v[0] == ran);
   // Every target the CPU runs listed once, amx_bf16 (if it runs) last.
   if (std::find(v.begin(), v.end(), OCTATTN_TARGET_AMX_BF16) != v.end())
     CHECK(v.back() == OCTATTN_TARGET_AMX_BF16);
@@ -139,16 +146,9 @@ TEST_CASE("the best target of each backend is the expected one for this CPU", "[
     size_t n = 0;
     REQUIRE(octattn_available_targets(b, list, 8, &n) == OCTATTN_OK);
     REQUIRE(n >= 1);
-    Context ctx;
-    REQUIRE(octattn_context_set_target(ctx, b, OCTATTN_TARGET_AUTO) == OCTATTN_OK);
-    Problem p(1, 1, 1, 3, 3, 4, 4, 1);
-    Tensor o = p.Out();
-    Attend(ctx, Options(1, 0, 0, OCTATTN_ALGORITHM_NAIVE), p.q, p.k, p.v, o);
-    octattn_run_info info{};
-    info.struct_size = sizeof(info);
-    REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
-    INFO(octattn_backend_name(b) << " picked " << octattn_target_name(info.target));
-    CHECK(info.target == list[0]);
-    if (env) CHECK(std::string(octattn_target_name(info.target)) == env);
+    const octattn_target ran = AutoRuns(b);
+    INFO(octattn_backend_name(b) << " picked " << octattn_target_name(ran));
+    CHECK(ran == list[0]);
+    if (env) CHECK(std::string(octattn_target_name(ran)) == env);
   }
 }
