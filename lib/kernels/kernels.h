@@ -368,7 +368,9 @@ struct Tuning {
   // every row in place, one key vector a step where rows share L1 sets (Intel cores).
   bool in_place_rows = false;
   // Where direct tiles fetch [T, H, D] rows ahead: false into L1; true (Intel cores)
-  // 16-bit rows into L2 and f32 rows that share L1 sets not at all.
+  // 16-bit rows into L2 and f32 rows that share L1 sets not at all. Which rows also take
+  // far fetches into L2: false f32 rows (and bf16 rows that lie apart); true contiguous
+  // 16-bit rows (SetDirectFetches).
   bool vendor_fetch = false;
   // The most rows (a GQA group's heads stacked) for which a task reads its tiles in place
   // (direct tiles, quantized ones dequantized in registers); more rows pack them for the
