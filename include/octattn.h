@@ -488,9 +488,10 @@ typedef int32_t octattn_backend;
  * bound, |scale| * max|q| * G * 2^-8 * max(1, P_j) to dk's and |scale| * max|k| * G *
  * 2^-8 to dq's. Every invariant of the backward holds.
  * Everything else it runs is avx512's code, the same bytes; a caller who wants the
- * widened-f32 bytes selects avx512. AUTO picks it on AMD cores; on Intel cores (since
- * 0.11) AUTO picks avx512, whose widened bf16 ran faster there (prefill and decode), and
- * a caller who wants vdpbf16ps asks for avx512_bf16.
+ * widened-f32 bytes selects avx512. AUTO picks it on CPUs with the extensions other than
+ * Intel's (AMD Zen 4 and later); on Intel cores (since 0.11) AUTO picks avx512, whose
+ * widened bf16 ran faster there (prefill, decode and the backward), and a caller who
+ * wants vdpbf16ps asks for avx512_bf16.
  * amx_bf16 (since 0.9) is avx512_bf16 on CPUs with AMX-TILE and AMX-BF16 (Intel
  * Sapphire Rapids and later) where Linux grants the process the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; refused: the target is not available).
