@@ -321,6 +321,59 @@ TEST_CASE("quantized caches: fp8 caches of every finite code compute on their va
   }
 }
 
+TEST_CASE("quantized caches: fp8 NaN and infinity codes a decode step reads give the f32 bytes",
+          "[dispatch]") {
+  // Codes of every kind around a few specials (e4m3's NaN, e5m2's infinities and NaNs):
+  // in value rows (the keys around them read as usual) and in one key row (every score
+  // of it NaN), so that the steps without specials (e4m3 on the 16-lane targets) and
+  // the ones with them meet in one tile: the bytes of the f32 call on the values.
+  const auto targets = AllTargets();
+  for (const Format& f : kFormats) {
+    if (f.type != OCTATTN_DTYPE_FP8_E4M3 && f.type != OCTATTN_DTYPE_FP8_E5M2) continue;
+    const bool e4 = f.type == OCTATTN_DTYPE_FP8_E4M3;
+    const std::vector<uint8_t> specials =
+        e4 ? std::vector<uint8_t>{0x7F, 0xFF} : std::vector<uint8_t>{0x7C, 0xFC, 0x7E, 0xFD};
+    for (const bool in_keys : {false, true}) {
+      Context ctx;
+      const int64_t T = 300, D = 64;
+      QuantProblem qp(ctx, 1, 4, 1, 1, T, D, f, kBHTD, 29);
+      uint32_t n = 5;
+      for (Cache* c : {&qp.k, &qp.v}) {
+        for (int64_t j = 0; j < T; ++j)
+          for (int64_t u = 0; u < D; ++u) {
+            uint8_t code = static_cast<uint8_t>(n);
+            n += 7;
+            if (e4 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C) code = 0x11;
+            *const_cast<uint8_t*>(c->Unit(0, 0, j, u)) = code;
+          }
+      }
+      Cache& c = in_keys ? qp.k : qp.v;
+      // (each value dimension's special in one key: each output element shows its own)
+      const std::vector<std::pair<int64_t, int64_t>> at =
+          in_keys ? std::vector<std::pair<int64_t, int64_t>>{{77, 0}, {77, 40}, {77, D - 1}}
+                  : std::vector<std::pair<int64_t, int64_t>>{{3, 0},  {40, 17},  {41, D - 1},
+                                                             {41, 5}, {130, 33}, {299, 30}};
+      size_t i = 0;
+      for (const auto& [j, u] : at)
+        *const_cast<uint8_t*>(c.Unit(0, 0, j, u)) = specials[i++ % specials.size()];
+      for (Cache* cc : {&qp.k, &qp.v})
+        cc->values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
+          float x = cc->Value(b, h, j, d);
+          if (std::isnan(x)) {  // the NaN the library widens the code to (base::Fp8ToF32)
+            x = base::Fp8ToF32(*cc->Unit(b, h, j, d), static_cast<base::Dtype>(f.type));
+            if (cc->has_scale) x = cc->ScaleOf(b, h, j, d) * x;
+          }
+          cc->values.at(b, h, j, d) = x;
+        });
+      for (const Target& tg : targets) {
+        INFO(f.Name() << (in_keys ? " keys " : " values ") << tg.Name());
+        ctx.Use(tg);
+        ExpectAsDequantized(ctx, qp, Options());
+      }
+    }
+  }
+}
+
 TEST_CASE("quantized caches: fp8 scales at the edges of float's range compute on their values",
           "[dispatch]") {
   // One e4m3 scale for the tensor and one per head (decode reads each once, and takes the

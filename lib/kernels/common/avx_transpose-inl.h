@@ -741,6 +741,65 @@ static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8, bool whole = true) {
   if constexpr (N == 8) return FromRaw(Fp8Row8(p, fp8 == kE4m3, whole));
 }
 
+// e4m3 codes that hold no NaN code (kE4m3Plain: the sixteen-lane targets; callers look
+// for one first, E4m3Nans, and take Fp8Words16's steps where one is): a code sign
+// extended to 16 bits and shifted left by seven holds the sign in bit 15 and the exponent
+// and mantissa under an f16's, and only bit 14, a copy of the sign, to clear; three
+// integer operations before F16C's conversion in place of Fp8Words16's seven (the same
+// values; `whole` as Fp8Row8's).
+static constexpr bool kE4m3Plain = kLanes == 16;
+// Whether any of the e4m3 codes in the bytes of x[0 .. n) is a NaN code.
+template <size_t N = kLanes, class W = V>
+static OCTATTN_INLINE bool E4m3Nans(const W* x, int n) {
+  static_assert(N == 16, "sixteen lanes");
+  const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i m = _mm512_or_si512(_mm512_castps_si512(ToRaw(x[0])), top);
+  for (int i = 1; i < n; ++i)
+    m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_castps_si512(ToRaw(x[i])), top));
+  return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
+}
+// The same for the n <= 64 codes at p (a masked load: no byte past them is read).
+template <size_t N = kLanes>
+static OCTATTN_INLINE bool E4m3NansAt(const uint8_t* p, int n) {
+  static_assert(N == 16, "sixteen lanes");
+  const __m512i x =
+      n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((uint64_t{1} << (n & 63)) - 1, p);
+  const __m512i m = _mm512_or_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
+  return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
+}
+// e4m3 codes with no NaN code from their 16-bit lanes h, each lane's bits 7-13 the code's
+// exponent and mantissa and bits 14 and 15 its sign: bit 14 and bits 0-6 cleared, then
+// widened by F16C.
+template <size_t N = kLanes>
+static OCTATTN_INLINE V E4m3Half(__m256i h, bool whole) {
+  static_assert(N == 16, "sixteen lanes");
+  const __m512 x = _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16(-0x4080)));
+  return FromRaw(whole ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x);
+}
+// The sixteen e4m3 codes at p, none a NaN code (Fp8Row16's values).
+template <size_t N = kLanes>
+static OCTATTN_INLINE V E4m3Plain16(const uint8_t* p, bool whole = true) {
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return E4m3Half<N>(_mm256_slli_epi16(w, 7), whole);
+}
+// Dimension k of the 32 e4m3 codes whose bytes TransposeRawBytes moved, none a NaN code
+// (RawValue's): the code moved to its lane's top byte and shifted right by 17 with its
+// sign, then narrowed to 16 bits.
+template <int k, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE W RawE4m3(const W (&words)[8], bool whole = true) {
+  static_assert(N == 16, "sixteen lanes");
+  __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
+  if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
+  return E4m3Half<N>(_mm512_cvtepi32_epi16(_mm512_srai_epi32(w, 17)), whole);
+}
+template <int Step, int I = 0, size_t N = kLanes, class W = V>
+static OCTATTN_INLINE void RawE4m3Values(const W (&words)[8], W (&x)[8], bool whole = true) {
+  if constexpr (N == 16 && I < 8) {
+    x[I] = RawE4m3<8 * Step + I>(words, whole);
+    RawE4m3Values<Step, I + 1>(words, x, whole);
+  }
+}
+
 // Quantized keys' bytes 32 at a time on sixteen lanes (16 bytes for q4_0, whose 32
 // nibbles they hold): the bytes at rows[e] + off moved as eight 4-byte words by
 // TransposeRows' shuffles (t[m] lane e = bytes 4m .. 4m + 3 of row e), each byte then

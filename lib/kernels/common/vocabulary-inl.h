@@ -110,6 +110,15 @@ static constexpr bool kFp8Rows = false;
 static constexpr bool kFp8Values = false;
 OCTATTN_ABSENT(void, TransposeFp8)
 OCTATTN_ABSENT(V, Fp8As)
+// e4m3 codes with no NaN code (avx_transpose-inl.h): the AVX-512 targets only.
+static constexpr bool kE4m3Plain = false;
+OCTATTN_ABSENT(bool, E4m3Nans)
+OCTATTN_ABSENT(bool, E4m3NansAt)
+OCTATTN_ABSENT(V, E4m3Plain16)
+template <int, class... A>
+static void RawE4m3Values(A&&...) {
+  static_assert(kAbsent<A...>, "RawE4m3Values is not an operation of this target");
+}
 OCTATTN_ABSENT(float, HalfToFloat)
 OCTATTN_ABSENT(V, GatherBits)
 OCTATTN_ABSENT(V, GatherHalves)

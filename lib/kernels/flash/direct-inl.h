@@ -849,12 +849,24 @@ static inline bool OneScale(const Operands& op, const Scales& sc, int64_t dim, f
   return true;
 }
 
+// A raw step's four calls step(n, plain_c), n < 4, plain_c a constant of `plain` (the
+// loops without S::RawE4m3 compiled alone where T has no such codes).
+template <Dtype T, class F>
+static OCTATTN_INLINE void Steps(bool plain, F&& step) {
+  if constexpr (T == kE4m3 && S::kE4m3Plain) {
+    if (plain) return Unrolled<4>([&](auto n) OCTATTN_LAMBDA_INLINE { step(n, std::true_type()); });
+  }
+  Unrolled<4>([&](auto n) OCTATTN_LAMBDA_INLINE { step(n, std::false_type()); });
+}
+
 // DirectScores on quantized rows: the key rows' bytes transposed 32 dimensions at a time
 // as words on sixteen lanes (TransposeRawBytes, RawValues), else eight at a time widened
 // (TransposeBytes, QuantValues), turned into their values and scaled in registers, then
 // the same chains as the f32 rows of the same values, so the same bits. Each step's row
 // and scale pointers and fetches are found before its loops. Fold (e4m3 keys with one
-// scale, OneScale): that scale times 2^8, `folded`, takes F16C's 2^-8.
+// scale, OneScale): that scale times 2^8, `folded`, takes F16C's 2^-8. e4m3 codes whose
+// 32 dimensions of a step hold no NaN code take S::RawE4m3's shorter steps (the same
+// values).
 template <int R, Dtype T, int Vecs, bool Fold = false>
 static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, const DirectTile& dt,
                                                         const float* const* q, float* const* s,
@@ -915,24 +927,38 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
               for (int g = 0; g < Vecs; ++g) {
                 typename S::V words[8];
                 S::template TransposeRawBytes<T>(keys.rows[g], off, words);
-                auto step = [&](auto n) {  // dimensions d + 8n .. d + 8n + 7
-                  constexpr int kStep = decltype(n)::value;
-                  const int64_t ds = d + 8 * kStep;
-                  if (g == 0) keys.Fetch(ds, per);
-                  typename S::V kv[1][8];
-                  S::template RawValues<T, kStep>(words, type, kv[0], !Fold);
-                  if (scaled)
-                    for (int i = 0; i < 8; ++i) kv[0][i] = S::Mul(svs[kStep][g], kv[0][i]);
-                  DirectDotStepOf<R, Vecs>(q, q_dim, ds, kv[0], g, acc);
-                };
-                Unrolled<4>(step);
+                bool plain = false;  // e4m3 codes with no NaN code (S::RawE4m3)
+                if constexpr (T == kE4m3 && S::kE4m3Plain)
+                  plain = type == kE4m3 && !S::E4m3Nans(words, 8);
+                // (plain: the step's loops compiled apart, its test out of them)
+                auto step = [&](auto n, auto plain_c)
+                                OCTATTN_LAMBDA_INLINE {  // dims d + 8n .. d + 8n + 7
+                                  constexpr int kStep = decltype(n)::value;
+                                  const int64_t ds = d + 8 * kStep;
+                                  if (g == 0) keys.Fetch(ds, per);
+                                  typename S::V kv[1][8];
+                                  if constexpr (decltype(plain_c)::value) {
+                                    S::template RawE4m3Values<kStep>(words, kv[0], !Fold);
+                                  } else {
+                                    S::template RawValues<T, kStep>(words, type, kv[0], !Fold);
+                                  }
+                                  if (scaled)
+                                    for (int i = 0; i < 8; ++i)
+                                      kv[0][i] = S::Mul(svs[kStep][g], kv[0][i]);
+                                  DirectDotStepOf<R, Vecs>(q, q_dim, ds, kv[0], g, acc);
+                                };
+                Steps<T>(plain, step);
               }
               continue;
             }
             typename S::V words[Vecs][8];
             for (int g = 0; g < Vecs; ++g)
               S::template TransposeRawBytes<T>(keys.rows[g], off, words[g]);
-            auto step = [&](auto n) {  // dimensions d + 8n .. d + 8n + 7
+            bool plain = false;  // e4m3 codes with no NaN code (S::RawE4m3)
+            if constexpr (T == kE4m3 && S::kE4m3Plain)
+              plain = type == kE4m3 && !S::E4m3Nans(&words[0][0], Vecs * 8);
+            auto step = [&](auto n,
+                            auto plain_c) OCTATTN_LAMBDA_INLINE {  // dims d + 8n .. d + 8n + 7
               constexpr int kStep = decltype(n)::value;
               const int64_t ds = d + 8 * kStep;
               scales(ds);
@@ -940,7 +966,11 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
               if constexpr (T != kI8 || Vecs == 1) {
                 typename S::V kv[Vecs][8];
                 for (int g = 0; g < Vecs; ++g) {
-                  S::template RawValues<T, kStep>(words[g], type, kv[g], !Fold);
+                  if constexpr (decltype(plain_c)::value) {
+                    S::template RawE4m3Values<kStep>(words[g], kv[g], !Fold);
+                  } else {
+                    S::template RawValues<T, kStep>(words[g], type, kv[g], !Fold);
+                  }
                   if (scaled)
                     for (int i = 0; i < 8; ++i) kv[g][i] = S::Mul(sv[g], kv[g][i]);
                 }
@@ -965,7 +995,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
               };
               Unrolled<8>(dim);
             };
-            Unrolled<4>(step);
+            Steps<T>(plain, step);
           }
           StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
           continue;
@@ -1063,6 +1093,7 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   constexpr int64_t L = static_cast<int64_t>(S::kLanes), W = kC * L;
   const Operands& op = *dt.op;
   const Dtype type = op.v_type;
+  const bool e4 = type == kE4m3;
   const bool blocked = Blocked(type);
   const int64_t dvp = op.value_dim;  // whole vectors (FlashDirectQuant)
   const Scales& sc = op.v_scales;
@@ -1117,6 +1148,19 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
     // Key k's values (x: its C vectors), after its fetch.
     auto values = [&](int64_t k, typename S::V(&x)[C]) {
       if (c0 == 0) DirectTile::Issue(ahead[k]);
+      bool plain = false;  // e4m3 codes with no NaN code (S::E4m3Plain16)
+      if constexpr (T == kE4m3 && S::kE4m3Plain)
+        plain = e4 && !S::E4m3NansAt(rows[k] + off[0], C * static_cast<int>(L));
+      if constexpr (T == kE4m3 && S::kE4m3Plain) {
+        if (plain) {
+          for (int c = 0; c < C; ++c) {
+            x[c] = S::E4m3Plain16(rows[k] + off[c], !Fold);
+            if constexpr (Mode == kEach) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
+            if constexpr (Mode == kOne) x[c] = S::Mul(vs1, x[c]);
+          }
+          return;
+        }
+      }
       for (int c = 0; c < C; ++c) {
         if constexpr (T == kE4m3 && S::kFp8Values) {
           x[c] = S::Fp8As(rows[k] + off[c], type, !Fold);
