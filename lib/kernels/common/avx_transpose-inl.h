@@ -741,6 +741,15 @@ static OCTATTN_INLINE V Fp8As(const uint8_t* p, Dtype fp8, bool whole = true) {
   if constexpr (N == 8) return FromRaw(Fp8Row8(p, fp8 == kE4m3, whole));
 }
 
+// The fp8 codes of dimensions k & ~1 (low byte) and k | 1 (high byte) of the 32 whose
+// bytes TransposeRawBytes moved, as 16-bit lanes: one narrowing for two dimensions (the
+// compiler finds it once for both).
+template <int k, class W = V>
+static OCTATTN_INLINE __m256i Fp8Pair(const W (&words)[8]) {
+  __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
+  if constexpr (k % 4 >= 2) w = _mm512_srli_epi32(w, 16);
+  return _mm512_cvtepi32_epi16(w);
+}
 // e4m3 codes that hold no NaN code (kE4m3Plain: the sixteen-lane targets; callers look
 // for one first, E4m3Nans, and take Fp8Words16's steps where one is): a code sign
 // extended to 16 bits and shifted left by seven holds the sign in bit 15 and the exponent
@@ -783,14 +792,14 @@ static OCTATTN_INLINE V E4m3Plain16(const uint8_t* p, bool whole = true) {
   return E4m3Half<N>(_mm256_slli_epi16(w, 7), whole);
 }
 // Dimension k of the 32 e4m3 codes whose bytes TransposeRawBytes moved, none a NaN code
-// (RawValue's): the code moved to its lane's top byte and shifted right by 17 with its
-// sign, then narrowed to 16 bits.
+// (RawValue's): the code in the high byte of Fp8Pair's lanes, shifted right by one with
+// its sign.
 template <int k, size_t N = kLanes, class W = V>
 static OCTATTN_INLINE W RawE4m3(const W (&words)[8], bool whole = true) {
   static_assert(N == 16, "sixteen lanes");
-  __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
-  if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
-  return E4m3Half<N>(_mm512_cvtepi32_epi16(_mm512_srai_epi32(w, 17)), whole);
+  __m256i n = Fp8Pair<k>(words);
+  if constexpr (k % 2 == 0) n = _mm256_slli_epi16(n, 8);
+  return E4m3Half<N>(_mm256_srai_epi16(n, 1), whole);
 }
 template <int Step, int I = 0, size_t N = kLanes, class W = V>
 static OCTATTN_INLINE void RawE4m3Values(const W (&words)[8], W (&x)[8], bool whole = true) {
@@ -830,10 +839,14 @@ static OCTATTN_INLINE W RawValue(const W (&words)[8], Dtype type, bool whole = t
     __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
     if constexpr (k % 4 < 3) w = _mm512_slli_epi32(w, 24 - 8 * (k % 4));
     return QuantValues<T>(FromRaw(_mm512_castsi512_ps(_mm512_srai_epi32(w, 24))), 0, type);
-  } else {  // fp8: the byte as the low byte of a 16-bit lane (Fp8Words16)
-    __m512i w = _mm512_castps_si512(ToRaw(words[k / 4]));
-    if constexpr (k % 4 > 0) w = _mm512_srli_epi32(w, 8 * (k % 4));
-    return Fp8Words16(_mm512_cvtepi32_epi16(w), type == kE4m3, whole);
+  } else {  // fp8: Fp8Pair's lanes; e5m2 the code as an f16's high byte, e4m3 Fp8Words16's
+    __m256i n = Fp8Pair<k>(words);
+    if (type != kE4m3) {
+      n = k % 2 == 0 ? _mm256_slli_epi16(n, 8) : _mm256_and_si256(n, _mm256_set1_epi16(-0x100));
+      return FromRaw(_mm512_cvtph_ps(n));
+    }
+    if constexpr (k % 2 == 1) n = _mm256_srli_epi16(n, 8);
+    return Fp8Words16(n, true, whole);
   }
 }
 // Dimensions 8 * Step .. 8 * Step + 7 of them (RawValue's). (Unrolled at compile time:
