@@ -89,9 +89,24 @@ struct Cache {
     REQUIRE(octattn_kv_store(ctx, x.ptr(), &t, sc, f.type == OCTATTN_DTYPE_INT8 ? f.rows : 0,
                              nullptr) == OCTATTN_OK);
     values = Tensor(B, H, T, D);
+    Revalue();
+  }
+  // `values` after the bytes changed.
+  void Revalue() {
     values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
       values.at(b, h, j, d) = Value(b, h, j, d);
     });
+  }
+  // Head h's codes (one-byte formats): *n, *n + 7, ... (odd steps: every code in 256),
+  // each as `code(c)` gives it (the callers replace NaN and infinity codes).
+  template <class F>
+  void SetCodes(int64_t h, uint32_t* n, F code) {
+    for (int64_t j = 0; j < t.shape[2]; ++j)
+      for (int64_t u = 0; u < t.shape[3]; ++u) {
+        bytes[static_cast<size_t>(Unit(0, h, j, u) - bytes.data())] =
+            code(static_cast<uint8_t>(*n));
+        *n += 7;
+      }
   }
   const uint8_t* Unit(int64_t b, int64_t h, int64_t j, int64_t u) const {
     return bytes.data() +
@@ -301,17 +316,11 @@ TEST_CASE("quantized caches: fp8 caches of every finite code compute on their va
     QuantProblem qp(ctx, 1, 4, 1, 1, T, D, f, kBHTD, 17);
     uint32_t n = 1;
     for (Cache* c : {&qp.k, &qp.v}) {
-      for (int64_t j = 0; j < T; ++j)
-        for (int64_t u = 0; u < D; ++u) {
-          uint8_t code = static_cast<uint8_t>(n);
-          n += 7;                                                  // odd: every code in 256 steps
-          if (e4 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C)  // NaN, infinity
-            code = static_cast<uint8_t>((code & 0x80) | 0x01);
-          *const_cast<uint8_t*>(c->Unit(0, 0, j, u)) = code;
-        }
-      c->values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
-        c->values.at(b, h, j, d) = c->Value(b, h, j, d);
+      c->SetCodes(0, &n, [&](uint8_t code) {
+        const bool special = e4 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C;
+        return special ? static_cast<uint8_t>((code & 0x80) | 0x01) : code;
       });
+      c->Revalue();
     }
     for (const Target& tg : targets) {
       INFO(f.Name() << " " << tg.Name());
@@ -338,15 +347,10 @@ TEST_CASE("quantized caches: fp8 NaN and infinity codes a decode step reads give
       const int64_t T = 300, D = 64;
       QuantProblem qp(ctx, 1, 4, 1, 1, T, D, f, kBHTD, 29);
       uint32_t n = 5;
-      for (Cache* c : {&qp.k, &qp.v}) {
-        for (int64_t j = 0; j < T; ++j)
-          for (int64_t u = 0; u < D; ++u) {
-            uint8_t code = static_cast<uint8_t>(n);
-            n += 7;
-            if (e4 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C) code = 0x11;
-            *const_cast<uint8_t*>(c->Unit(0, 0, j, u)) = code;
-          }
-      }
+      for (Cache* c : {&qp.k, &qp.v})
+        c->SetCodes(0, &n, [&](uint8_t code) {
+          return (e4 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C) ? uint8_t{0x11} : code;
+        });
       Cache& c = in_keys ? qp.k : qp.v;
       // (each value dimension's special in one key: each output element shows its own)
       const std::vector<std::pair<int64_t, int64_t>> at =
@@ -395,17 +399,11 @@ TEST_CASE("quantized caches: fp8 scales at the edges of float's range compute on
         c->scale.ForEach(
             [&](int64_t b, int64_t h, int64_t j, int64_t d) { c->scale.at(b, h, j, d) = s; });
         for (int64_t h = 0; h < 2; ++h)
-          for (int64_t j = 0; j < T; ++j)
-            for (int64_t u = 0; u < D; ++u) {
-              uint8_t code = static_cast<uint8_t>(n);
-              n += 7;
-              if (big) code &= 0x97;  // exponent field at most 2
-              if ((code & 0x7F) == 0x7F) code = 0x01;
-              *const_cast<uint8_t*>(c->Unit(0, h, j, u)) = code;
-            }
-        c->values.ForEach([&](int64_t b, int64_t h, int64_t j, int64_t d) {
-          c->values.at(b, h, j, d) = c->Value(b, h, j, d);
-        });
+          c->SetCodes(h, &n, [&](uint8_t code) {
+            if (big) code &= 0x97;  // exponent field at most 2
+            return (code & 0x7F) == 0x7F ? uint8_t{0x01} : code;
+          });
+        c->Revalue();
       }
       for (const Target& tg : targets) {
         INFO(tg.Name());
