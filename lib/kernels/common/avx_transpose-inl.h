@@ -750,14 +750,15 @@ static OCTATTN_INLINE __m256i Fp8Pair(const W (&words)[8]) {
   if constexpr (k % 4 >= 2) w = _mm512_srli_epi32(w, 16);
   return _mm512_cvtepi32_epi16(w);
 }
-// e4m3 codes that hold no NaN code (kE4m3Plain: the sixteen-lane targets; callers look
-// for one first, E4m3Nans, and take Fp8Words16's steps where one is): a code sign
+// e4m3 codes that hold no NaN code (callers look for one first, E4m3Nans, E4m3NansAt,
+// E4m3RowsNans, and take Fp8Row8's or Fp8Words16's steps where one is): a code sign
 // extended to 16 bits and shifted left by seven holds the sign in bit 15 and the exponent
-// and mantissa under an f16's, and only bit 14, a copy of the sign, to clear; three
-// integer operations before F16C's conversion in place of Fp8Words16's seven (the same
+// and mantissa under an f16's, and only bit 14, a copy of the sign, to clear; two integer
+// operations after the widening before F16C's conversion in place of seven (the same
 // values; `whole` as Fp8Row8's).
-static constexpr bool kE4m3Plain = kLanes == 16;
-// Whether any of the e4m3 codes in the bytes of x[0 .. n) is a NaN code.
+static constexpr bool kE4m3Plain = true;
+// Whether any of the e4m3 codes in the bytes of x[0 .. n) is a NaN code (sixteen lanes:
+// the words of TransposeRawBytes).
 template <size_t N = kLanes, class W = V>
 static OCTATTN_INLINE bool E4m3Nans(const W* x, int n) {
   static_assert(N == 16, "sixteen lanes");
@@ -767,14 +768,50 @@ static OCTATTN_INLINE bool E4m3Nans(const W* x, int n) {
     m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_castps_si512(ToRaw(x[i])), top));
   return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
 }
-// The same for the n <= 64 codes at p (a masked load: no byte past them is read).
+// The same for the n codes at p (sixteen lanes: n <= 64, a masked load; eight lanes: n a
+// multiple of 8). No byte past them is read.
 template <size_t N = kLanes>
 static OCTATTN_INLINE bool E4m3NansAt(const uint8_t* p, int n) {
-  static_assert(N == 16, "sixteen lanes");
-  const __m512i x =
-      n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((uint64_t{1} << (n & 63)) - 1, p);
-  const __m512i m = _mm512_or_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
-  return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
+  if constexpr (N == 16) {
+    const __m512i x =
+        n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((uint64_t{1} << (n & 63)) - 1, p);
+    const __m512i m = _mm512_or_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
+    return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
+  } else {
+    const __m128i top = _mm_set1_epi8(static_cast<char>(0x80));
+    __m128i m = top;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+      m = _mm_max_epu8(m,
+                       _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), top));
+    if (i < n)
+      m = _mm_max_epu8(m,
+                       _mm_or_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)), top));
+    return _mm_movemask_epi8(_mm_cmpeq_epi8(m, _mm_set1_epi8(-1))) != 0;
+  }
+}
+// Whether any of bytes [0, n) of the eight rows is a NaN code (eight lanes: a key vector's
+// rows checked once for all its dimensions; n a multiple of 8).
+template <size_t N = kLanes>
+static OCTATTN_INLINE bool E4m3RowsNans(const uint8_t* const* rows, int64_t n) {
+  static_assert(N == 8, "eight lanes");
+  const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i m = top;
+  __m128i m8 = _mm_set1_epi8(static_cast<char>(0x80));
+  for (int e = 0; e < 8; ++e) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+      m = _mm256_max_epu8(
+          m,
+          _mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[e] + i)), top));
+    for (; i < n; i += 8)
+      m8 = _mm_max_epu8(m8,
+                        _mm_or_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows[e] + i)),
+                                     _mm256_castsi256_si128(top)));
+  }
+  const __m256i ones = _mm256_set1_epi8(-1);
+  return (_mm256_movemask_epi8(_mm256_cmpeq_epi8(m, ones)) |
+          _mm_movemask_epi8(_mm_cmpeq_epi8(m8, _mm256_castsi256_si128(ones)))) != 0;
 }
 // e4m3 codes with no NaN code from their 16-bit lanes h, each lane's bits 7-13 the code's
 // exponent and mantissa and bits 14 and 15 its sign: bit 14 and bits 0-6 cleared, then
@@ -785,11 +822,28 @@ static OCTATTN_INLINE V E4m3Half(__m256i h, bool whole) {
   const __m512 x = _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16(-0x4080)));
   return FromRaw(whole ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x);
 }
-// The sixteen e4m3 codes at p, none a NaN code (Fp8Row16's values).
+// The eight e4m3 codes at p, none a NaN code (Fp8Row8's values).
+static OCTATTN_INLINE __m256 E4m3Row8(const uint8_t* p, bool whole = true) {
+  const __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256 x = _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(-0x4080)));
+  return whole ? _mm256_mul_ps(x, _mm256_set1_ps(256.0f)) : x;
+}
+// A vector of e4m3 codes at p, none a NaN code (Fp8As' values).
 template <size_t N = kLanes>
-static OCTATTN_INLINE V E4m3Plain16(const uint8_t* p, bool whole = true) {
-  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return E4m3Half<N>(_mm256_slli_epi16(w, 7), whole);
+static OCTATTN_INLINE V E4m3PlainAs(const uint8_t* p, bool whole = true) {
+  if constexpr (N == 16) {
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return E4m3Half<N>(_mm256_slli_epi16(w, 7), whole);
+  } else {
+    return FromRaw(E4m3Row8(p, whole));
+  }
+}
+// TransposeFp8 on e4m3 rows without a NaN code among the bytes read (E4m3RowsNans).
+template <size_t N = kLanes>
+static OCTATTN_INLINE void TransposeE4m3Plain(const uint8_t* const* rows, int64_t off, V (&t)[8],
+                                              bool whole = true) {
+  static_assert(N == 8, "eight lanes");
+  TransposeRowsOf([&](int e) { return E4m3Row8(rows[e] + off, whole); }, t);
 }
 // Dimension k of the 32 e4m3 codes whose bytes TransposeRawBytes moved, none a NaN code
 // (RawValue's): the code in the high byte of Fp8Pair's lanes, shifted right by one with

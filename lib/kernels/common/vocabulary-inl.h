@@ -110,11 +110,13 @@ static constexpr bool kFp8Rows = false;
 static constexpr bool kFp8Values = false;
 OCTATTN_ABSENT(void, TransposeFp8)
 OCTATTN_ABSENT(V, Fp8As)
-// e4m3 codes with no NaN code (avx_transpose-inl.h): the AVX-512 targets only.
+// e4m3 codes with no NaN code (avx_transpose-inl.h): the AVX targets only.
 static constexpr bool kE4m3Plain = false;
 OCTATTN_ABSENT(bool, E4m3Nans)
 OCTATTN_ABSENT(bool, E4m3NansAt)
-OCTATTN_ABSENT(V, E4m3Plain16)
+OCTATTN_ABSENT(bool, E4m3RowsNans)
+OCTATTN_ABSENT(V, E4m3PlainAs)
+OCTATTN_ABSENT(void, TransposeE4m3Plain)
 template <int, class... A>
 static void RawE4m3Values(A&&...) {
   static_assert(kAbsent<A...>, "RawE4m3Values is not an operation of this target");

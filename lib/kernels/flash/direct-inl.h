@@ -814,17 +814,29 @@ struct QuantKeys {
     for (int64_t e = d / 8 * per; e < base::MinI((d / 8 + 1) * per, KP); ++e)
       DirectTile::Issue(ahead[e]);
   }
+  // Whether no key row holds a NaN code among its n e4m3 codes (eight lanes).
+  OCTATTN_INLINE bool E4m3Plain(int64_t n) const {
+    for (int g = 0; g < Vecs; ++g)
+      if (S::E4m3RowsNans(rows[g], n)) return false;
+    return true;
+  }
   // Dimensions d .. d + 7 of the keys' values, keys in lanes, after Fetch: times the
-  // scales sv[g] of key vector g where sv is given (`whole` as S::Fp8Row8's).
+  // scales sv[g] of key vector g where sv is given (`whole` as S::Fp8Row8's; plain: e4m3
+  // rows as E4m3Plain finds them).
   template <Dtype T>
   OCTATTN_INLINE void Values(Dtype type, int64_t d, int64_t per, const typename S::V* sv,
-                             typename S::V (&kv)[Vecs][8], bool whole = true) const {
+                             typename S::V (&kv)[Vecs][8], bool whole = true,
+                             bool plain = false) const {
     Fetch(d, per);
     int shift = 0;
     const int64_t off = QuantOffset(type, d, &shift);
     for (int g = 0; g < Vecs; ++g) {
       if constexpr (T == kE4m3 && S::kFp8Rows) {  // (the same values, fewer operations)
-        S::TransposeFp8(rows[g], off, type, kv[g], whole);
+        if (plain) {
+          S::TransposeE4m3Plain(rows[g], off, kv[g], whole);
+        } else {
+          S::TransposeFp8(rows[g], off, type, kv[g], whole);
+        }
       } else {
         S::template TransposeBytes<T>(rows[g], off, kv[g]);
         for (int i = 0; i < 8; ++i) kv[g][i] = S::template QuantValues<T>(kv[g][i], shift, type);
@@ -886,6 +898,8 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
   const bool raw = S::kRawBytes && hd % 32 == 0;
   for (int64_t j = j_begin; j < j_end; j += KP) {
     const QuantKeys<Vecs> keys(dt, j);
+    bool plain_rows = false;  // e4m3 rows with no NaN code, for S::TransposeE4m3Plain
+    if constexpr (T == kE4m3 && S::kFp8Rows) plain_rows = type == kE4m3 && keys.E4m3Plain(hd);
     float* out[R];
     for (int r = 0; r < R; ++r) out[r] = s[r] + (j - dt.t0);
     typename S::V sv[Vecs];
@@ -1004,7 +1018,7 @@ static __attribute__((noinline)) void DirectScoresQuant(const FlashTask& t, cons
       for (int64_t d = d0; d < d1; d += 8) {
         scales(d);
         typename S::V kv[Vecs][8];
-        keys.template Values<T>(type, d, per, scaled ? sv : nullptr, kv, !Fold);
+        keys.template Values<T>(type, d, per, scaled ? sv : nullptr, kv, !Fold, plain_rows);
         DirectDotStep<R, Vecs>(q, q_dim, d, kv, acc);
       }
       StoreDotBlock<R, Vecs>(acc, out, d0 > 0, d1 == hd, vs);
@@ -1145,31 +1159,29 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
       for (int c = 0; c < C; ++c) acc[r][c] = S::Load(st[r] + 2 + c0 + c * L);
     const float* pk[R];  // the weights of key g0 on
     for (int r = 0; r < R; ++r) pk[r] = p[r] + (g0 - dt.t0);
+    auto times_scale = [&](int64_t k, int c, typename S::V x) OCTATTN_LAMBDA_INLINE {
+      if constexpr (Mode == kEach) return S::Mul(S::Set(f[k][c]), x);
+      if constexpr (Mode == kOne) return S::Mul(vs1, x);
+      return x;
+    };
     // Key k's values (x: its C vectors), after its fetch.
     auto values = [&](int64_t k, typename S::V(&x)[C]) {
       if (c0 == 0) DirectTile::Issue(ahead[k]);
-      bool plain = false;  // e4m3 codes with no NaN code (S::E4m3Plain16)
-      if constexpr (T == kE4m3 && S::kE4m3Plain)
-        plain = e4 && !S::E4m3NansAt(rows[k] + off[0], C * static_cast<int>(L));
-      if constexpr (T == kE4m3 && S::kE4m3Plain) {
-        if (plain) {
-          for (int c = 0; c < C; ++c) {
-            x[c] = S::E4m3Plain16(rows[k] + off[c], !Fold);
-            if constexpr (Mode == kEach) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
-            if constexpr (Mode == kOne) x[c] = S::Mul(vs1, x[c]);
-          }
+      if constexpr (T == kE4m3 && S::kE4m3Plain) {  // codes with no NaN code: S::E4m3PlainAs
+        if (e4 && !S::E4m3NansAt(rows[k] + off[0], C * static_cast<int>(L))) {
+          for (int c = 0; c < C; ++c)
+            x[c] = times_scale(k, c, S::E4m3PlainAs(rows[k] + off[c], !Fold));
           return;
         }
       }
       for (int c = 0; c < C; ++c) {
         if constexpr (T == kE4m3 && S::kFp8Values) {
-          x[c] = S::Fp8As(rows[k] + off[c], type, !Fold);
+          x[c] = times_scale(k, c, S::Fp8As(rows[k] + off[c], type, !Fold));
         } else {
-          x[c] =
-              S::template QuantValues<T>(S::template BytesAs<T>(rows[k] + off[c]), shift[c], type);
+          x[c] = times_scale(
+              k, c,
+              S::template QuantValues<T>(S::template BytesAs<T>(rows[k] + off[c]), shift[c], type));
         }
-        if constexpr (Mode == kEach) x[c] = S::Mul(S::Set(f[k][c]), x[c]);
-        if constexpr (Mode == kOne) x[c] = S::Mul(vs1, x[c]);
       }
     };
     // Two keys a step on the 16-lane targets (each chain takes key k, then k + 1: the
