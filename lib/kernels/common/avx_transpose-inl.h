@@ -768,6 +768,23 @@ static OCTATTN_INLINE bool E4m3Nans(const W* x, int n) {
     m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_castps_si512(ToRaw(x[i])), top));
   return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
 }
+// Eight lanes: m, each byte the maximum of itself and of the n codes at p (n a multiple
+// of 8) with their top bit set; a NaN code among them leaves a byte 0xFF (E4m3Any).
+static OCTATTN_INLINE __m256i E4m3Max(__m256i m, const uint8_t* p, int64_t n) {
+  const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80));
+  auto add = [&](__m256i x) { m = _mm256_max_epu8(m, _mm256_or_si256(x, top)); };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) add(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+  if (i + 16 <= n) {
+    add(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+    i += 16;
+  }
+  if (i < n) add(_mm256_zextsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
+  return m;
+}
+static OCTATTN_INLINE bool E4m3Any(__m256i m) {
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_set1_epi8(-1))) != 0;
+}
 // The same for the n codes at p (sixteen lanes: n <= 64, a masked load; eight lanes: n a
 // multiple of 8). No byte past them is read.
 template <size_t N = kLanes>
@@ -778,16 +795,7 @@ static OCTATTN_INLINE bool E4m3NansAt(const uint8_t* p, int n) {
     const __m512i m = _mm512_or_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
     return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0;
   } else {
-    const __m128i top = _mm_set1_epi8(static_cast<char>(0x80));
-    __m128i m = top;
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-      m = _mm_max_epu8(m,
-                       _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), top));
-    if (i < n)
-      m = _mm_max_epu8(m,
-                       _mm_or_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)), top));
-    return _mm_movemask_epi8(_mm_cmpeq_epi8(m, _mm_set1_epi8(-1))) != 0;
+    return E4m3Any(E4m3Max(_mm256_setzero_si256(), p, n));
   }
 }
 // Whether any of bytes [0, n) of the eight rows is a NaN code (eight lanes: a key vector's
@@ -795,23 +803,9 @@ static OCTATTN_INLINE bool E4m3NansAt(const uint8_t* p, int n) {
 template <size_t N = kLanes>
 static OCTATTN_INLINE bool E4m3RowsNans(const uint8_t* const* rows, int64_t n) {
   static_assert(N == 8, "eight lanes");
-  const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256i m = top;
-  __m128i m8 = _mm_set1_epi8(static_cast<char>(0x80));
-  for (int e = 0; e < 8; ++e) {
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-      m = _mm256_max_epu8(
-          m,
-          _mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[e] + i)), top));
-    for (; i < n; i += 8)
-      m8 = _mm_max_epu8(m8,
-                        _mm_or_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows[e] + i)),
-                                     _mm256_castsi256_si128(top)));
-  }
-  const __m256i ones = _mm256_set1_epi8(-1);
-  return (_mm256_movemask_epi8(_mm256_cmpeq_epi8(m, ones)) |
-          _mm_movemask_epi8(_mm_cmpeq_epi8(m8, _mm256_castsi256_si128(ones)))) != 0;
+  __m256i m = _mm256_setzero_si256();
+  for (int e = 0; e < 8; ++e) m = E4m3Max(m, rows[e], n);
+  return E4m3Any(m);
 }
 // e4m3 codes with no NaN code from their 16-bit lanes h, each lane's bits 7-13 the code's
 // exponent and mantissa and bits 14 and 15 its sign: bit 14 and bits 0-6 cleared, then
