@@ -23,15 +23,16 @@ constexpr int kBwdC = S::kRegs >= 32 ? 4 : 2;
 
 // c[m][n..] += sum over t of a[m * am + t * at] * b[t * ldb + n..]: R rows, C vectors,
 // one FMA chain per accumulator in t order. P (S::kDotBf16): a's and b's elements are bf16
-// pairs in 32 bits (t counts pairs), each step one S::DotBf16.
+// pairs in 32 bits (t counts pairs), each step one S::DotBf16. Fresh: c is written, its
+// chains started at 0 (the bits of adding to a zeroed c).
 template <int R, int C, bool P = false>
 static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
-                            float* c, int64_t ldc, int64_t t_len) {
+                            float* c, int64_t ldc, int64_t t_len, bool fresh) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   using V = typename S::V;
   V acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int k = 0; k < C; ++k) acc[r][k] = S::Load(c + r * ldc + k * L);
+    for (int k = 0; k < C; ++k) acc[r][k] = fresh ? S::Zero() : S::Load(c + r * ldc + k * L);
   for (int64_t t = 0; t < t_len; ++t) {
     V bv[C];
     for (int k = 0; k < C; ++k) bv[k] = S::Load(b + t * ldb + k * L);
@@ -54,29 +55,30 @@ static inline void BwdBlock(const float* a, int64_t am, int64_t at, const float*
 // on its block: fewer block heights keep the build small).
 template <int C, bool P>
 static inline void BwdCols(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
-                           float* c, int64_t ldc, int64_t m_len, int64_t t_len) {
+                           float* c, int64_t ldc, int64_t m_len, int64_t t_len, bool fresh) {
   int64_t m = 0;
   for (; m + kBwdR <= m_len; m += kBwdR)
-    BwdBlock<kBwdR, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    BwdBlock<kBwdR, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len, fresh);
   while (m < m_len) {
     const int64_t h = m_len - m >= 4 ? 4 : m_len - m >= 2 ? 2 : 1;
-    if (h == 4) BwdBlock<4, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
-    if (h == 2) BwdBlock<2, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
-    if (h == 1) BwdBlock<1, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len);
+    if (h == 4) BwdBlock<4, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len, fresh);
+    if (h == 2) BwdBlock<2, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len, fresh);
+    if (h == 1) BwdBlock<1, C, P>(a + m * am, am, at, b, ldb, c + m * ldc, ldc, t_len, fresh);
     m += h;
   }
 }
 
 // c[m][n] += sum_t a[m * am + t * at] * b[t * ldb + n] for m < m_len, t < t_len and
-// n < n_len (whole vectors); P: on bf16 pairs (BwdBlock).
+// n < n_len (whole vectors); P: on bf16 pairs (BwdBlock); fresh: c = the sum (BwdBlock).
 template <bool P = false>
 static void BwdProduct(const float* a, int64_t am, int64_t at, const float* b, int64_t ldb,
-                       float* c, int64_t ldc, int64_t m_len, int64_t n_len, int64_t t_len) {
+                       float* c, int64_t ldc, int64_t m_len, int64_t n_len, int64_t t_len,
+                       bool fresh = false) {
   constexpr int64_t L = static_cast<int64_t>(S::kLanes);
   int64_t n = 0;
   for (; n + kBwdC * L <= n_len; n += kBwdC * L)
-    BwdCols<kBwdC, P>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
-  for (; n < n_len; n += L) BwdCols<1, P>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len);
+    BwdCols<kBwdC, P>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len, fresh);
+  for (; n < n_len; n += L) BwdCols<1, P>(a, am, at, b + n, ldb, c + n, ldc, m_len, t_len, fresh);
 }
 
 // BwdProduct over the pairs (m, t) with ok[m * om + t * ot] != 0 only: the same
@@ -297,6 +299,7 @@ static inline float BwdDot(const float* a, const float* b, int64_t n) {
 static inline float BwdRowDot(const float* dop, const float* o, int64_t o_dim, int64_t value_dim,
                               float* tmp, Dtype o_type) {
   const int64_t dvp = PadKeys(value_dim);
+  if (o_type == kF32 && o_dim == 1 && dvp == value_dim) return BwdDot(dop, o, dvp);  // in place
   BwdPackRow(o, o_dim, value_dim, dvp, tmp, o_type);
   return BwdDot(dop, tmp, dvp);
 }
@@ -519,25 +522,29 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
     every = all;
   }
 
-  for (int64_t x = 0; x < nq * kp; x += L) {
-    S::Store(S::Zero(), f.s + x);
-    S::Store(S::Zero(), f.g + x);
-  }
+  // Key lists' sparse rows write their read pairs alone: their other entries are 0. The
+  // dense products write whole rows (fresh chains, the bits of adding to zeros).
+  if (listed)
+    for (int64_t x = 0; x < nq * kp; x += L) {
+      S::Store(S::Zero(), f.s + x);
+      S::Store(S::Zero(), f.g + x);
+    }
   // Rows [r, e) of the tile: their scores into f.s and dout . v into f.g.
   auto dense = [&](int64_t r, int64_t e) {
     bool qk_pairs = false, dv_pairs = false;
     if constexpr (S::kDotBf16) {
       if ((qk_pairs = f.qw != nullptr))
         BwdProduct<true>(f.qw + r * dp, dp, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp,
-                         op.head_dim / 2);
+                         op.head_dim / 2, true);
       if ((dv_pairs = f.dow != nullptr))
         BwdProduct<true>(f.dow + r * dvp, dvp, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp,
-                         op.value_dim / 2);
+                         op.value_dim / 2, true);
     }
     if (!qk_pairs)
-      BwdProduct(q + r * q_row, q_row, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp, op.head_dim);
+      BwdProduct(q + r * q_row, q_row, 1, f.kt, kp, f.s + r * kp, kp, e - r, kp, op.head_dim, true);
     if (!dv_pairs)
-      BwdProduct(dout + r * do_row, do_row, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp, op.value_dim);
+      BwdProduct(dout + r * do_row, do_row, 1, f.vt, kp, f.g + r * kp, kp, e - r, kp, op.value_dim,
+                 true);
   };
   if (!listed) dense(0, nq);
   // Key lists: rows that read few of the tile's keys take dot products of their pairs
