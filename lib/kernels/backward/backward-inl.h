@@ -500,6 +500,19 @@ static void BwdTilePair(const BackwardTask& t, const BwdScratch& f, int64_t h, i
       const RowMods m = RowModsOf(op.mods, h, i0 + r, qpos);
       const bool live = f.lse[r] != -__builtin_inff();
       uint8_t* ok = f.ok + r * kp;
+      if (!listed && m.blocks.size == 0 && !m.keep && !m.bias) {
+        // The analytic mask alone: a row's keys without strided columns are one run.
+        const base::RowKeys k = base::KeysOf(op.mask, qpos, op.kv_len);
+        if (k.stride == 0) {
+          const int64_t a = live ? base::MinI(base::MaxI(k.lo - j0, 0), nk) : 0;
+          const int64_t b = live ? base::MinI(base::MaxI(k.hi - j0, a), nk) : 0;
+          std::fill(ok, ok + nk, uint8_t{0});
+          std::fill(ok + a, ok + b, uint8_t{1});
+          all &= a == 0 && b == nk;
+          any |= b > a;
+          continue;
+        }
+      }
       base::BlockKind kind_j = base::kBlockFull;
       // Key lists: the row's entries from the first at or past j0 (BackwardListedRun).
       const int32_t* e = listed ? f.keys + r * f.cap + f.cursor[r] : nullptr;
