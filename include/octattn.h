@@ -491,7 +491,10 @@ typedef int32_t octattn_backend;
  * widened-f32 bytes selects avx512. AUTO picks it on CPUs with the extensions other than
  * Intel's (AMD Zen 4 and later); on Intel cores (since 0.11) AUTO picks avx512, whose
  * widened bf16 ran faster there (prefill, decode and the backward), and a caller who
- * wants vdpbf16ps asks for avx512_bf16.
+ * wants vdpbf16ps asks for avx512_bf16; but Highway's AUTO runs OCTATTN_QK_INT8 calls on
+ * avx512_bf16 wherever it runs (since 0.11), for its int8 dot products: such a call's
+ * bytes are avx512's (its integer sums are exact either way), and
+ * octattn_context_last_run names the target that ran.
  * amx_bf16 (since 0.9) is avx512_bf16 on CPUs with AMX-TILE and AMX-BF16 (Intel
  * Sapphire Rapids and later) where Linux grants the process the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; refused: the target is not available).
@@ -577,8 +580,9 @@ OCTATTN_API octattn_status octattn_context_set_threads(octattn_context* ctx, int
 OCTATTN_API octattn_status octattn_context_get_threads(const octattn_context* ctx, int32_t* out);
 
 /* Chooses the SIMD backend and target of later calls. AUTO target = the best one this
- * CPU supports; a named target must be compiled into the backend and supported by the
- * CPU. @return OCTATTN_OK, NULL_POINTER, INVALID_OPTION (unknown value), UNSUPPORTED. */
+ * CPU supports (for OCTATTN_QK_INT8 calls, see OCTATTN_TARGET_AVX512_BF16); a named
+ * target must be compiled into the backend and supported by the CPU, and runs every call. @return
+ * OCTATTN_OK, NULL_POINTER, INVALID_OPTION (unknown value), UNSUPPORTED. */
 OCTATTN_API octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend backend,
                                                       octattn_target target);
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lib/base/dtype.h"
+#include "lib/kernels/kernels.h"
 #include "support.h"
 
 using namespace octtest;
@@ -489,6 +490,9 @@ TEST_CASE("q . k in int8: every target within the bound of the rounded q's refer
           const double bound = Bound(qr, qp->k.values, qp->v.values);
           octattn_attention_options opt = qp->Options(mask);
           opt.qk_precision = OCTATTN_QK_INT8;
+          // Highway's avx512 and avx512_bf16 (its vpdpbusd) give the same bytes, so that
+          // auto may run such calls on either (kernels::HighwayQkInt8).
+          Tensor plain, dot, plain16, dot16;  // (16: q and o in bf16)
           for (const Target& tg : targets) {
             INFO(f.Name() << " layout " << layout << " q_len " << qp->p.q.shape[2] << " window "
                           << mask.window << " " << tg.Name());
@@ -497,6 +501,19 @@ TEST_CASE("q . k in int8: every target within the bound of the rounded q's refer
             REQUIRE(octattn_attention(ctx, &opt, qp->p.q.ptr(), qp->k.ptr(), qp->v.ptr(), o.ptr(),
                                       nullptr, nullptr, nullptr, 0) == OCTATTN_OK);
             CHECK(MaxDiff(o, want) <= bound);
+            if (tg.backend != OCTATTN_BACKEND_HIGHWAY ||
+                (tg.target != OCTATTN_TARGET_AVX512 && tg.target != OCTATTN_TARGET_AVX512_BF16))
+              continue;
+            Tensor o16 = qp->p.Out();
+            const Dtypes bf16{OCTATTN_DTYPE_BF16, OCTATTN_DTYPE_F32, OCTATTN_DTYPE_BF16};
+            REQUIRE(Run(bf16, ctx, &opt, qp->p.q.ptr(), qp->k.ptr(), qp->v.ptr(), o16.ptr(),
+                        nullptr, nullptr) == OCTATTN_OK);
+            (tg.target == OCTATTN_TARGET_AVX512 ? plain : dot) = o;
+            (tg.target == OCTATTN_TARGET_AVX512 ? plain16 : dot16) = o16;
+          }
+          if (plain.buf.size() && dot.buf.size()) {
+            CHECK(BytesEqual(plain, dot));
+            CHECK(BytesEqual(plain16, dot16));
           }
           opt.algorithm = OCTATTN_ALGORITHM_REFERENCE;  // the library's reference: the same q
           Tensor o = qp->p.Out();
@@ -505,6 +522,45 @@ TEST_CASE("q . k in int8: every target within the bound of the rounded q's refer
           CHECK(MaxDiff(o, want) <= bound);
         }
     }
+}
+
+TEST_CASE("q . k in int8: auto runs it on the CPU's int8 dot products", "[dispatch]") {
+  namespace k = octattn::kernels;
+  // The choice itself: avx512_bf16's table for the plain avx512 unit where the CPU runs
+  // it, any other table its own.
+  const k::Table* plain = k::HighwayTable(k::kAvx512);
+  const k::Table* dot = k::HighwayTable(k::kAvx512Bf16);
+  if (plain) CHECK(k::HighwayQkInt8(plain) == (dot ? dot : plain));
+  if (dot) CHECK(k::HighwayQkInt8(dot) == dot);
+  for (k::Target t : {k::kScalar, k::kAvx2, k::kAmxBf16})
+    if (const k::Table* other = k::HighwayTable(t)) CHECK(k::HighwayQkInt8(other) == other);
+  CHECK(k::HighwayQkInt8(nullptr) == nullptr);
+  // What a context runs: under auto, an exact call the context's target and an int8 one
+  // HighwayQkInt8's; with a target set, that target for both.
+  Context ctx;
+  REQUIRE(octattn_context_set_target(ctx, OCTATTN_BACKEND_AUTO, OCTATTN_TARGET_AUTO) == OCTATTN_OK);
+  QuantProblem qp(ctx, 1, 4, 1, 1, 96, 64, {OCTATTN_DTYPE_INT8, 32, 1}, kBHTD, 3);
+  auto ran = [&](int32_t qk) {
+    octattn_attention_options opt = qp.Options(Options());
+    opt.qk_precision = qk;
+    Tensor o = qp.p.Out();
+    REQUIRE(octattn_attention(ctx, &opt, qp.p.q.ptr(), qp.k.ptr(), qp.v.ptr(), o.ptr(), nullptr,
+                              nullptr, nullptr, 0) == OCTATTN_OK);
+    octattn_run_info info{};
+    info.struct_size = sizeof(info);
+    REQUIRE(octattn_context_last_run(ctx, &info) == OCTATTN_OK);
+    return info.target;
+  };
+  const k::Table* best = k::HighwayBest();
+  REQUIRE(best != nullptr);
+  CHECK(ran(OCTATTN_QK_EXACT) == static_cast<octattn_target>(best->target));
+  CHECK(ran(OCTATTN_QK_INT8) == static_cast<octattn_target>(k::HighwayQkInt8(best)->target));
+  const octattn_target chosen = static_cast<octattn_target>(best->target);
+  REQUIRE(octattn_context_set_target(ctx, OCTATTN_BACKEND_HIGHWAY, chosen) == OCTATTN_OK);
+  CHECK(ran(OCTATTN_QK_INT8) == chosen);
+  REQUIRE(octattn_context_set_target(ctx, OCTATTN_BACKEND_HIGHWAY, OCTATTN_TARGET_AUTO) ==
+          OCTATTN_OK);
+  CHECK(ran(OCTATTN_QK_INT8) == static_cast<octattn_target>(k::HighwayQkInt8(best)->target));
 }
 
 TEST_CASE("quantized caches: paged and ragged batches equal their contiguous calls") {

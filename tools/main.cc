@@ -84,6 +84,35 @@ int RunInfo(int, char**) {
     std::printf("  %-5s %s %s: %s\n", name, octattn_backend_name(ti.backend),
                 octattn_target_name(ti.target), how);
   }
+  {
+    // q . k in int8 (OCTATTN_QK_INT8) over an int8 cache, which auto may run on another
+    // target than the context's: the one whose int8 dot products it takes.
+    int8_t code = 1;
+    float scale = 1.0f;
+    octattn_tensor kt = q, st = q;
+    kt.data = &code;
+    kt.dtype = OCTATTN_DTYPE_INT8;
+    st.data = &scale;
+    octattn_attention_options opt;
+    octattn_attention_options_init(&opt);
+    opt.qk_precision = OCTATTN_QK_INT8;
+    opt.k_scale = opt.v_scale = &st;
+    if (octattn_attention(ctx, &opt, &q, &kt, &kt, &o, nullptr, nullptr, nullptr, 0) ==
+        OCTATTN_OK) {
+      octattn_run_info ti{};
+      ti.struct_size = sizeof(ti);
+      octattn_context_last_run(ctx, &ti);
+      const bool dot =
+          ti.target == OCTATTN_TARGET_AVX512_BF16 || ti.target == OCTATTN_TARGET_AMX_BF16;
+      std::printf("  q . k in int8 (OCTATTN_QK_INT8) %s %s: %s\n", octattn_backend_name(ti.backend),
+                  octattn_target_name(ti.target),
+                  !dot ? "integer sums on f32 FMAs (this target has no int8 dot product)"
+                  : ti.target != info.target
+                      ? "vpdpbusd: auto runs these calls on the target with int8 dot products "
+                        "(the same bytes)"
+                      : "vpdpbusd");
+    }
+  }
   if (amx_runs && info.target != OCTATTN_TARGET_AMX_BF16)
     std::printf(
         "amx_bf16 runs here only when asked for (OCTATTN_TARGET=amx_bf16): on an Intel host its "

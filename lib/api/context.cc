@@ -33,7 +33,18 @@ Check ResolveTarget(octattn_backend backend, octattn_target target, const kernel
   return Check();
 }
 
-const kernels::Table* SelectTable(const octattn_context& ctx) { return ctx.table; }
+const kernels::Table* SelectTable(const octattn_context& ctx, bool qk_int8) {
+  return qk_int8 ? ctx.qk_int8_table : ctx.table;
+}
+
+void SetTables(octattn_context* ctx, octattn_backend backend, octattn_target target,
+               const kernels::Table* table) {
+  ctx->backend = backend;
+  ctx->target = target;
+  ctx->table = table;
+  const bool highway_auto = target == OCTATTN_TARGET_AUTO && backend != OCTATTN_BACKEND_XSIMD;
+  ctx->qk_int8_table = highway_auto ? kernels::HighwayQkInt8(table) : table;
+}
 
 Check AcquireScratch(octattn_context* ctx, size_t bytes, void* workspace, size_t workspace_size,
                      void** out) {
@@ -123,15 +134,14 @@ octattn_status octattn_context_create(octattn_context** out) {
       for (octattn_target i = OCTATTN_TARGET_SCALAR; i <= octattn::kernels::kLastTarget; ++i)
         if (std::strcmp(target, octattn_target_name(i)) == 0) t = i;
     const kernels::Table* table = nullptr;
-    if (!octattn::api::ResolveTarget(b, t, &table).failed()) {
-      ctx->backend = b;
-      ctx->target = t;
-    } else if (!octattn::api::ResolveTarget(b, OCTATTN_TARGET_AUTO, &table).failed()) {
-      ctx->backend = b;
-    } else {
-      octattn::api::ResolveTarget(OCTATTN_BACKEND_AUTO, OCTATTN_TARGET_AUTO, &table);
+    if (octattn::api::ResolveTarget(b, t, &table).failed()) {  // (auto's, then auto's own)
+      t = OCTATTN_TARGET_AUTO;
+      if (octattn::api::ResolveTarget(b, t, &table).failed()) {
+        b = OCTATTN_BACKEND_AUTO;
+        octattn::api::ResolveTarget(b, t, &table);
+      }
     }
-    ctx->table = table;
+    octattn::api::SetTables(ctx.get(), b, t, table);
     *out = ctx.release();
     return api::Check();
   });
@@ -160,9 +170,7 @@ octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend 
     OCTATTN_CHECK(api::NeedContext(ctx));
     const kernels::Table* table;
     OCTATTN_CHECK(octattn::api::ResolveTarget(backend, target, &table));
-    ctx->backend = backend;
-    ctx->target = target;
-    ctx->table = table;
+    octattn::api::SetTables(ctx, backend, target, table);
     return api::Check();
   });
 }

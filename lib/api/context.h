@@ -24,6 +24,8 @@ struct octattn_context {
   // The table backend and target resolved to when they were set: a CPU's targets do not
   // change, and asking Highway for them costs microseconds (CPUID traps in a VM).
   const octattn::kernels::Table* table = nullptr;
+  // The table of OCTATTN_QK_INT8 calls: under auto, kernels::HighwayQkInt8's; else table.
+  const octattn::kernels::Table* qk_int8_table = nullptr;
   // The fused kernel's core-dependent choices, this CPU's unless a test sets them.
   octattn::kernels::Tuning tuning = octattn::kernels::DefaultTuning();
   uint64_t memory_limit = 0;
@@ -38,8 +40,12 @@ struct octattn_context {
 namespace octattn {
 namespace api {
 
-// The table the context's backend and target selected when they were set.
-const kernels::Table* SelectTable(const octattn_context& ctx);
+// The table the context's backend and target selected when they were set (for a call
+// with OCTATTN_QK_INT8: its qk_int8_table).
+const kernels::Table* SelectTable(const octattn_context& ctx, bool qk_int8 = false);
+// Sets the context's backend, target and their tables.
+void SetTables(octattn_context* ctx, octattn_backend backend, octattn_target target,
+               const kernels::Table* table);
 // Resolves (backend, target) to a table, or UNSUPPORTED / INVALID_OPTION.
 Check ResolveTarget(octattn_backend backend, octattn_target target, const kernels::Table** out);
 

@@ -339,7 +339,7 @@ api::Check ValidateAttention(octattn_context* ctx, const octattn_attention_optio
   if (algorithm == OCTATTN_ALGORITHM_REFERENCE) {
     c->table = reference::Table();
   } else {
-    c->table = octattn::api::SelectTable(*ctx);
+    c->table = octattn::api::SelectTable(*ctx, opt.qk_precision == OCTATTN_QK_INT8);
     c->tuning = ctx->tuning;
     if (!c->table)
       return api::Fail(OCTATTN_ERROR_UNSUPPORTED, "the context's SIMD target is not available");

@@ -514,6 +514,12 @@ bool AutoTakesBf16Dot();
 // microseconds in a VM, so contexts resolve their table once); bf16_dot false passes
 // over avx512_bf16 where the plain avx512 unit is compiled (tests force either choice).
 const Table* HighwayBest(bool bf16_dot = AutoTakesBf16Dot());
+// The table of OCTATTN_QK_INT8 calls under auto, where auto chose `chosen`: avx512_bf16's
+// where that is the plain avx512 unit and the CPU runs avx512_bf16 (Intel cores), whose
+// vpdpbusd computes q . k's integer sums that the plain unit runs on f32 FMAs; else
+// `chosen`. Such a call's bytes are the same on both: its integer sums are exact either
+// way and the rest of it is the same f32 code.
+const Table* HighwayQkInt8(const Table* chosen);
 const Table* XsimdBest();
 
 }  // namespace kernels

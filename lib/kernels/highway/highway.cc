@@ -179,6 +179,12 @@ const Table* HighwayTable(Target target) {
   return nullptr;
 }
 
+const Table* HighwayQkInt8(const Table* chosen) {
+  if (!chosen || chosen->backend != kHighway || chosen->target != kAvx512) return chosen;
+  const Table* dot = HighwayTable(kAvx512Bf16);
+  return dot ? dot : chosen;
+}
+
 bool AutoTakesBf16Dot() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
