@@ -581,8 +581,8 @@ OCTATTN_API octattn_status octattn_context_get_threads(const octattn_context* ct
 
 /* Chooses the SIMD backend and target of later calls. AUTO target = the best one this
  * CPU supports (for OCTATTN_QK_INT8 calls, see OCTATTN_TARGET_AVX512_BF16); a named
- * target must be compiled into the backend and supported by the CPU, and runs every call. @return
- * OCTATTN_OK, NULL_POINTER, INVALID_OPTION (unknown value), UNSUPPORTED. */
+ * target must be compiled into the backend and supported by the CPU, and runs every
+ * call. @return OCTATTN_OK, NULL_POINTER, INVALID_OPTION (unknown value), UNSUPPORTED. */
 OCTATTN_API octattn_status octattn_context_set_target(octattn_context* ctx, octattn_backend backend,
                                                       octattn_target target);
 
