@@ -223,8 +223,21 @@ struct DirectTile {
   const char* v_first = nullptr;
   const char* n_first = nullptr;
   int64_t k_step = 0, v_step = 0, k_bytes = 0, v_bytes = 0;
+  // And the scale rows of the three runs where each row has one of its own (else null):
+  // QuantTarget, which quantized rows call for every key, then takes a multiply where
+  // ScaleRow takes a dozen operations.
+  const char* s_first[3] = {nullptr, nullptr, nullptr};
+  int64_t s_step[3] = {0, 0, 0};
   void SetStream() {
     if (op->paging || keys) return;
+    const auto scales = [&](const Scales& s, int run, int64_t g) {
+      if (!s.data || s.rows_shift != 0) return;
+      s_first[run] = static_cast<const char*>(kernels::ScaleRow(*op, s, first + g));
+      s_step[run] = s.row * DtypeBytes(s.type);
+    };
+    scales(op->k_scales, 0, t0);
+    scales(op->v_scales, 1, t0);
+    if (next1 > next0) scales(op->k_scales, 2, next0);
     const auto at = [](const float* p) { return reinterpret_cast<const char*>(p); };
     k_first = at(SrcK(t0));
     k_step = at(SrcK(t0 + 1)) - k_first;
@@ -267,10 +280,12 @@ struct DirectTile {
     f.row = Row(i, &f.bytes);
     if (!f.row) return f;
     const int64_t n = t1 - t0;
-    const bool value = i >= n && i < 2 * n;
-    const Scales& s = value ? op->v_scales : op->k_scales;
-    const int64_t g = i < n ? t0 + i : value ? t0 + i - n : next0 + i - 2 * n;
-    if (s.data) f.scale = kernels::ScaleRow(*op, s, first + g);
+    const int run = i < n ? 0 : i < 2 * n ? 1 : 2;
+    const Scales& s = run == 1 ? op->v_scales : op->k_scales;
+    if (!s.data) return f;
+    const int64_t at = i - (run == 2 ? 2 * n : run * n);  // the row's place in its run
+    f.scale = s_first[run] ? s_first[run] + at * s_step[run]
+                           : kernels::ScaleRow(*op, s, first + (run == 2 ? next0 : t0) + at);
     return f;
   }
   // The rows of n keys from g (values: their value rows) and their scale rows (blocked
@@ -1046,6 +1061,7 @@ static __attribute__((noinline)) void DirectScoresInt(const FlashTask& t, const 
   const int64_t per = (KP + hd / 8 - 1) / (hd / 8);  // rows fetched per 8 dims
   const Scales& sc = op.k_scales;
   const typename S::V vs = S::Set(t.op.scale);
+  const int group_shift = sc.data ? base::Log2IfPow2(sc.group) : -1;  // (no division a block)
   constexpr int32_t kExcess = T == kQ4_0 ? 8 : 128;
   const float* qs[R];
   const int32_t* sums[R];
@@ -1088,7 +1104,9 @@ static __attribute__((noinline)) void DirectScoresInt(const FlashTask& t, const 
         }
       }
       typename S::V sv[Vecs];
-      const int64_t col = blocked ? b * BlockBytes(type) : d0 / sc.group * sc.col;
+      const int64_t col = blocked            ? b * BlockBytes(type)
+                          : group_shift >= 0 ? (d0 >> group_shift) * sc.col
+                                             : d0 / sc.group * sc.col;
       for (int g = 0; g < Vecs; ++g) sv[g] = QuantScales(blocked, keys.scales[g], sc.type, col);
       StoreIntBlock<R, Vecs>(acc, qs, b, sv, out, d0 > 0, d0 + block == hd, vs);
     }
@@ -1128,8 +1146,16 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   if constexpr (T == kE4m3 && S::kFp8Values)
     fold = one && type == kE4m3 && OneScale(op, sc, dvp, &s1);
   const typename S::V vs1 = S::Set(s1);
-  enum { kNone, kEach, kOne };  // how the keys' values are scaled
-  auto columns = [&](auto vecs, int64_t c0, auto mode_c, auto fold_c) {
+  // How the keys' values are scaled: not at all, each key's vectors by their own scales
+  // (f32 scales read where the multiply takes them, as a broadcast operand; other types
+  // widened into a table first), or all by one.
+  enum { kNone, kEach, kEachF32, kOne };
+  // A scale's group of columns found by a shift where it is a power of two (a division
+  // for each vector of each block of columns otherwise).
+  const int group_shift = sc.data ? base::Log2IfPow2(sc.group) : -1;
+  // (Always inlined: GCC's choice moves with the function's size, and q4_0's loops ran
+  // slower out of line.)
+  auto columns = [&](auto vecs, int64_t c0, auto mode_c, auto fold_c) OCTATTN_LAMBDA_INLINE {
     constexpr int C = decltype(vecs)::value, Mode = decltype(mode_c)::value;
     constexpr bool Fold = decltype(fold_c)::value;
     // Vector c's bytes in a row, its nibbles' shift, and where its scale is (divisions
@@ -1140,10 +1166,10 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
       const int64_t col = c0 + c * L;
       off[c] = QuantOffset(type, col, &shift[c]);
       at[c] = blocked   ? col / kQuantBlock * BlockBytes(type)
-              : sc.data ? col / sc.group * sc.col
+              : sc.data ? (group_shift >= 0 ? col >> group_shift : col / sc.group) * sc.col
                         : 0;
     }
-    float f[kDirectKeys][C];  // the scale of each key's vector c
+    float f[kDirectKeys][C];  // the scale of each key's vector c (kEach)
     if constexpr (Mode == kEach) {
       if (!blocked && sc.type == kF32) {  // (no conversion to choose per element)
         for (int64_t k = 0; k < g1 - g0; ++k)
@@ -1161,6 +1187,8 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
     for (int r = 0; r < R; ++r) pk[r] = p[r] + (g0 - dt.t0);
     auto times_scale = [&](int64_t k, int c, typename S::V x) OCTATTN_LAMBDA_INLINE {
       if constexpr (Mode == kEach) return S::Mul(S::Set(f[k][c]), x);
+      if constexpr (Mode == kEachF32)
+        return S::Mul(S::Set(static_cast<const float*>(srows[k])[at[c]]), x);
       if constexpr (Mode == kOne) return S::Mul(vs1, x);
       return x;
     };
@@ -1218,6 +1246,10 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   };
   using No = std::false_type;
   if (!scaled) return blocks(std::integral_constant<int, kNone>(), No());
+  if constexpr (T == kI8) {  // (int8's f32 group scales; fp8's are one a row or tensor)
+    if (!one && !blocked && sc.type == kF32)
+      return blocks(std::integral_constant<int, kEachF32>(), No());
+  }
   if (!one) return blocks(std::integral_constant<int, kEach>(), No());
   if constexpr (T == kE4m3 && S::kFp8Values) {
     if (fold) return blocks(std::integral_constant<int, kOne>(), std::true_type());
