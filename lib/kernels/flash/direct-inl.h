@@ -288,6 +288,37 @@ struct DirectTile {
                            : kernels::ScaleRow(*op, s, first + (run == 2 ? next0 : t0) + at);
     return f;
   }
+  // QuantTarget(i0 + e) into f[e] for e < count: where the runs are a stride apart
+  // (SetStream), a run's rows and scale rows stepped (the fetches of a step's keys, found
+  // together; a row at a time, its run's tests and multiplies came first each time).
+  OCTATTN_INLINE void QuantTargets(int64_t i0, int64_t count, QuantFetch* f) const {
+    if (!k_first) {
+      for (int64_t e = 0; e < count; ++e) f[e] = QuantTarget(i0 + e);
+      return;
+    }
+    const int64_t n = t1 - t0;
+    for (int64_t e = 0; e < count;) {
+      const int64_t i = i0 + e;
+      const int run = i < n ? 0 : i < 2 * n ? 1 : 2;
+      const int64_t at = i - (run == 2 ? 2 * n : run * n);
+      const int64_t m = base::MinI(count - e, (run == 2 ? next1 - next0 : n) - at);
+      const bool none = m <= 0 || (run == 1 && values_in_keys);  // (past the stream)
+      const int64_t take = m <= 0 ? count - e : m;
+      const char* row = run == 0 ? k_first : run == 1 ? v_first : n_first;
+      const int64_t step = run == 1 ? v_step : k_step, bytes = run == 1 ? v_bytes : k_bytes;
+      const Scales& sc = run == 1 ? op->v_scales : op->k_scales;
+      const int64_t g = (run == 2 ? next0 : t0) + at;  // the run's key
+      for (int64_t x = 0; x < take; ++x) {
+        QuantFetch& q = f[e + x];
+        q.row = none ? nullptr : row + (at + x) * step;
+        q.bytes = none ? 0 : bytes;
+        q.scale = none || !sc.data ? nullptr
+                  : s_first[run]   ? s_first[run] + (at + x) * s_step[run]
+                                   : kernels::ScaleRow(*op, sc, first + g + x);
+      }
+      e += take;
+    }
+  }
   // The rows of n keys from g (values: their value rows) and their scale rows (blocked
   // types: the rows; no scales: null): stepped by their strides where the rows are not
   // paged and each has a scale row of its own, else found key by key.
@@ -821,7 +852,7 @@ struct QuantKeys {
   DirectTile::QuantFetch ahead[KP];
   OCTATTN_INLINE QuantKeys(const DirectTile& dt, int64_t j) {
     for (int g = 0; g < Vecs; ++g) dt.QuantRows(false, j + g * L, L, rows[g], scales[g]);
-    for (int64_t e = 0; e < KP; ++e) ahead[e] = dt.QuantTarget(j - dt.t0 + kDirectAhead + e);
+    dt.QuantTargets(j - dt.t0 + kDirectAhead, KP, ahead);
   }
   // The fetches of rows [d / 8 * per, (d / 8 + 1) * per) of the step kDirectAhead keys
   // on: the rows of the next steps spread over this one's eight-dimension steps.
@@ -1134,8 +1165,7 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   const void* srows[kDirectKeys];
   DirectTile::QuantFetch ahead[kDirectKeys];
   dt.QuantRows(true, g0, g1 - g0, rows, srows);
-  for (int64_t k = g0; k < g1; ++k)
-    ahead[k - g0] = dt.QuantTarget(dt.t1 - dt.t0 + k - dt.t0 + kDirectAhead);
+  dt.QuantTargets(dt.t1 - dt.t0 + g0 - dt.t0 + kDirectAhead, g1 - g0, ahead);
   // One scale for every key and column (fp8's per-tensor and per-head scales): read once,
   // not once a key and vector, and for e4m3 codes folded as OneScale says (each value's
   // multiply by 2^8 goes).
