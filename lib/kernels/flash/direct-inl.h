@@ -224,8 +224,8 @@ struct DirectTile {
   const char* n_first = nullptr;
   int64_t k_step = 0, v_step = 0, k_bytes = 0, v_bytes = 0;
   // And the scale rows of the three runs where each row has one of its own (else null):
-  // QuantTarget, which quantized rows call for every key, then takes a multiply where
-  // ScaleRow takes a dozen operations.
+  // the fetch targets that quantized rows find for every key (QuantTargets) then take a
+  // multiply where ScaleRow takes a dozen operations.
   const char* s_first[3] = {nullptr, nullptr, nullptr};
   int64_t s_step[3] = {0, 0, 0};
   void SetStream() {
@@ -289,8 +289,8 @@ struct DirectTile {
     return f;
   }
   // QuantTarget(i0 + e) into f[e] for e < count: where the runs are a stride apart
-  // (SetStream), a run's rows and scale rows stepped (the fetches of a step's keys, found
-  // together; a row at a time, its run's tests and multiplies came first each time).
+  // (SetStream), each run's rows and scale rows stepped, not found row by row (each row's
+  // run tested and its place multiplied out).
   OCTATTN_INLINE void QuantTargets(int64_t i0, int64_t count, QuantFetch* f) const {
     if (!k_first) {
       for (int64_t e = 0; e < count; ++e) f[e] = QuantTarget(i0 + e);
@@ -1276,7 +1276,7 @@ static __attribute__((noinline)) void DirectValuesQuant(const DirectTile& dt, co
   };
   using No = std::false_type;
   if (!scaled) return blocks(std::integral_constant<int, kNone>(), No());
-  if constexpr (T == kI8) {  // (int8's f32 group scales; fp8's are one a row or tensor)
+  if constexpr (T == kI8) {  // (int8's f32 group scales; fp8's loops keep the table)
     if (!one && !blocked && sc.type == kF32)
       return blocks(std::integral_constant<int, kEachF32>(), No());
   }
