@@ -273,6 +273,7 @@ struct DirectTile {
     int64_t bytes;
     const void* scale;
   };
+  // Row by row: QuantTargets' way where the runs are not a stride apart.
   OCTATTN_INLINE QuantFetch QuantTarget(int64_t i) const {
     QuantFetch f;
     f.bytes = 0;
@@ -280,12 +281,10 @@ struct DirectTile {
     f.row = Row(i, &f.bytes);
     if (!f.row) return f;
     const int64_t n = t1 - t0;
-    const int run = i < n ? 0 : i < 2 * n ? 1 : 2;
-    const Scales& s = run == 1 ? op->v_scales : op->k_scales;
-    if (!s.data) return f;
-    const int64_t at = i - (run == 2 ? 2 * n : run * n);  // the row's place in its run
-    f.scale = s_first[run] ? s_first[run] + at * s_step[run]
-                           : kernels::ScaleRow(*op, s, first + (run == 2 ? next0 : t0) + at);
+    const bool value = i >= n && i < 2 * n;
+    const Scales& s = value ? op->v_scales : op->k_scales;
+    const int64_t g = i < n ? t0 + i : value ? t0 + i - n : next0 + i - 2 * n;
+    if (s.data) f.scale = kernels::ScaleRow(*op, s, first + g);
     return f;
   }
   // QuantTarget(i0 + e) into f[e] for e < count: where the runs are a stride apart
